@@ -1,0 +1,1 @@
+"""Training: scoring rules, objectives, batching and the training loop."""
