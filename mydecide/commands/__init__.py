@@ -1,0 +1,43 @@
+"""One module per CLI verb. Each exposes ``register(app)``; heavy imports happen inside the command function."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-line error for the user and exit (no traceback for expected problems)."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn expected user errors (bad files, recipes, records) into a clear message and exit code 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from mydecide.config import RecipeError
+        from mydecide.records import RecordError
+
+        try:
+            return fn(*args, **kwargs)
+        except (FileNotFoundError, RecipeError, RecordError, ValueError) as err:
+            if isinstance(err, typer.Exit):
+                raise
+            fail(str(err))
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def not_built(verb: str) -> None:
+    fail(f"`mydecide {verb}` is not built yet", code=3)

@@ -1,0 +1,44 @@
+"""`mydecide predict`: answer one /v1/systemone request file from the command line (same JSON as the server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mydecide.commands import friendly_errors
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("predict")
+    @friendly_errors
+    def predict(
+        request: Path = typer.Argument(..., help="A JSON file with a /v1/systemone request body."),
+        model: str = typer.Option("smollm2-135m", "--model", "-m", help="Base model: HF dir, hub name, .gguf, "
+                                  "or smollm2-135m."),
+        adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
+        temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
+                                                 "`mydecide calibrate`."),
+        no_shared_prefix: bool = typer.Option(False, help="Score each question with its own full prompt."),
+    ) -> None:
+        """Answer one request file and print the Jev-format response JSON on stdout."""
+        import json
+
+        from mydecide.modeling import load_model
+        from mydecide.serving.wire import answer_request, parse_request
+
+        if not request.is_file():
+            raise FileNotFoundError(f"{request}: no such request file")
+        try:
+            body = json.loads(request.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{request}: invalid JSON ({err.msg} at line {err.lineno})") from None
+        parsed = parse_request(body)
+        temperature = None
+        if temperatures is not None:
+            from mydecide.calibration import load_temperatures
+
+            temperature = load_temperatures(temperatures)
+        loaded = load_model(model, adapter)
+        response = answer_request(loaded, parsed, temperature, shared_prefix=not no_shared_prefix)
+        typer.echo(json.dumps(response, indent=2, ensure_ascii=False))

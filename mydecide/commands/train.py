@@ -1,0 +1,14 @@
+"""`mydecide train` (not built yet)."""
+
+from __future__ import annotations
+
+import typer
+
+from mydecide.commands import not_built
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("train")
+    def command() -> None:
+        """Not built yet."""
+        not_built("train")

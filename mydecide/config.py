@@ -1,0 +1,166 @@
+"""Typed recipes: pydantic models (unknown keys are errors) and ``load_recipe(path, overrides)``.
+
+A recipe is a YAML file from ``recipes/``; dotted ``KEY=VALUE`` overrides from the command line are applied before
+validation (``lora.r=16``, ``objective.kind=rlcd``). Values are parsed as YAML scalars (``1e-4``, ``true``, ``[a,b]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mydecide.prompting import RenderConfig
+
+
+class RecipeError(ValueError):
+    """A recipe file or override is invalid; the message names the file and the key."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------------------------------- training
+
+
+class LoraConfig(Strict):
+    r: int = Field(32, ge=1)
+    alpha: float | None = None  # default 2·r
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    # "all-linear": every linear layer of the language model (attention, MLP, Gated DeltaNet projections),
+    # never the output head or a vision tower. Or an explicit list of module-name suffixes.
+    target_modules: str | list[str] = "all-linear"
+
+
+class ProperObjective(Strict):
+    kind: Literal["proper"] = "proper"
+
+
+class CeObjective(Strict):
+    kind: Literal["ce"] = "ce"
+
+
+class RlcdObjective(Strict):
+    kind: Literal["rlcd"] = "rlcd"
+    group_size: int = Field(8, ge=2)
+    sigma_start: float = Field(1.0, gt=0)
+    sigma_end: float = Field(0.3, gt=0)
+
+
+class CeThenProperObjective(Strict):
+    """Warm start: soft cross-entropy for the first ``ce_fraction`` of updates, then the proper composite."""
+
+    kind: Literal["ce_then_proper"] = "ce_then_proper"
+    ce_fraction: float = Field(0.5, gt=0, lt=1)
+
+
+Objective = ProperObjective | CeObjective | RlcdObjective | CeThenProperObjective
+
+
+class OptimConfig(Strict):
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    max_grad_norm: float = Field(1.0, gt=0)
+    batch_size: int = Field(4, ge=1)
+    grad_accum: int = Field(8, ge=1)
+    epochs: float = Field(2.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
+
+
+class TrainRecipe(Strict):
+    model: str = "smollm2-135m"
+    data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
+    out: str = "runs/train"
+    seed: int = 13
+    objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    prompt: RenderConfig = Field(default_factory=RenderConfig)
+    shuffle_options: bool = True
+    shared_prefix: bool = True  # questions on one state share the state's computation in a batch
+    gradient_checkpointing: bool = True
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    eval_every: int = Field(50, ge=1)  # optimizer updates between dev evaluations
+    dev_limit: int | None = Field(None, ge=1)  # score only the first N dev records during training
+    save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
+    keep_checkpoints: int = Field(2, ge=1)
+    train_limit: int | None = Field(None, ge=1)
+    eval_batch_size: int = Field(16, ge=1)
+    collapse_after: float = Field(0.3, ge=0, le=1)  # fraction of training after which collapse warnings count
+
+
+# ------------------------------------------------------------------------------------------------------ loading
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """``["lora.r=16", "objective.kind=rlcd"]`` → nested dict."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise RecipeError(f"override {item!r} must look like KEY=VALUE (for example lora.r=16)")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise RecipeError(f"override {item!r}: empty key segment")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as err:
+            raise RecipeError(f"override {item!r}: value is not valid YAML ({err})") from None
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return nested
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: no such recipe file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping")
+    return data
+
+
+def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), *, model: type[R]) -> R:
+    """Read, override and validate a recipe; errors name the file and the offending key."""
+    data = read_yaml(path) if path is not None else {}
+    data = merge(data, parse_overrides(overrides))
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        where = str(path) if path is not None else "recipe"
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors())
+        raise RecipeError(f"{where}: {problems}") from None
+
+
+def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
+    data = recipe.model_dump(mode="json")
+    if extra:
+        data = {**data, "_provenance": extra}
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

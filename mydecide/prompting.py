@@ -1,0 +1,309 @@
+"""Render a question as a chat prompt whose next token is the answer, and read option logits (SPEC §3).
+
+Training, evaluation and serving all go through this module, so a question is always tokenised the same way.
+
+A prompt is two token segments:
+
+* ``prefix``: the chat template's head, then the state (cut to ``max_state_tokens`` and marked when too long).
+  Every question about one state has the same prefix, so it can be computed once and reused.
+* ``suffix``: the question, its options labelled ``A.``, ``B.``, … and the chat template's tail, ending exactly at the
+  answer slot. The answer is read from the logits of the label tokens at the last position only.
+
+Segments are tokenised separately and concatenated, in every code path, so "scored alone" and "scored after a shared
+prefix" see identical token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from mydecide.records import Question
+
+if TYPE_CHECKING:
+    import torch
+
+LETTERS = string.ascii_uppercase
+MAX_LETTER_OPTIONS = len(LETTERS)
+TRUNCATION_MARK = "\n[… state truncated]"
+_STATE_SLOT = "\x00STATE\x00"
+_QUESTION_SLOT = "\x00QUESTION\x00"
+
+
+class RenderConfig(BaseModel):
+    """How questions are shown to the model. Saved next to every adapter so serving renders as training did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str | None = (
+        "You are a decision model. Read the state, then answer the question with the letter of one option."
+    )
+    show_option_ids: bool = True
+    max_state_tokens: int = 3000
+    label_form: str = "auto"  # "auto" picks "A" or " A", whichever the chat template makes a single token
+
+
+class LabelError(ValueError):
+    """The tokenizer cannot show the answer labels as single tokens."""
+
+
+def render_state(state: Any) -> str:
+    """A state is a string, a JSON object (indented JSON) or a list of strings (one per line)."""
+    if isinstance(state, str):
+        return state
+    if isinstance(state, dict):
+        return json.dumps(state, indent=2, ensure_ascii=False)
+    return "\n".join(state)
+
+
+def question_units(question: Question) -> list[Question]:
+    """The single-answer questions a question is scored as: itself, or one yes/no question per label of a set."""
+    if question.type != "set":
+        return [question]
+    units = []
+    for label, description in zip(question.options, question.descriptions, strict=True):
+        shown = f"{label} ({description})" if description else label
+        units.append(Question("noul", f"{question.instructions}\nDoes this label apply: {shown}?",
+                              ("yes", "no"), ("", "")))
+    return units
+
+
+def option_lines(question: Question, order: Sequence[int], show_ids: bool) -> list[str]:
+    lines = []
+    for position, index in enumerate(order):
+        option, description = question.options[index], question.descriptions[index]
+        if question.type == "score":
+            text = description
+        elif question.type == "noul":
+            text = f"{option} — {description}" if description else option
+        elif description:
+            text = f"{option} — {description}" if show_ids else description
+        else:
+            text = option
+        lines.append(f"{LETTERS[position]}. {text}")
+    return lines
+
+
+def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
+    kind = {"choice": "Choose one option.", "noul": "Answer yes or no.",
+            "score": "Choose one level (levels are listed lowest first).", "set": ""}[question.type]
+    lines = ["", "", f"Question: {question.instructions}", kind, *option_lines(question, order, show_ids),
+             "Answer with the letter only."]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A tokenised question: ``prefix + suffix`` ends at the answer slot. ``order[j]`` is the option shown at j."""
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    order: tuple[int, ...]
+    truncated: bool = False
+
+    @property
+    def k(self) -> int:
+        return len(self.order)
+
+    def __len__(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+
+class Renderer:
+    """Turns (state, question, option order) into :class:`Prompt` token ids for one tokenizer.
+
+    Checks at construction that every answer label is a single token in the form the chat template makes natural.
+    """
+
+    def __init__(self, tokenizer: Any, config: RenderConfig | None = None):
+        self.tokenizer = tokenizer
+        self.config = config or RenderConfig()
+        self.head, self.tail = self._template_parts()
+        self.label_form, self.label_ids = self._label_tokens()
+        self._state_cache: dict[str, tuple[tuple[int, ...], bool]] = {}
+
+    # -- template ------------------------------------------------------------------------------------------------
+    def _template_parts(self) -> tuple[str, str]:
+        """The chat template's text before the state and after the question (which ends at the answer slot)."""
+        tok = self.tokenizer
+        if not getattr(tok, "chat_template", None):
+            return "", "\nAnswer:"
+        messages = []
+        if self.config.system_prompt:
+            messages.append({"role": "system", "content": self.config.system_prompt})
+        messages.append({"role": "user", "content": f"{_STATE_SLOT}{_QUESTION_SLOT}"})
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        head, rest = text.split(_STATE_SLOT)
+        _, tail = rest.split(_QUESTION_SLOT)
+        return head + "State:\n", tail
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _label_tokens(self) -> tuple[str, tuple[int, ...]]:
+        """Pick the label form ("A" or " A") whose tokens continue the prompt as single tokens."""
+        name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+        forms = ["", " "] if self.config.label_form == "auto" else [self.config.label_form.replace("A", "")]
+        probe = self._encode(self.tail)
+        for space in forms:
+            ids = []
+            for letter in LETTERS:
+                label = self._encode(space + letter)
+                # the label must be one token, and appending it must not change how the prompt tokenises
+                if len(label) != 1 or self._encode(self.tail + space + letter) != probe + label:
+                    break
+                ids.append(label[0])
+            if len(ids) == len(LETTERS) and len(set(ids)) == len(ids):
+                return space + "A", tuple(ids)
+        raise LabelError(f"tokenizer {name!r}: the answer labels A–Z are not single tokens after the chat prompt "
+                         f"(tried the forms {[f + 'A' for f in forms]}); this model cannot be used as a decision model")
+
+    # -- rendering -----------------------------------------------------------------------------------------------
+    def encode_state(self, state: Any) -> tuple[tuple[int, ...], bool]:
+        """Token ids of head + state (cut to ``max_state_tokens``), and whether the state was cut. Cached."""
+        text = render_state(state)
+        cached = self._state_cache.get(text)
+        if cached is not None:
+            return cached
+        state_ids = self._encode(text)
+        truncated = len(state_ids) > self.config.max_state_tokens
+        if truncated:
+            mark = self._encode(TRUNCATION_MARK)
+            state_ids = state_ids[: max(0, self.config.max_state_tokens - len(mark))] + mark
+        result = (tuple(self._encode(self.head) + state_ids), truncated)
+        if len(self._state_cache) > 4096:
+            self._state_cache.clear()
+        self._state_cache[text] = result
+        return result
+
+    def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:
+        """Render one single-answer question (use :func:`question_units` first for ``set``)."""
+        if question.type == "set":
+            raise ValueError("render set questions through question_units(): one yes/no question per label")
+        order = tuple(range(question.k)) if order is None else tuple(order)
+        if sorted(order) != list(range(question.k)):
+            raise ValueError(f"order {order} is not a permutation of the {question.k} options")
+        if question.k > MAX_LETTER_OPTIONS:
+            raise ValueError(f"question shows {question.k} options; at most {MAX_LETTER_OPTIONS} (A–Z) per prompt")
+        prefix, truncated = self.encode_state(state)
+        suffix = self._encode(question_text(question, order, self.config.show_option_ids) + self.tail)
+        return Prompt(prefix, tuple(suffix), order, truncated)
+
+
+# ------------------------------------------------------------------------------------------------------ batches
+
+
+@dataclass
+class Batch:
+    """Tensors for one forward pass. Either ``input_ids`` (whole prompts, left-padded) or the shared-prefix form.
+
+    Shared-prefix form: ``prefix_ids`` (G, P) left-padded, one row per distinct state; ``suffix_ids`` (B, S)
+    right-padded, one row per question; ``group`` (B,) maps a question to its prefix row; ``last`` (B,) is the index
+    of each question's last real suffix token. ``option_mask`` (B, K) marks the options shown in each row.
+    """
+
+    option_mask: torch.Tensor
+    input_ids: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    prefix_ids: torch.Tensor | None = None
+    prefix_mask: torch.Tensor | None = None
+    suffix_ids: torch.Tensor | None = None
+    suffix_mask: torch.Tensor | None = None
+    group: torch.Tensor | None = None
+    last: torch.Tensor | None = None
+    n_tokens: int = 0  # real (non-pad) tokens processed
+    n_padded: int = 0  # tokens processed including padding
+
+    def to(self, device: Any) -> Batch:
+        import torch
+
+        fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return Batch(**fields)
+
+
+def collate(prompts: Sequence[Prompt], pad_id: int, shared_prefix: bool = True) -> Batch:
+    """Build a :class:`Batch`. With ``shared_prefix``, questions with the same prefix share one prefix row."""
+    import torch
+
+    k_max = max(p.k for p in prompts)
+    option_mask = torch.zeros(len(prompts), k_max, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        option_mask[i, : p.k] = True
+
+    groups: dict[tuple[int, ...], int] = {}
+    for p in prompts:
+        groups.setdefault(p.prefix, len(groups))
+    if not shared_prefix or len(groups) == len(prompts):
+        seqs = [p.prefix + p.suffix for p in prompts]
+        ids, mask = _pad(seqs, pad_id, left=True)
+        return Batch(option_mask, input_ids=ids, attention_mask=mask, n_tokens=sum(map(len, seqs)),
+                     n_padded=ids.numel())
+    prefixes = list(groups)
+    prefix_ids, prefix_mask = _pad(prefixes, pad_id, left=True)
+    suffix_ids, suffix_mask = _pad([p.suffix for p in prompts], pad_id, left=False)
+    group = torch.tensor([groups[p.prefix] for p in prompts])
+    last = torch.tensor([len(p.suffix) - 1 for p in prompts])
+    n_tokens = sum(map(len, prefixes)) + sum(len(p.suffix) for p in prompts)
+    return Batch(option_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, suffix_ids=suffix_ids,
+                 suffix_mask=suffix_mask, group=group, last=last, n_tokens=n_tokens,
+                 n_padded=prefix_ids.numel() + suffix_ids.numel())
+
+
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if left:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+        else:
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def last_hidden(decoder: Any, batch: Batch) -> torch.Tensor:
+    """(B, H) final hidden state at each question's answer slot; runs the decoder once or twice (shared prefix)."""
+    import torch
+
+    if batch.input_ids is not None:
+        out = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+        return out.last_hidden_state[:, -1]
+    assert batch.prefix_ids is not None and batch.suffix_ids is not None
+    assert batch.group is not None and batch.last is not None and batch.suffix_mask is not None
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=decoder.config)
+    decoder(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, past_key_values=cache, use_cache=True)
+    cache.reorder_cache(batch.group)  # (G, …) → (B, …): each question continues from its own state's prefix
+    mask = torch.cat([batch.prefix_mask[batch.group], batch.suffix_mask], dim=1)
+    out = decoder(input_ids=batch.suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+    rows = torch.arange(batch.suffix_ids.shape[0], device=batch.suffix_ids.device)
+    return out.last_hidden_state[rows, batch.last]  # suffixes are right-padded: read the last real position
+
+
+def read_option_logits(hidden: torch.Tensor, output_weight: torch.Tensor, label_ids: torch.Tensor,
+                       option_mask: torch.Tensor, output_bias: torch.Tensor | None = None,
+                       softcap: float | None = None) -> torch.Tensor:
+    """(B, K) logits of the shown labels only; positions beyond a row's options are −inf.
+
+    Only the K label rows of the output embedding are multiplied: no full-vocabulary logits are ever formed.
+    """
+    import torch
+
+    k = option_mask.shape[1]
+    weight = output_weight[label_ids[:k]]  # (K, H)
+    logits = hidden.to(weight.dtype) @ weight.T  # (B, K)
+    if output_bias is not None:
+        logits = logits + output_bias[label_ids[:k]]
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits.float().masked_fill(~option_mask, float("-inf"))

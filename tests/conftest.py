@@ -1,0 +1,103 @@
+"""Shared fixtures: tiny models and a tokenizer built in code, so the suite runs offline in minutes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+CORPUS = [
+    "The checkout page returns an error for every customer since this morning.",
+    "Is a production system down? Answer yes or no. Choose one option.",
+    "Question: Which team should handle this ticket? Options billing engineering support refunds",
+    "State: the invoice was charged twice and the customer wants a refund.",
+    "very negative negative neutral positive very positive levels are listed lowest first",
+    "Answer with the letter only. A. B. C. D. E. F. G. H.",
+] * 20
+
+
+def build_tokenizer(out: Path):
+    """A small byte-level BPE tokenizer with a ChatML template (A–Z are single tokens)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   bos_token=None, unk_token=None)
+    fast.chat_template = CHATML
+    fast.save_pretrained(out)
+    return fast
+
+
+def build_llama(out: Path, vocab_size: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=None, eos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(out)
+
+
+def build_qwen3_5(out: Path, vocab_size: int) -> None:
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(0)
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, tie_word_embeddings=True, pad_token_id=0, eos_token_id=2)
+    Qwen3_5ForCausalLM(config).save_pretrained(out)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tokenizer")
+    build_tokenizer(out)
+    return out
+
+
+def _model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path, name: str, build) -> Path:
+    import shutil
+
+    out = tmp_path_factory.mktemp(name)
+    for f in tokenizer_dir.iterdir():
+        shutil.copy(f, out / f.name)
+    from transformers import AutoTokenizer
+
+    build(out, len(AutoTokenizer.from_pretrained(out)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """A 2-layer Llama (random weights) + the tiny tokenizer, saved as a local HF directory."""
+    return _model_dir(tmp_path_factory, tiny_tokenizer_dir, "llama", build_llama)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """A 4-layer hybrid Qwen3.5 (3 Gated DeltaNet + 1 attention layer) + the tiny tokenizer."""
+    return _model_dir(tmp_path_factory, tiny_tokenizer_dir, "qwen3_5", build_qwen3_5)
+
+
+@pytest.fixture(params=["llama", "qwen3_5"])
+def tiny_model_dir(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue("tiny_llama_dir" if request.param == "llama" else "tiny_qwen_dir")
