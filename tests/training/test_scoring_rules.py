@@ -39,7 +39,8 @@ def test_log_score_exact() -> None:
 
 def test_spherical_score_exact() -> None:
     # A: ‖q‖ = sqrt(0.25 + 0.0625 + 0.0625) = sqrt(0.375); S = 0.25 / sqrt(0.375) = 0.4082483
-    # B: ‖q‖ = sqrt(0.36 + 0.16) = sqrt(0.52); S = (0.7·0.6 + 0.3·0.4) / sqrt(0.52) = 0.54 / 0.7211103 = 0.7488453
+    # B: ‖q‖ = sqrt(0.36 + 0.16) = sqrt(0.52) = 0.7211103;
+    #    S = (0.7·0.6 + 0.3·0.4) / 0.7211103 = 0.54 / 0.7211103 = 0.7488453
     expected = [0.25 / math.sqrt(0.375), 0.54 / math.sqrt(0.52)]
     assert spherical_score(PROBS, TARGETS, MASK).tolist() == pytest.approx(expected, abs=1e-12)
     assert expected == pytest.approx([0.4082483, 0.7488453], abs=1e-7)
