@@ -1,0 +1,235 @@
+"""Evaluation metrics over variable-K rows (SPEC §6, §7).
+
+``probs`` and ``targets`` are lists of 1-D numpy arrays, one pair per question, each row its own number
+of options K (a noul is K = 2). ``probs[i]`` is the predicted distribution q, ``targets[i]`` the target
+distribution y (one-hot for a hard label). The gold option is argmax(y), the first one on ties; the
+prediction is argmax(q), likewise the first one on ties.
+
+Pure functions: no I/O, no models, numbers in and numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+EPS = 1e-15
+"""Probabilities are clipped at this value before a log, so 0·log 0 = 0 and a wrong certainty stays finite."""
+
+Rows = Sequence[np.ndarray]
+
+
+def _as_rows(probs: Rows, targets: Rows) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Validate the rows (same count, at least one, matching 1-D shapes) and return them as float arrays."""
+    if len(probs) != len(targets):
+        raise ValueError(f"{len(probs)} prediction rows but {len(targets)} target rows")
+    if len(probs) == 0:
+        raise ValueError("no rows to score: the metrics need at least one question")
+    qs = [np.asarray(q, dtype=float) for q in probs]
+    ys = [np.asarray(y, dtype=float) for y in targets]
+    for i, (q, y) in enumerate(zip(qs, ys, strict=True)):
+        if q.shape != y.shape or q.ndim != 1 or q.size == 0:
+            raise ValueError(
+                f"row {i}: prediction shape {q.shape} and target shape {y.shape} must be equal, 1-D"
+            )
+    return qs, ys
+
+
+def _gold_and_predicted(probs: Rows, targets: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(confidence = max q, predicted index, gold index), each (N,)."""
+    confidence = np.array([float(np.max(q)) for q in probs])
+    predicted = np.array([int(np.argmax(q)) for q in probs])
+    gold = np.array([int(np.argmax(y)) for y in targets])
+    return confidence, predicted, gold
+
+
+def accuracy(probs: Rows, targets: Rows) -> float:
+    """Fraction of rows whose argmax(q) is the gold option argmax(y)."""
+    probs, targets = _as_rows(probs, targets)
+    _, predicted, gold = _gold_and_predicted(probs, targets)
+    return float(np.mean(predicted == gold))
+
+
+def chance_corrected(acc: float, ks: Sequence[int]) -> float:
+    """(acc − chance) / (1 − chance) with chance = mean of 1/K: 0 at random guessing, 1 when always right."""
+    if len(ks) == 0:
+        raise ValueError("chance_corrected needs the option count of at least one row")
+    if min(ks) < 2:
+        raise ValueError(f"every row needs K >= 2 options for a chance level, got K = {min(ks)}")
+    chance = float(np.mean([1.0 / k for k in ks]))
+    return (acc - chance) / (1.0 - chance)
+
+
+def log_loss(probs: Rows, targets: Rows) -> float:
+    """Mean −Σ_k y_k log q_k (q clipped at EPS)."""
+    probs, targets = _as_rows(probs, targets)
+    return float(
+        np.mean([-np.sum(y * np.log(np.clip(q, EPS, None))) for q, y in zip(probs, targets, strict=True)])
+    )
+
+
+def brier(probs: Rows, targets: Rows) -> float:
+    """Mean Σ_k (q_k − y_k)², in [0, 2]."""
+    probs, targets = _as_rows(probs, targets)
+    return float(np.mean([np.sum((q - y) ** 2) for q, y in zip(probs, targets, strict=True)]))
+
+
+def rps(probs: Rows, targets: Rows) -> float:
+    """Mean ranked probability score Σ_i (Q_i − Y_i)² / (K − 1) over cumulative distributions, in [0, 1].
+
+    Meant for score questions (ordered levels, lowest first).
+    """
+    probs, targets = _as_rows(probs, targets)
+    values = [
+        np.sum((np.cumsum(q) - np.cumsum(y)) ** 2) / max(len(q) - 1, 1)
+        for q, y in zip(probs, targets, strict=True)
+    ]
+    return float(np.mean(values))
+
+
+class ReliabilityBins(NamedTuple):
+    """Per-bin statistics of the top probability, for ECE and reliability diagrams."""
+
+    edges: np.ndarray  # (bins + 1,) bin edges on [0, 1]
+    counts: np.ndarray  # (bins,) rows whose confidence falls in the bin
+    confidence: np.ndarray  # (bins,) mean top probability in the bin, NaN when empty
+    accuracy: np.ndarray  # (bins,) fraction correct in the bin, NaN when empty
+
+
+def reliability_bins(probs: Rows, targets: Rows, bins: int = 10) -> ReliabilityBins:
+    """Bin rows by their top probability into ``bins`` equal-width bins [b/bins, (b+1)/bins).
+
+    A confidence of exactly 1.0 falls in the last bin.
+    """
+    probs, targets = _as_rows(probs, targets)
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    confidence, predicted, gold = _gold_and_predicted(probs, targets)
+    correct = (predicted == gold).astype(float)
+    index = np.clip(np.floor(confidence * bins).astype(int), 0, bins - 1)  # (N,)
+    count = np.bincount(index, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_conf = np.bincount(index, weights=confidence, minlength=bins) / count
+        mean_acc = np.bincount(index, weights=correct, minlength=bins) / count
+    return ReliabilityBins(np.linspace(0.0, 1.0, bins + 1), count, mean_conf, mean_acc)
+
+
+def ece(probs: Rows, targets: Rows, bins: int = 10) -> float:
+    """Expected calibration error on the top probability: Σ_b (n_b / N)·|acc_b − conf_b|."""
+    rb = reliability_bins(probs, targets, bins)
+    filled = rb.counts > 0
+    weights = rb.counts[filled] / rb.counts.sum()
+    return float(np.sum(weights * np.abs(rb.accuracy[filled] - rb.confidence[filled])))
+
+
+def total_variation(probs: Rows, targets: Rows) -> float:
+    """Mean total-variation distance ½ Σ_k |q_k − y_k|, in [0, 1]."""
+    probs, targets = _as_rows(probs, targets)
+    return float(np.mean([0.5 * np.sum(np.abs(q - y)) for q, y in zip(probs, targets, strict=True)]))
+
+
+def soft_accuracy(probs: Rows, targets: Rows) -> float:
+    """Mean y[argmax q]: the mass the (soft) label gives to the predicted option (accuracy for one-hot y)."""
+    probs, targets = _as_rows(probs, targets)
+    return float(np.mean([y[int(np.argmax(q))] for q, y in zip(probs, targets, strict=True)]))
+
+
+def selective_curve(probs: Rows, targets: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """(coverage, selective accuracy), each (N,): answer only the i most confident rows, i = 1 … N.
+
+    Rows are sorted by top probability, descending (a stable sort, so ties keep their input order).
+    coverage[i-1] = i / N and accuracy[i-1] = fraction correct among those i rows.
+    """
+    probs, targets = _as_rows(probs, targets)
+    confidence, predicted, gold = _gold_and_predicted(probs, targets)
+    order = np.argsort(-confidence, kind="stable")
+    correct = (predicted == gold)[order].astype(float)
+    answered = np.arange(1, len(correct) + 1)
+    return answered / len(correct), np.cumsum(correct) / answered
+
+
+def aurc(probs: Rows, targets: Rows) -> float:
+    """Area under the risk–coverage curve: mean over coverage points i/N of the selective risk (1 − accuracy).
+
+    Lower is better; a model whose confident answers are the right ones scores near 0.
+    """
+    _, selective_accuracy = selective_curve(probs, targets)
+    return float(np.mean(1.0 - selective_accuracy))
+
+
+def summarize(probs: Rows, targets: Rows, is_score: Sequence[bool]) -> dict[str, Any]:
+    """All headline metrics of one set of rows: n, accuracy, chance_corrected, log_loss, brier, ece, rps
+    (None when no row is a score question), total_variation, soft_accuracy, aurc."""
+    probs, targets = _as_rows(probs, targets)
+    if len(is_score) != len(probs):
+        raise ValueError(f"is_score has {len(is_score)} entries for {len(probs)} rows")
+    acc = accuracy(probs, targets)
+    score_rows = [i for i, flag in enumerate(is_score) if flag]
+    return {
+        "n": len(probs),
+        "accuracy": acc,
+        "chance_corrected": chance_corrected(acc, [len(q) for q in probs]),
+        "log_loss": log_loss(probs, targets),
+        "brier": brier(probs, targets),
+        "ece": ece(probs, targets),
+        "rps": rps([probs[i] for i in score_rows], [targets[i] for i in score_rows]) if score_rows else None,
+        "total_variation": total_variation(probs, targets),
+        "soft_accuracy": soft_accuracy(probs, targets),
+        "aurc": aurc(probs, targets),
+    }
+
+
+def auto_act_threshold(right: float, wrong: float, escalate: float) -> float:
+    """Confidence above which acting beats escalating: (escalate − wrong) / (right − wrong).
+
+    Acting with confidence p pays p·right + (1 − p)·wrong in expectation, escalating pays ``escalate``;
+    they are equal at this p. E.g. right +1, wrong −3, escalate −0.5 gives 2.5 / 4 = 0.625.
+    """
+    values = {"right": right, "wrong": wrong, "escalate": escalate}
+    for name, value in values.items():
+        if not math.isfinite(value):
+            raise ValueError(f"payoff {name} must be a finite number, got {value}")
+    if not right > wrong:
+        raise ValueError(f"payoff right ({right}) must be greater than payoff wrong ({wrong})")
+    if not wrong <= escalate <= right:
+        raise ValueError(f"payoff escalate ({escalate}) must lie between wrong ({wrong}) and right ({right})")
+    return (escalate - wrong) / (right - wrong)
+
+
+def threshold_table(
+    probs: Rows,
+    targets: Rows,
+    thresholds: Sequence[float],
+    right: float,
+    wrong: float,
+    escalate: float,
+) -> list[dict[str, float | None]]:
+    """One row per threshold t: act on questions whose top probability p > t, escalate the others.
+
+    Each row holds threshold, coverage (fraction acted on), accuracy on the covered questions (None when
+    none is covered) and payoff, the mean payoff per question (right / wrong for an acted answer,
+    escalate for an escalated one).
+    """
+    probs, targets = _as_rows(probs, targets)
+    auto_act_threshold(right, wrong, escalate)  # validates the payoffs
+    confidence, predicted, gold = _gold_and_predicted(probs, targets)
+    correct = predicted == gold
+    n = len(confidence)
+    table: list[dict[str, float | None]] = []
+    for t in thresholds:
+        acted = confidence > t
+        n_acted = int(acted.sum())
+        n_right = int((acted & correct).sum())
+        payoff = (n_right * right + (n_acted - n_right) * wrong + (n - n_acted) * escalate) / n
+        table.append(
+            {
+                "threshold": float(t),
+                "coverage": n_acted / n,
+                "accuracy": n_right / n_acted if n_acted else None,
+                "payoff": payoff,
+            }
+        )
+    return table
