@@ -7,8 +7,8 @@ import pytest
 
 from mydecide.metrics import (
     accuracy,
-    auto_act_threshold,
     aurc,
+    auto_act_threshold,
     brier,
     chance_corrected,
     ece,
@@ -60,8 +60,8 @@ def test_log_loss_exact() -> None:
 
 
 def test_brier_exact() -> None:
-    # r1: 0.09 + 0.04 + 0.01 = 0.14; r2: 0.36 + 0.36 = 0.72; r3: 3·0.0625 + 0.5625 = 0.75; r4: 0.01 + 0.01 = 0.02
-    # mean = 1.63 / 4 = 0.4075
+    # r1: 0.09 + 0.04 + 0.01 = 0.14; r2: 0.36 + 0.36 = 0.72; r3: 3·0.0625 + 0.5625 = 0.75;
+    # r4: 0.01 + 0.01 = 0.02; mean = 1.63 / 4 = 0.4075
     assert brier(PROBS, TARGETS) == pytest.approx(0.4075)
 
 
