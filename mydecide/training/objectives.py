@@ -9,7 +9,10 @@ Every objective has the same signature, so the recipe's ``objective.kind`` picks
 - ``mask``     (B, K) bool, True for a real option,
 - ``is_score`` (B,) bool, True for score questions (ordered options, charged the RPS),
 - ``progress`` in [0, 1], the fraction of training done (only ``rlcd`` uses it),
-- ``generator`` a torch.Generator for the noise of ``rlcd`` (the others are deterministic).
+- ``generator`` a torch.Generator for the noise of ``rlcd`` (the others are deterministic), on the
+  device of ``mask``.
+
+Half-precision logits are upcast to float32 inside (the loss is computed on (B, K) values only).
 
 Losses are minimised. ``proper`` is the negated composite proper score, whose best value is -0.5, so
 negative losses are normal and expected for a model that is confident and right.
@@ -34,6 +37,17 @@ RLCD_SIGMA_START = 1.0
 RLCD_SIGMA_END = 0.3
 
 
+def _full_precision(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """Upcast bf16/fp16 option logits and targets to float32: they are only (B, K), and logs, norms and
+    cumulative sums of probabilities lose too much in half precision. The gradient flows back through
+    the cast."""
+    import torch
+
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return logits, targets.to(logits.dtype)
+
+
 def masked_logits(logits: Tensor, mask: Tensor) -> Tensor:
     """Logits with padded options set to -inf, so a softmax gives them exactly 0. (B, K)"""
     return logits.masked_fill(~mask, float("-inf"))
@@ -55,6 +69,7 @@ def proper_loss(
     normal, not a bug. The log term uses log_softmax, which keeps a gradient even where q underflows.
     """
     del progress, generator  # deterministic and schedule-free
+    logits, targets = _full_precision(logits, targets)
     z = masked_logits(logits, mask)  # (B, K)
     probs = z.softmax(dim=-1)  # (B, K)
     log_probs = z.log_softmax(dim=-1)  # (B, K), -inf at padded options (masked inside)
@@ -74,6 +89,7 @@ def cross_entropy_loss(
     import torch
 
     del is_score, progress, generator
+    logits, targets = _full_precision(logits, targets)
     log_probs = masked_logits(logits, mask).log_softmax(dim=-1)  # (B, K)
     terms = torch.where(mask, targets * log_probs, torch.zeros_like(log_probs))  # (B, K), no 0·(-inf)
     return -terms.sum(dim=-1).mean()
@@ -137,6 +153,7 @@ def rlcd_loss(
     if group_size < 2:
         raise ValueError(f"rlcd needs group_size >= 2 to form an advantage, got {group_size}")
     sigma = rlcd_sigma(progress, sigma_start, sigma_end)
+    logits, targets = _full_precision(logits, targets)
     b, k = logits.shape
     z = torch.where(mask, logits, torch.zeros_like(logits))  # (B, K), finite everywhere
     eps = centred_noise(mask, group_size, sigma, generator=generator, dtype=logits.dtype)  # (B, G, K)

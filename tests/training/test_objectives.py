@@ -169,3 +169,19 @@ def test_rlcd_gradient_vanishes_at_the_truthful_report_and_not_elsewhere() -> No
         grads.append(z.grad[0])
     assert grads[0].abs().max().item() < 0.02
     assert grads[1][0].item() > 0.3 and grads[1][1].item() < -0.3
+
+
+@pytest.mark.parametrize("kind", ["proper", "rlcd", "ce"])
+def test_bf16_logits_give_a_float32_loss_and_a_bf16_gradient(kind: str) -> None:
+    logits, targets, mask, is_score = _rows()
+    z16 = logits.to(torch.bfloat16).requires_grad_()
+    gen = torch.Generator().manual_seed(0)
+    loss = OBJECTIVES[kind](z16, targets.float(), mask, is_score, progress=0.5, generator=gen)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert z16.grad is not None and z16.grad.dtype == torch.bfloat16 and torch.isfinite(z16.grad).all()
+    # Same value as in float32 up to the rounding of the logits to bf16.
+    z32 = z16.detach().float()
+    gen = torch.Generator().manual_seed(0)
+    ref = OBJECTIVES[kind](z32, targets.float(), mask, is_score, progress=0.5, generator=gen)
+    assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
