@@ -268,6 +268,8 @@ def soft_target(q: Question, target: Any) -> tuple[float, ...]:
     total = sum(values)
     if abs(total - 1.0) > SOFT_TARGET_TOLERANCE:
         raise RecordError(f"{q.type} target probabilities must sum to 1, got {total:.4f}")
+    if abs(total - 1.0) <= 1e-12:  # already normalised: dividing again drifts by an ulp on every round trip
+        return tuple(values)
     return tuple(v / total for v in values)
 
 
@@ -376,6 +378,20 @@ class Reject:
         return {"where": self.where, "reason": self.reason, "raw": self.raw}
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` keeps the last of two equal keys, so an option would vanish silently: refuse instead."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
     """Yield ``(line_number, object, error)`` for each non-blank line; bad JSON gives ``(n, raw_line, error)``."""
     with open(path, encoding="utf-8") as handle:
@@ -383,9 +399,11 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line), None
+                yield number, json.loads(line, object_pairs_hook=_unique_keys), None
             except json.JSONDecodeError as err:
                 yield number, line.rstrip("\n"), f"invalid JSON ({err.msg} at column {err.colno})"
+            except _DuplicateKey as err:
+                yield number, line.rstrip("\n"), f"invalid JSON ({err})"
 
 
 def validate(items: Iterable[tuple[str, Any]], rejects: list[Reject]) -> Iterator[Record]:
