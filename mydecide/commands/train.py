@@ -1,14 +1,39 @@
-"""`mydecide train` (not built yet)."""
+"""`mydecide train`: LoRA fine-tuning with a proper scoring rule, RLCD or cross-entropy (SPEC §5)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
-from mydecide.commands import not_built
+from mydecide.commands import friendly_errors
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("train")
-    def command() -> None:
-        """Not built yet."""
-        not_built("train")
+    @app.command("train", context_settings={"allow_extra_args": False})
+    @friendly_errors
+    def train(
+        recipe: Path = typer.Argument(..., help="A training recipe, e.g. recipes/train/demo.yaml."),
+        overrides: list[str] = typer.Argument(None, help="Dotted KEY=VALUE overrides, e.g. lora.r=16 optim.lr=1e-3."),
+        data: Path | None = typer.Option(None, "--data", help="A `mydecide prepare` output directory."),
+        model: str | None = typer.Option(None, "--model", "-m", help="Base model (HF dir, hub name, .gguf, "
+                                         "smollm2-135m)."),
+        objective: str | None = typer.Option(None, "--objective", help="proper | rlcd | ce | ce_then_proper."),
+        out: Path | None = typer.Option(None, "--out", help="Run directory (adapter/, last/, checkpoints/, …)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last checkpoint."),
+    ) -> None:
+        """Train a LoRA adapter; keeps the best adapter on dev (RUN/adapter) and the last (RUN/last)."""
+        from mydecide.config import TrainRecipe, load_recipe
+        from mydecide.training.loop import train as run_training
+
+        extra = list(overrides or [])
+        if data is not None:
+            extra.append(f"data={data}")
+        if model is not None:
+            extra.append(f"model={model}")
+        if objective is not None:
+            extra.append(f"objective.kind={objective}")
+        if out is not None:
+            extra.append(f"out={out}")
+        run = run_training(load_recipe(recipe, extra, model=TrainRecipe), resume=resume)
+        typer.echo(str(run))

@@ -1,0 +1,125 @@
+"""Training examples → batches: shared renderer, per-epoch option shuffling, length-aware batching.
+
+Each record becomes one or more *units* (a set question: one yes/no unit per label). A unit is rendered with its
+options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target stays
+attached to its option. Score levels are never shuffled.
+
+Batching keeps the questions on one state together (so a batch computes each state's prefix once) and groups units
+of similar length (so little compute is spent on padding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mydecide.prompting import Batch, Prompt, Renderer, collate, question_units
+from mydecide.records import Record
+
+if TYPE_CHECKING:
+    import torch
+
+BUCKET_BATCHES = 32  # sort by length inside windows of this many batches, then shuffle the batches
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One rendered single-answer question with its target in shown order."""
+
+    prompt: Prompt
+    target: tuple[float, ...]  # shown order
+    is_score: bool
+    record_index: int
+
+
+@dataclass
+class TrainBatch:
+    batch: Batch
+    targets: torch.Tensor  # (B, K) target distributions in shown order
+    is_score: torch.Tensor  # (B,)
+    units: list[Unit]
+
+    def to(self, device: torch.device) -> TrainBatch:
+        return TrainBatch(self.batch.to(device), self.targets.to(device), self.is_score.to(device), self.units)
+
+
+def _rng(seed: int, epoch: int, key: str) -> random.Random:
+    digest = hashlib.sha256(f"{seed}:{epoch}:{key}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def shown_order(record: Record, seed: int, epoch: int, shuffle: bool) -> list[int]:
+    """The option order of one record in one epoch.
+
+    Choice and yes/no options are shuffled (so no answer letter carries a prior); score levels keep their order.
+    """
+    k = record.question.k
+    order = list(range(k))
+    if shuffle and record.question.type in ("choice", "noul"):
+        _rng(seed, epoch, record.id).shuffle(order)
+    return order
+
+
+def record_units(renderer: Renderer, record: Record, index: int, order: Sequence[int]) -> list[Unit]:
+    q = record.question
+    if q.type == "set":
+        return [Unit(renderer.render(record.state, unit), (p, 1.0 - p), False, index)
+                for unit, p in zip(question_units(q), record.target, strict=True)]
+    prompt = renderer.render(record.state, q, order)
+    return [Unit(prompt, tuple(record.target[i] for i in order), q.type == "score", index)]
+
+
+def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
+                shuffle_options: bool) -> list[Unit]:
+    units: list[Unit] = []
+    for index, record in enumerate(records):
+        units.extend(record_units(renderer, record, index, shown_order(record, seed, epoch, shuffle_options)))
+    return units
+
+
+def plan_batches(units: Sequence[Unit], batch_size: int, seed: int, epoch: int,
+                 length_buckets: bool = True) -> list[list[Unit]]:
+    """Group units into batches of ``batch_size`` questions.
+
+    Units on one state stay adjacent (one prefix per state in a batch); with ``length_buckets`` the state groups are
+    sorted by length inside windows of ``BUCKET_BATCHES`` batches, and the batches are then shuffled, so batches are
+    homogeneous in length but their order is random. Deterministic in (seed, epoch).
+    """
+    rng = _rng(seed, epoch, "batches")
+    groups: dict[tuple[int, ...], list[Unit]] = {}
+    for unit in units:
+        groups.setdefault(unit.prompt.prefix, []).append(unit)
+    ordered = list(groups.values())
+    rng.shuffle(ordered)
+    if length_buckets:
+        window = batch_size * BUCKET_BATCHES
+        flat_windows, current, size = [], [], 0
+        for group in ordered:
+            current.append(group)
+            size += len(group)
+            if size >= window:
+                flat_windows.append(current)
+                current, size = [], 0
+        if current:
+            flat_windows.append(current)
+        ordered = [g for w in flat_windows
+                   for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(u.prompt.suffix) for u in g))]
+    flat = [u for g in ordered for u in g]
+    batches = [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool) -> TrainBatch:
+    import torch
+
+    batch = collate([u.prompt for u in units], pad_id, shared_prefix)
+    k = batch.option_mask.shape[1]
+    targets = torch.zeros(len(units), k)
+    for i, unit in enumerate(units):
+        targets[i, : len(unit.target)] = torch.tensor(unit.target)
+    is_score = torch.tensor([u.is_score for u in units], dtype=torch.bool)
+    return TrainBatch(batch, targets, is_score, list(units))

@@ -1,0 +1,56 @@
+"""Dev-set diagnostics computed from option logits: metrics, and collapse detection.
+
+A small model trained on few examples can learn "answer B" instead of the task: its dev accuracy then sits at the
+class prior and its answers move with the option order. ``collapse_report`` looks for that from the dev predictions
+of one pass with shuffled options: the share of answers on the most frequent *letter* (compared with the share of
+gold answers on that letter), the flip rate between canonical and shuffled order, and accuracy against the
+majority-class baseline.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LETTER_SHARE_LIMIT = 0.6  # warn when more answers than this go to one letter …
+LETTER_EXCESS_LIMIT = 0.25  # … and that is this much more than the gold answers on that letter
+FLIP_LIMIT = 0.5
+
+
+@dataclass
+class CollapseReport:
+    top_letter: str
+    top_letter_share: float
+    gold_share_of_top_letter: float
+    flip_rate: float
+    accuracy: float
+    majority_accuracy: float
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def collapse_report(predicted_positions: Sequence[int], gold_positions: Sequence[int], flips: Sequence[bool],
+                    accuracy: float, majority_accuracy: float, *, check_majority: bool = True) -> CollapseReport:
+    """Positions are shown-order indices (0 = "A") of the predicted and gold options under shuffled order."""
+    if not predicted_positions:
+        raise ValueError("collapse_report needs at least one prediction")
+    letters = Counter(predicted_positions)
+    top, count = letters.most_common(1)[0]
+    share = count / len(predicted_positions)
+    gold_share = sum(1 for g in gold_positions if g == top) / len(gold_positions)
+    flip_rate = sum(flips) / len(flips) if flips else 0.0
+    report = CollapseReport(chr(ord("A") + top), share, gold_share, flip_rate, accuracy, majority_accuracy)
+    if share > LETTER_SHARE_LIMIT and share - gold_share > LETTER_EXCESS_LIMIT:
+        report.warnings.append(
+            f"{share:.0%} of dev answers are letter {report.top_letter} (gold: {gold_share:.0%}): the model is "
+            "learning an answer position, not the task")
+    if flip_rate > FLIP_LIMIT:
+        report.warnings.append(f"{flip_rate:.0%} of dev answers change when the options are reordered")
+    if check_majority and accuracy <= majority_accuracy:
+        report.warnings.append(
+            f"dev accuracy {accuracy:.3f} does not beat the majority-class baseline {majority_accuracy:.3f}")
+    return report

@@ -1,0 +1,342 @@
+"""The training loop: one readable function, top to bottom (SPEC §5).
+
+set up (accelerator, data, model + LoRA, optimiser, schedule) → resume if asked → for each optimiser update:
+accumulate micro-batches, clip, step → every ``eval_every`` updates and at each epoch end: dev metrics + collapse
+check, keep the best adapter → every ``save_every`` updates: a resumable checkpoint → save the last adapter.
+
+The same code runs on one CPU, one GPU, or N processes under ``accelerate launch`` (each process takes every N-th
+micro-batch; gradients are averaged by DDP).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from mydecide.config import TrainRecipe, dump_recipe
+from mydecide.io import atomic_write_text, provenance
+from mydecide.records import Record, load_records
+
+STATE_FILE = "trainer_state.pt"
+
+
+def log(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ model pieces
+
+
+def lora_targets(lm: Any, spec: str | list[str]) -> str | list[str]:
+    """A regex naming every linear layer of the language model's decoder (attention, MLP, Gated DeltaNet
+    projections), never the output head or a vision tower."""
+    import torch
+
+    if spec != "all-linear":
+        return spec
+    decoder = lm.get_decoder()
+    prefix = next(name for name, module in lm.named_modules() if module is decoder)
+    leaves = sorted({name.rsplit(".", 1)[-1] for name, module in decoder.named_modules()
+                     if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)})
+    if not leaves:
+        raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
+    return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)).*\.({'|'.join(map(re.escape, leaves))})$"
+
+
+def build_module(lm: Any, label_ids: Any) -> Any:
+    """Wrap the LM in an nn.Module whose forward returns (B, K) option logits, so DDP sees one forward call."""
+    import torch
+
+    from mydecide.modeling import forward_option_logits
+
+    class DecisionModule(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+            self.register_buffer("label_ids", torch.tensor(label_ids), persistent=False)
+
+        def forward(self, batch: Any) -> torch.Tensor:
+            return forward_option_logits(self.lm, batch, self.label_ids)
+
+    return DecisionModule()
+
+
+def objective_fn(recipe: TrainRecipe, progress: float) -> Any:
+    from functools import partial
+
+    from mydecide.training.objectives import OBJECTIVES
+
+    kind = recipe.objective.kind
+    if kind == "ce_then_proper":
+        return OBJECTIVES["ce" if progress < recipe.objective.ce_fraction else "proper"]  # type: ignore[union-attr]
+    if kind == "rlcd":
+        o = recipe.objective
+        return partial(OBJECTIVES["rlcd"], group_size=o.group_size, sigma_start=o.sigma_start,  # type: ignore
+                       sigma_end=o.sigma_end)
+    return OBJECTIVES[kind]
+
+
+# ------------------------------------------------------------------------------------------------- dev metrics
+
+
+def majority_by_task(records: list[Record]) -> dict[str, int]:
+    """The most frequent gold option index per task in the training data (the majority-class baseline)."""
+    counts: dict[str, Counter[int]] = {}
+    for r in records:
+        if r.question.type != "set":
+            counts.setdefault(r.task, Counter())[r.gold_index] += 1
+    return {task: c.most_common(1)[0][0] for task, c in counts.items()}
+
+
+def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], seed: int,
+                batch_size: int) -> dict[str, Any]:
+    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records."""
+    import numpy as np
+
+    from mydecide.metrics import summarize
+    from mydecide.modeling import score_questions, to_probabilities
+    from mydecide.training.batches import shown_order
+    from mydecide.training.diagnostics import collapse_report
+
+    single = [r for r in records if r.question.type != "set"]
+    items = [(r.state, r.question) for r in single]
+    logits = score_questions(model, items, batch_size=batch_size)
+    orders = [shown_order(r, seed, 10_000, shuffle=True) for r in single]
+    shuffled = score_questions(model, items, orders=orders, batch_size=batch_size)
+    probs = [to_probabilities(r.question.type, z) for r, z in zip(single, logits, strict=True)]
+    targets = [np.array(r.target) for r in single]
+    summary = summarize(probs, targets, [r.question.type == "score" for r in single])
+    predicted_pos, gold_pos, flips = [], [], []
+    for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
+        position_of = {option: pos for pos, option in enumerate(order)}
+        predicted_pos.append(position_of[int(np.argmax(zs))])
+        gold_pos.append(position_of[r.gold_index])
+        if r.question.type != "score":
+            flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
+    majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single]))
+    report = collapse_report(predicted_pos, gold_pos, flips, summary["accuracy"], majority_acc)
+    return {**{k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")},
+            "flip_rate": report.flip_rate, "majority_accuracy": majority_acc,
+            "top_letter": report.top_letter, "top_letter_share": report.top_letter_share,
+            "warnings": report.warnings}
+
+
+# ---------------------------------------------------------------------------------------------------- the loop
+
+
+def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
+    """Train a LoRA adapter as the recipe says; returns the run directory."""
+    import random
+
+    import numpy as np
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from transformers import get_scheduler
+
+    from mydecide.modeling import LoadedModel, load_model, save_render_config
+    from mydecide.training.batches import epoch_units, make_batch, plan_batches
+
+    # ---- set up
+    if recipe.data is None:
+        raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
+    data_dir = Path(recipe.data)
+    run = Path(recipe.out)
+    on_gpu = torch.cuda.is_available()
+    precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=not on_gpu)
+    is_main = accelerator.is_main_process
+    set_seed(recipe.seed)
+    if is_main:
+        if run.exists() and not resume and any(run.iterdir()):
+            raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
+        (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, provenance()))
+    train_records = load_records(data_dir / "train.jsonl")
+    dev_records = load_records(data_dir / "dev.jsonl")
+    if recipe.train_limit:
+        train_records = train_records[: recipe.train_limit]
+    if recipe.dev_limit:
+        dev_records = dev_records[: recipe.dev_limit]
+    majority = majority_by_task(train_records)
+
+    # ---- model + LoRA
+    base = load_model(recipe.model, render=recipe.prompt, device=str(accelerator.device),
+                      dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    renderer, tokenizer = base.renderer, base.tokenizer
+    lora = LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha or 2 * recipe.lora.r,
+                      lora_dropout=recipe.lora.dropout, target_modules=lora_targets(base.lm, recipe.lora.target_modules),
+                      bias="none", task_type="CAUSAL_LM")
+    lm = get_peft_model(base.lm, lora)
+    # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
+    # drops the cache) and not with recurrent layers (Gated DeltaNet updates its cached state in place).
+    recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
+    shared_prefix = recipe.shared_prefix and not recipe.gradient_checkpointing and not recurrent
+    if recipe.gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
+    log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
+    module = build_module(lm, renderer.label_ids)
+
+    # ---- schedule
+    world, rank = accelerator.num_processes, accelerator.process_index
+    probe = plan_batches(epoch_units(renderer, train_records, recipe.seed, 0, recipe.shuffle_options),
+                         recipe.optim.batch_size, recipe.seed, 0)
+    micro_per_epoch = len(probe) // world
+    if micro_per_epoch == 0:
+        raise ValueError(f"{len(train_records)} training records make fewer batches than processes ({world})")
+    accum = recipe.optim.grad_accum
+    total_updates = recipe.optim.max_steps or math.ceil(micro_per_epoch * recipe.optim.epochs / accum)
+    optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr,
+                                  weight_decay=recipe.optim.weight_decay)
+    scheduler = get_scheduler(recipe.optim.schedule, optimizer,
+                              num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
+                              num_training_steps=total_updates)
+    module, optimizer, scheduler = accelerator.prepare(module, optimizer, scheduler)
+    log(f"{len(train_records)} train / {len(dev_records)} dev records; {micro_per_epoch} micro-batches of "
+        f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
+        f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}")
+
+    def scoring_model() -> LoadedModel:
+        return LoadedModel(accelerator.unwrap_model(module).lm, tokenizer, renderer, recipe.model)
+
+    # ---- resume
+    update, best = 0, {"log_loss": math.inf, "update": None}
+    checkpoints = sorted((run / "checkpoints").glob("update-*"))
+    if resume and checkpoints:
+        state = torch.load(checkpoints[-1] / STATE_FILE, weights_only=False)
+        set_peft_model_state_dict(accelerator.unwrap_model(module).lm,
+                                  torch.load(checkpoints[-1] / "lora.pt", weights_only=True))
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        np.random.set_state(state["numpy_rng"])
+        update, best = state["update"], state["best"]
+        log(f"resumed from {checkpoints[-1].name} at update {update}/{total_updates}")
+
+    def save_checkpoint() -> None:
+        if not is_main:
+            return
+        target = run / "checkpoints" / f"update-{update:06d}"
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.save(get_peft_model_state_dict(accelerator.unwrap_model(module).lm), tmp / "lora.pt")
+        torch.save({"update": update, "best": best, "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                    "python_rng": random.getstate(), "numpy_rng": np.random.get_state()}, tmp / STATE_FILE)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        for old in sorted((run / "checkpoints").glob("update-*"))[: -recipe.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def save_adapter(name: str) -> None:
+        if not is_main:
+            return
+        target, tmp = run / name, run / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.unwrap_model(module).lm.save_pretrained(tmp)
+        save_render_config(tmp, recipe.prompt)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+
+    def evaluate_dev(epoch: float) -> None:
+        nonlocal best
+        if is_main:
+            module.eval()
+            started = time.perf_counter()
+            metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
+            module.train()
+            row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics,
+                   "seconds": round(time.perf_counter() - started, 1)}
+            write_metrics(run, row)
+            log(f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
+                f"{metrics['majority_accuracy']:.3f}), log loss {metrics['log_loss']:.3f}, ECE {metrics['ece']:.3f}, "
+                f"flip rate {metrics['flip_rate']:.2f}, top letter {metrics['top_letter']} "
+                f"{metrics['top_letter_share']:.0%}")
+            if update >= recipe.collapse_after * total_updates:
+                for warning in metrics["warnings"]:
+                    log(f"WARNING: {warning}")
+            if metrics["log_loss"] < best["log_loss"]:
+                best = {"log_loss": metrics["log_loss"], "accuracy": metrics["accuracy"], "update": update}
+                save_adapter("adapter")
+        accelerator.wait_for_everyone()
+
+    # ---- train
+    module.train()
+    cached_epoch, batches = -1, []
+    started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
+    if update == 0:
+        evaluate_dev(0.0)
+    while update < total_updates:
+        losses = []
+        for a in range(accum):
+            micro = update * accum + a
+            epoch, j = divmod(micro, micro_per_epoch)
+            if epoch != cached_epoch:
+                units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options)
+                batches = plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
+                cached_epoch = epoch
+            tb = make_batch(batches[j * world + rank], tokenizer.pad_token_id, shared_prefix).to(accelerator.device)
+            generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
+            sync = a == accum - 1
+            with accelerator.no_sync(module) if not sync else _null():
+                logits = module(tb.batch)
+                loss = objective_fn(recipe, update / total_updates)(
+                    logits, tb.targets, tb.batch.option_mask, tb.is_score, progress=update / total_updates,
+                    generator=generator)
+                accelerator.backward(loss / accum)
+            losses.append(loss.detach())
+        accelerator.clip_grad_norm_(module.parameters(), recipe.optim.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        update += 1
+        mean_loss = accelerator.reduce(torch.stack(losses).mean(), "mean").item()
+        if is_main:
+            write_metrics(run, {"kind": "train", "update": update, "loss": mean_loss,
+                                "lr": scheduler.get_last_lr()[0]})
+            if time.perf_counter() - last_log > 10 or update == total_updates:
+                elapsed = time.perf_counter() - started
+                eta = elapsed / max(update - start_update, 1) * (total_updates - update)
+                log(f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+                    f"elapsed {elapsed:.0f}s eta {eta:.0f}s")
+                last_log = time.perf_counter()
+        epoch_end = (update * accum) // micro_per_epoch != ((update - 1) * accum) // micro_per_epoch
+        if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
+            evaluate_dev(update * accum / micro_per_epoch)
+        if update % recipe.save_every == 0 or update == total_updates:
+            save_checkpoint()
+            accelerator.wait_for_everyone()
+
+    save_adapter("last")
+    if is_main and not (run / "adapter").exists():
+        save_adapter("adapter")
+    if is_main:
+        atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
+        log(f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
+            f"last → {run / 'last'}")
+    accelerator.wait_for_everyone()
+    return run
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def write_metrics(run: Path, row: dict[str, Any]) -> None:
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
