@@ -1,0 +1,219 @@
+"""Shared reading code for the converters (not a source): open a file, walk its rows with their locations.
+
+A row comes out as ``(where, row, error)``: ``where`` is ``"<file name>:<n>"`` (the 1-based first line of the
+row in text files, the 0-based row index in Parquet files and Hugging Face splits); ``row`` is the parsed row
+(a dict) or, when ``error`` is set, the raw text that could not be parsed.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import importlib.util
+import io
+import json
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any, TextIO
+
+SAMPLES = Path(__file__).resolve().parent / "samples"
+COMPRESSIONS = (".gz", ".bz2")
+
+Row = tuple[str, Any, str | None]
+
+
+def existing(path: str | Path) -> Path:
+    """``path`` as a Path, or FileNotFoundError naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    return p
+
+
+def file_stem(path: str | Path) -> str:
+    """The file name without any suffix: ``train.jsonl.gz`` → ``train`` (used in ids and task names)."""
+    return Path(path).name.split(".", 1)[0]
+
+
+def package_file(package: str, relative: str) -> Path | None:
+    """A file inside an installed package, found without importing it (None when either is absent)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    return path if path.exists() else None
+
+
+def base_suffix(path: str | Path) -> str:
+    """The format suffix of ``path`` without a compression suffix: ``train.csv.bz2`` → ``.csv``."""
+    p = Path(path)
+    if p.suffix in COMPRESSIONS:
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
+def open_text(path: str | Path) -> TextIO:
+    """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path."""
+    p = existing(path)
+    if p.is_dir():
+        raise ValueError(f"{p}: is a directory, expected a file")
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
+    if p.suffix == ".bz2":
+        return io.TextIOWrapper(bz2.open(p, "rb"), encoding="utf-8", newline="")
+    return open(p, encoding="utf-8", newline="")
+
+
+def error_row(where: str, reason: str, raw: Any) -> dict[str, Any]:
+    """The dict a converter yields for a row it cannot convert (counted and written to rejects.jsonl)."""
+    return {"_where": where, "_error": reason, "raw": json_safe(raw)}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` made JSON-serialisable (numpy scalars, dates and bytes become plain values or strings)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "tolist"):  # numpy scalars and arrays from pandas / pyarrow
+        return json_safe(value.tolist())
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _starts_with_bracket(path: str | Path) -> bool:
+    with open_text(path) as handle:
+        return handle.read(64).lstrip().startswith("[")
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Row]:
+    """JSON Lines (also ``.json`` files with one object per line, as OCNLI's); blank lines are skipped.
+
+    A ``.json`` file that starts with ``[`` is read as one JSON array (``where`` = file:index, 0-based).
+    """
+    name = Path(path).name
+    if base_suffix(path) == ".json" and _starts_with_bracket(path):
+        with open_text(path) as handle:
+            try:
+                items = json.load(handle)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}: invalid JSON array ({err.msg} at line {err.lineno})") from None
+        for index, item in enumerate(items):
+            error = None if isinstance(item, dict) else f"item is a JSON {type(item).__name__}, not an object"
+            yield f"{name}:{index}", item, error
+        return
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{name}:{number}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                yield where, line.rstrip("\r\n"), f"invalid JSON: {err.msg} (column {err.colno})"
+                continue
+            if not isinstance(obj, dict):
+                yield where, obj, f"line is a JSON {type(obj).__name__}, not an object"
+                continue
+            yield where, obj, None
+
+
+def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]:
+    """CSV / TSV rows as dicts keyed by the header; ``where`` is the first line of the row (quoted fields
+    may span lines). Blank lines are skipped; a row with fewer fields than the header gets ``None`` for the
+    missing columns, a row with more fields is an error."""
+    name = Path(path).name
+    if delimiter is None:
+        delimiter = "\t" if base_suffix(path) == ".tsv" else ","
+    csv.field_size_limit(1 << 30)
+    with open_text(path) as handle:
+        reader = csv.reader(handle, delimiter=delimiter)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return
+            end = reader.line_num
+            for fields in reader:
+                start, end = end + 1, reader.line_num
+                if not fields:
+                    continue
+                where = f"{name}:{start}"
+                if len(fields) > len(header):
+                    yield where, fields, f"row has {len(fields)} fields, the header has {len(header)}"
+                    continue
+                padded: list[str | None] = [*fields, *[None] * (len(header) - len(fields))]
+                yield where, dict(zip(header, padded, strict=True)), None
+        except csv.Error as err:
+            raise ValueError(f"{path}:{reader.line_num}: unreadable CSV ({err})") from None
+
+
+def csv_columns(path: str | Path, *, delimiter: str | None = None) -> list[str]:
+    """The header of a CSV / TSV file."""
+    if delimiter is None:
+        delimiter = "\t" if base_suffix(path) == ".tsv" else ","
+    with open_text(path) as handle:
+        return next(csv.reader(handle, delimiter=delimiter), [])
+
+
+def iter_parquet(path: str | Path) -> Iterator[Row]:
+    """Parquet rows as dicts, streamed batch by batch; ``where`` is the 0-based row index."""
+    import pyarrow.parquet as pq
+
+    name = Path(path).name
+    try:
+        table = pq.ParquetFile(existing(path))
+    except (OSError, ValueError) as err:  # pyarrow raises ArrowInvalid (a ValueError) on non-Parquet files
+        raise ValueError(f"{path}: unreadable Parquet file ({err})") from None
+    index = 0
+    for batch in table.iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            yield f"{name}:{index}", row, None
+            index += 1
+
+
+def parquet_columns(path: str | Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        return list(pq.ParquetFile(existing(path)).schema_arrow.names)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable Parquet file ({err})") from None
+
+
+def iter_rows(path: str | Path) -> Iterator[Row]:
+    """Rows of a CSV / TSV / JSON Lines / Parquet file, chosen by its suffix (compressed text files too)."""
+    existing(path)
+    suffix = base_suffix(path)
+    if suffix in (".csv", ".tsv"):
+        return iter_csv(path)
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return iter_jsonl(path)
+    if suffix == ".parquet":
+        return iter_parquet(path)
+    raise ValueError(
+        f"{path}: unknown file format {suffix!r} (expected .csv, .tsv, .jsonl, .json or .parquet)")
+
+
+def load_hub(name: str, split: str, config: str | None = None) -> Any:
+    """A Hugging Face dataset split (needs the network or a filled cache)."""
+    from datasets import load_dataset
+
+    return load_dataset(name, config, split=split) if config else load_dataset(name, split=split)
+
+
+def iter_hub(dataset: Any, name: str, split: str) -> Iterator[Row]:
+    """Rows of a loaded Hugging Face split; ``where`` is ``name/split:index`` (0-based)."""
+    for index, row in enumerate(dataset):
+        yield f"{name}/{split}:{index}", dict(row), None
+
+
+def capped(rows: Iterator[dict[str, Any]], limit: int | None) -> Iterator[dict[str, Any]]:
+    """At most ``limit`` rows (error rows included); ``None`` means all."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    return islice(rows, limit)
