@@ -1,0 +1,121 @@
+"""Typed recipes: unknown keys are errors naming the key and the file, dotted overrides parse as YAML scalars,
+malformed overrides fail with a message naming the override."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mydecide.config import (
+    CeObjective,
+    ProperObjective,
+    RecipeError,
+    RlcdObjective,
+    TrainRecipe,
+    dump_recipe,
+    load_recipe,
+    parse_overrides,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str, name: str = "train.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_follow_the_spec() -> None:
+    recipe = load_recipe(None, model=TrainRecipe)
+    assert recipe.objective == ProperObjective()
+    assert (recipe.lora.r, recipe.lora.alpha, recipe.lora.dropout) == (32, None, 0.05)
+    assert (recipe.optim.lr, recipe.optim.weight_decay, recipe.optim.warmup_ratio) == (1e-4, 0.0, 0.03)
+    assert (recipe.optim.schedule, recipe.optim.max_grad_norm) == ("cosine", 1.0)
+    assert (recipe.optim.batch_size, recipe.optim.grad_accum, recipe.optim.epochs) == (4, 8, 2.0)
+
+
+def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "lora:\n  r: 8\n  rank: 8\n")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, model=TrainRecipe)
+    assert str(info.value) == f"{path}: lora.rank: Extra inputs are not permitted"
+    top = write(tmp_path, "learning_rate: 0.1\n", "top.yaml")
+    with pytest.raises(RecipeError, match=r"top\.yaml: learning_rate: Extra inputs are not permitted$"):
+        load_recipe(top, model=TrainRecipe)
+
+
+def test_an_unknown_key_given_as_an_override_is_an_error_too(tmp_path: Path) -> None:
+    path = write(tmp_path, "seed: 1\n")
+    with pytest.raises(RecipeError, match=r"train\.yaml: optim\.learning_rate: Extra inputs are not permitted$"):
+        load_recipe(path, ["optim.learning_rate=0.1"], model=TrainRecipe)
+
+
+def test_dotted_overrides_parse_and_win_over_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "lora: {r: 8, dropout: 0.1}\noptim: {lr: 0.5}\nobjective: {kind: ce}\n")
+    recipe = load_recipe(path, ["lora.r=16", "objective.kind=rlcd", "optim.lr=1e-3", "shuffle_options=false",
+                                "prompt.system_prompt=null", "lora.target_modules=[q_proj, v_proj]"],
+                         model=TrainRecipe)
+    assert recipe.lora.r == 16 and recipe.lora.dropout == 0.1  # siblings in the file are kept
+    assert recipe.objective == RlcdObjective()  # the tagged union switches kind and takes its defaults
+    assert recipe.optim.lr == 1e-3 and isinstance(recipe.optim.lr, float)
+    assert recipe.shuffle_options is False
+    assert recipe.prompt.system_prompt is None
+    assert recipe.lora.target_modules == ["q_proj", "v_proj"]
+    assert load_recipe(path, model=TrainRecipe).objective == CeObjective()
+
+
+def test_parse_overrides_nests_and_parses_yaml_scalars() -> None:
+    assert parse_overrides(["lora.r=16", "lora.alpha=32.5", "objective.kind=rlcd", "optim.lr=1e-3",
+                            "prompt.system_prompt=", "out=runs/a=b"]) == {
+        "lora": {"r": 16, "alpha": 32.5}, "objective": {"kind": "rlcd"}, "optim": {"lr": "1e-3"},
+        "prompt": {"system_prompt": None}, "out": "runs/a=b"}
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("lora.r", "override 'lora.r' must look like KEY=VALUE (for example lora.r=16)"),
+    ("lora..r=16", "override 'lora..r=16': empty key segment"),
+    ("=16", "override '=16': empty key segment"),
+    ("lora.target_modules=[q_proj", "override 'lora.target_modules=[q_proj': value is not valid YAML"),
+])
+def test_malformed_overrides(override: str, message: str) -> None:
+    with pytest.raises(RecipeError) as info:
+        parse_overrides([override])
+    assert str(info.value).startswith(message)
+
+
+def test_an_override_below_a_scalar_is_refused() -> None:
+    with pytest.raises(RecipeError, match=r"^override 'seed\.x=1': 'seed' is not a section$"):
+        parse_overrides(["seed=3", "seed.x=1"])
+
+
+def test_bad_values_name_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "seed: 1\n")
+    with pytest.raises(RecipeError, match=r"train\.yaml: lora\.r: Input should be greater than or equal to 1"):
+        load_recipe(path, ["lora.r=0"], model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"train\.yaml: optim\.lr: Input should be a valid number"):
+        load_recipe(path, ["optim.lr=fast"], model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"objective: Input tag 'sgd' found using 'kind' does not match"):
+        load_recipe(path, ["objective.kind=sgd"], model=TrainRecipe)
+
+
+def test_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"nope\.yaml: no such recipe file$"):
+        load_recipe(tmp_path / "nope.yaml", model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"list\.yaml: a recipe must be a YAML mapping$"):
+        load_recipe(write(tmp_path, "- a\n- b\n", "list.yaml"), model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"bad\.yaml: not valid YAML"):
+        load_recipe(write(tmp_path, "lora: {r: 8\n", "bad.yaml"), model=TrainRecipe)
+    assert load_recipe(write(tmp_path, "", "empty.yaml"), model=TrainRecipe) == TrainRecipe()
+
+
+def test_a_dumped_recipe_loads_back_to_the_same_recipe(tmp_path: Path) -> None:
+    recipe = load_recipe(None, ["objective.kind=rlcd", "lora.r=8", "optim.max_steps=3"], model=TrainRecipe)
+    path = write(tmp_path, dump_recipe(recipe), "resolved.yaml")
+    assert load_recipe(path, model=TrainRecipe) == recipe
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "recipes" / "train").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_train_recipe_loads(path: Path) -> None:
+    assert isinstance(load_recipe(path, model=TrainRecipe), TrainRecipe)
