@@ -1,14 +1,91 @@
-"""`mydecide serve` (not built yet)."""
+"""`mydecide serve`: the Jev ``POST /v1/systemone`` server (uvicorn), one model instance per process."""
 
 from __future__ import annotations
 
+import ipaddress
+from pathlib import Path
+
 import typer
 
-from mydecide.commands import not_built
+from mydecide.commands import fail, friendly_errors
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def register(app: typer.Typer) -> None:
     @app.command("serve")
-    def command() -> None:
-        """Not built yet."""
-        not_built("serve")
+    @friendly_errors
+    def serve(
+        model: str = typer.Option("smollm2-135m", "--model", "-m", help="Base model: HF dir, hub name, .gguf, "
+                                  "or smollm2-135m."),
+        adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
+        temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
+                                                 "`mydecide calibrate`."),
+        host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
+        port: int = typer.Option(8741, min=0, max=65535, help="TCP port."),
+        api_key: str | None = typer.Option(None, "--api-key", envvar="MYDECIDE_API_KEY", show_envvar=True,
+                                           help="Require 'Authorization: Bearer KEY' on /v1/systemone."),
+        no_auth: bool = typer.Option(False, "--no-auth", help="Allow a non-loopback --host without an API key."),
+        name: str | None = typer.Option(None, help="Model name reported when a request names none."),
+        max_questions: int = typer.Option(32, min=1, help="Questions per request."),
+        max_prompts: int = typer.Option(128, min=1, help="Scored prompts per request (a set question "
+                                        "counts one per label)."),
+        max_state_chars: int = typer.Option(100_000, min=1, help="Characters of state per request."),
+        max_body_bytes: int = typer.Option(1_000_000, min=1, help="Request body size in bytes."),
+        batch_window_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to "
+                                              "share its forward pass."),
+        max_batch_requests: int = typer.Option(16, min=1, help="Requests per micro-batch."),
+        max_pending: int = typer.Option(256, min=1, help="Queued requests beyond which the server answers "
+                                        "503."),
+        baseline: bool = typer.Option(False, "--baseline", help="Turn off micro-batching and shared-prefix "
+                                      "scoring: one prompt and one forward pass per question (for benchmarks)."),
+        device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 … (default: cuda when available)."),
+        log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    ) -> None:
+        """Serve a decision model: POST /v1/systemone (Jev format) and GET /health."""
+        import logging
+
+        from mydecide.serving.batching import BatchOptions
+        from mydecide.serving.wire import Limits
+
+        if not is_loopback(host) and not api_key and not no_auth:
+            fail(f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
+                 "or pass --no-auth to serve without one")
+        if adapter is not None and not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
+        temperature = None
+        if temperatures is not None:
+            from mydecide.calibration import load_temperatures
+
+            temperature = load_temperatures(temperatures)  # read now: a bad file fails before the model loads
+        limits = Limits(max_questions=max_questions, max_prompts=max_prompts, max_state_chars=max_state_chars,
+                        max_body_bytes=max_body_bytes)
+        options = BatchOptions.baseline() if baseline else BatchOptions(
+            window_ms=batch_window_ms, max_requests=max_batch_requests, max_pending=max_pending)
+        level = getattr(logging, log_level.upper(), None)
+        if not isinstance(level, int):
+            raise ValueError(f"--log-level {log_level!r}: use debug, info, warning or error")
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+        import uvicorn
+
+        from mydecide.modeling import load_model
+        from mydecide.serving.app import create_app
+
+        def loader():  # runs in the app's lifespan, after uvicorn has started
+            return load_model(model, adapter, device=device)
+
+        server = create_app(loader, temperature=temperature, limits=limits, api_key=api_key,
+                            batching=options, model_name=name or model)
+        typer.echo(f"mydecide serve: http://{host}:{port}/v1/systemone (model {model}"
+                   f"{', adapter ' + str(adapter) if adapter else ''}; auth {'on' if api_key else 'off'}"
+                   f"{'; baseline: no batching, no shared prefix' if baseline else ''})", err=True)
+        uvicorn.run(server, host=host, port=port, log_level=log_level.lower(), access_log=False,
+                    timeout_keep_alive=5, timeout_graceful_shutdown=5)

@@ -1,7 +1,9 @@
 """Jev ``/v1/systemone`` requests and responses (SPEC §8), shared by ``predict`` and ``serve``.
 
-``parse_request`` validates a request body and names the question and the rule on any problem;
-``answer_request`` scores every question of one request (sharing the state's computation) and builds the response.
+``decode_body`` + ``parse_request`` validate a request body and name the question and the rule on any
+problem; ``answer_request`` scores every question of one request (sharing the state's computation) and
+builds the response. The server runs its two halves, ``render_request`` and ``build_response``, around one
+forward pass over the prompts of many concurrent requests: ``predict`` and ``serve`` run the same code.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mydecide.modeling import LoadedModel
+    from mydecide.prompting import Prompt
 
 TemperatureFn = Callable[[str, int], float]
 
@@ -37,6 +40,7 @@ class Limits:
     """Configurable request limits (documented in the README)."""
 
     max_questions: int = 32
+    max_prompts: int = 128  # prompts scored per request: one per question, one per label of a set question
     max_state_chars: int = 100_000
     max_body_bytes: int = 1_000_000
     min_choice_options: int = MIN_CHOICE_OPTIONS
@@ -58,12 +62,69 @@ def state_size(state: Any) -> int:
     return len(state) if isinstance(state, str) else len(json.dumps(state, ensure_ascii=False))
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads keeps the last of two equal keys, which would drop a question or an option silently."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_body(raw: bytes | str) -> Any:
+    """Decode a request body as strict JSON (UTF-8, no duplicate keys, no NaN/Infinity, bounded nesting)."""
+    import json
+
+    try:
+        return json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as err:
+        raise RequestError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    except _DuplicateKey as err:
+        raise RequestError(f"invalid JSON: duplicate key {err.args[0]!r}") from None
+    except UnicodeDecodeError:
+        raise RequestError("invalid JSON: the body is not UTF-8 text") from None
+    except RecursionError:
+        raise RequestError("invalid JSON: nested too deeply") from None
+    except ValueError as err:
+        raise RequestError(f"invalid JSON: {err}") from None
+
+
+def _check_unicode(body: dict[str, Any]) -> None:
+    """Refuse lone surrogates (``"\\ud800"``): valid JSON escapes, but text no tokenizer can encode."""
+    import json
+
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError("the request contains an invalid unicode escape (a lone surrogate)") from None
+    except (RecursionError, ValueError):
+        raise RequestError("the request is nested too deeply") from None
+
+
+def _noul_without_criteria(obj: Any) -> Any:
+    """Read ``"criteria": {}`` on a noul as absent (some Jev clients send it)."""
+    if isinstance(obj, dict) and obj.get("type") == "noul" and obj.get("criteria") == {}:
+        return {k: v for k, v in obj.items() if k != "criteria"}
+    return obj
+
+
 def parse_request(body: Any, limits: Limits = Limits()) -> Request:
+    """Validate a decoded request body against the wire format and ``limits``; raise :class:`RequestError`."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     unknown = set(body) - {"model", "state", "questions"}
     if unknown:
         raise RequestError(f"unknown top-level key(s) {sorted(unknown)}")
+    _check_unicode(body)
     model = body.get("model", "")
     if not isinstance(model, str):
         raise RequestError("model must be a string")
@@ -84,21 +145,32 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
     if not isinstance(questions, dict) or not questions:
         raise RequestError("questions must be a non-empty object mapping a name to a question")
     if len(questions) > limits.max_questions:
-        raise RequestError(f"{len(questions)} questions exceed the limit of {limits.max_questions} per request")
+        raise RequestError(f"{len(questions)} questions exceed the limit of {limits.max_questions} "
+                           "per request")
     parsed: dict[str, Question] = {}
+    n_prompts = 0
     for name, obj in questions.items():
         if not name.strip():
             raise RequestError("question names must be non-empty")
         try:
-            question = parse_question(obj, name)
+            question = parse_question(_noul_without_criteria(obj), name)
         except RecordError as err:
             raise RequestError(str(err)) from None
-        if question.type == "choice" and not limits.min_choice_options <= question.k <= limits.max_choice_options:
+        k = question.k
+        if question.type == "choice" and k > MAX_LETTER_OPTIONS:  # the wire format allows 255
+            raise RequestError(f"question {name!r}: choice has {k} options; this server shows at most "
+                               f"{MAX_LETTER_OPTIONS} options (labels A–Z) per question")
+        if question.type == "choice" and not limits.min_choice_options <= k <= limits.max_choice_options:
             raise RequestError(f"question {name!r}: choice needs {limits.min_choice_options} to "
                                f"{limits.max_choice_options} options on this server, got {question.k}")
         if question.type == "score" and not limits.min_score_levels <= question.k <= limits.max_score_levels:
             raise RequestError(f"question {name!r}: score needs {limits.min_score_levels} to "
                                f"{limits.max_score_levels} levels on this server, got {question.k}")
+        n_prompts += question.k if question.type == "set" else 1
+        if n_prompts > limits.max_prompts:
+            raise RequestError(f"question {name!r}: the request needs more than {limits.max_prompts} scored "
+                               "prompts (one per question, one per label of a set question), the limit "
+                               "per request")
         parsed[name] = question
     return Request(model, state, parsed)
 
@@ -127,27 +199,55 @@ def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
             "probabilities": dict(zip(question.options, p, strict=True))}
 
 
-def answer_request(model: LoadedModel, request: Request, temperature: TemperatureFn | None = None,
-                   *, shared_prefix: bool = True, model_name: str | None = None) -> dict[str, Any]:
-    """Score every question of one request (one shared state prefix) and build the Jev response."""
-    from mydecide.modeling import score_questions, to_probabilities
+@dataclass(frozen=True)
+class RenderedRequest:
+    """A request's prompts, ready to score; ``owner[i]`` indexes prompt i's question in request order."""
 
-    names = list(request.questions)
-    items = [(request.state, request.questions[n]) for n in names]
-    logits = score_questions(model, items, shared_prefix=shared_prefix)
+    request: Request
+    prompts: list[Prompt]
+    owner: list[int]
+    input_tokens: int
+
+
+def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True) -> RenderedRequest:
+    """Tokenise every question of a request; count the tokens that scoring will process.
+
+    Tokens processed: with a shared prefix the state prefix once plus every question's suffix, else every
+    prompt in full. (Two requests about the same state batched together are still counted once each.)
+    """
+    from mydecide.modeling import question_prompts
+
+    items = [(request.state, q) for q in request.questions.values()]
+    prompts, owner = question_prompts(model, items)
+    if shared_prefix:
+        n_tokens = len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
+    else:
+        n_tokens = sum(len(p) for p in prompts)
+    return RenderedRequest(request, prompts, owner, n_tokens)
+
+
+def build_response(rendered: RenderedRequest, logits: list[np.ndarray],
+                   temperature: TemperatureFn | None = None, model_name: str = "") -> dict[str, Any]:
+    """The Jev response from one request's per-prompt option logits (in ``rendered.prompts`` order)."""
+    from mydecide.modeling import gather_question_logits, to_probabilities
+
+    request = rendered.request
+    names, questions = list(request.questions), list(request.questions.values())
+    per_question = gather_question_logits(questions, rendered.owner, logits)
     answers = {}
-    for name, (_, question), z in zip(names, items, logits, strict=True):
+    for name, question, z in zip(names, questions, per_question, strict=True):
         t = temperature(question.type, question.k) if temperature else 1.0
         answers[name] = build_answer(question, to_probabilities(question.type, z, t))
-    return {"model": model_name or request.model or model.name, "answers": answers,
-            "usage": {"input_tokens": input_tokens(model, items, shared_prefix), "output_tokens": 0}}
+    return {"model": request.model or model_name, "answers": answers,
+            "usage": {"input_tokens": rendered.input_tokens, "output_tokens": 0}}
 
 
-def input_tokens(model: LoadedModel, items: list[tuple[Any, Question]], shared_prefix: bool) -> int:
-    """Tokens actually processed: the state prefix once per request when shared, else once per prompt."""
-    from mydecide.prompting import question_units
+def answer_request(model: LoadedModel, request: Request, temperature: TemperatureFn | None = None,
+                   *, shared_prefix: bool = True, model_name: str | None = None,
+                   batch_size: int = 16) -> dict[str, Any]:
+    """Score every question of one request (one shared state prefix) and build the Jev response."""
+    from mydecide.modeling import score_prompts
 
-    prompts = [model.renderer.render(s, u) for s, q in items for u in question_units(q)]
-    if shared_prefix:
-        return len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
-    return sum(len(p) for p in prompts)
+    rendered = render_request(model, request, shared_prefix=shared_prefix)
+    logits = score_prompts(model, rendered.prompts, batch_size=batch_size, shared_prefix=shared_prefix)
+    return build_response(rendered, logits, temperature, model_name or model.name)

@@ -1,0 +1,174 @@
+"""The HTTP server: ``POST /v1/systemone`` (the Jev contract, SPEC §8) and ``GET /health``.
+
+``create_app`` builds a FastAPI app around one model, loaded in the app's lifespan (never at import), and one
+:class:`~mydecide.serving.batching.Scorer` thread that runs it. A request goes through, in order:
+
+1. bearer-token check (when an API key is set; constant-time compare) → 401;
+2. body size: the Content-Length header, then the bytes actually received → 413;
+3. strict JSON decoding → 400; the wire-format rules and limits → 422 naming the question and the rule;
+4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
+
+Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
+number of questions), never the state or the questions' text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mydecide.serving.batching import BatchOptions, Scorer
+from mydecide.serving.wire import Limits, RequestError, TemperatureFn, decode_body, parse_request
+
+if TYPE_CHECKING:
+    from mydecide.modeling import LoadedModel
+
+log = logging.getLogger("mydecide.serve")
+
+ENDPOINT = "/v1/systemone"
+WARMUP_REQUEST = {"state": "Warm-up.", "questions": {"q": {"type": "noul", "instructions": "Ready?"}}}
+
+
+class ApiError(Exception):
+    """An answer other than 200, with the message the client sees."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def check_bearer(header: str | None, api_key: str) -> None:
+    """Require ``Authorization: Bearer <api_key>``; compare in constant time."""
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if not header:
+        raise ApiError(401, "missing Authorization header: send 'Authorization: Bearer <api key>'", challenge)
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ApiError(401, "the Authorization header must be 'Bearer <api key>'", challenge)
+    if not hmac.compare_digest(token.strip().encode("utf-8"), api_key.encode("utf-8")):
+        raise ApiError(401, "invalid API key", challenge)
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused (413) as soon as it exceeds ``limit`` bytes, declared or received."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise ApiError(400, f"invalid Content-Length header {declared[:40]!r}")
+        if int(declared) > limit:
+            raise ApiError(413, f"the body of {int(declared)} bytes exceeds the limit of {limit} bytes")
+
+    async def receive() -> bytes:
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise ApiError(413, f"the body exceeds the limit of {limit} bytes")
+        return bytes(body)
+
+    try:
+        return await asyncio.wait_for(receive(), timeout_s)
+    except TimeoutError:
+        raise ApiError(408, f"the body did not arrive within {timeout_s:g} s") from None
+
+
+def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: TemperatureFn | None = None,
+               limits: Limits = Limits(), api_key: str | None = None,
+               batching: BatchOptions = BatchOptions(), model_name: str | None = None,
+               request_timeout_s: float = 120.0, body_timeout_s: float = 30.0, warm_up: bool = True) -> FastAPI:
+    """Build the app. ``model`` is a loaded model or a function that loads one (called at startup).
+
+    ``model_name`` is reported when a request names no model; ``api_key`` (when set) is required as a bearer
+    token on ``/v1/systemone``. ``batching`` chooses micro-batching and shared-prefix scoring.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loaded = model if not callable(model) else await asyncio.to_thread(model)
+        scorer = Scorer(loaded, batching, temperature, model_name).start()
+        if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
+            await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST, limits))
+        app.state.scorer = scorer
+        log.info("serving %s (batching=%s, shared_prefix=%s, auth=%s)", scorer.model_name, batching.batching,
+                 batching.shared_prefix, "on" if api_key else "off")
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(scorer.stop)
+
+    app = FastAPI(title="mydecide", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, err: ApiError) -> JSONResponse:
+        return error_response(err.status, err.message, err.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no route {request.url.path}; the endpoints are POST {ENDPOINT} and GET /health",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(
+            err.status_code, str(err.detail))
+        return error_response(err.status_code, message, getattr(err, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, err: Exception) -> JSONResponse:
+        log.exception("internal error: %s", type(err).__name__)
+        return error_response(500, "internal error while scoring (see the server log)")
+
+    @app.middleware("http")
+    async def log_requests(request: Request, call_next: Callable[[Request], Any]) -> Any:
+        started = time.perf_counter()
+        request.state.questions = 0
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            log.info("%s %s %d %.1fms questions=%d", request.method, request.url.path, status,
+                     (time.perf_counter() - started) * 1000, request.state.questions)
+
+    @app.get("/health")
+    async def health(request: Request) -> dict[str, Any]:
+        scorer: Scorer = request.app.state.scorer
+        return {"status": "ok", "model": scorer.model_name, "pending": scorer.pending}
+
+    @app.post(ENDPOINT)
+    async def systemone(request: Request) -> JSONResponse:
+        if api_key:
+            check_bearer(request.headers.get("authorization"), api_key)
+        raw = await read_body(request, limits.max_body_bytes, body_timeout_s)
+        try:
+            body = decode_body(raw)
+        except RequestError as err:
+            raise ApiError(400, str(err)) from None
+        try:
+            parsed = parse_request(body, limits)
+        except RequestError as err:
+            raise ApiError(422, str(err)) from None
+        request.state.questions = len(parsed.questions)
+        scorer: Scorer = request.app.state.scorer
+        if scorer.pending >= batching.max_pending:
+            raise ApiError(503, "the server is busy; retry shortly", {"Retry-After": "1"})
+        try:
+            answer = await asyncio.wait_for(asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s)
+        except TimeoutError:
+            raise ApiError(503, f"no answer within {request_timeout_s:g} s; the server is overloaded",
+                           {"Retry-After": "5"}) from None
+        return JSONResponse(answer)
+
+    return app

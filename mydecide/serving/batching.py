@@ -1,0 +1,223 @@
+"""Micro-batching: the one thread that runs the model, scoring many concurrent requests per forward pass.
+
+Requests are queued by the HTTP handlers. The worker takes the first waiting request, keeps collecting for a
+short window (``window_ms``) or until a batch is full, renders all of their prompts and scores them with one
+``score_prompts`` call: questions on one state share the state's prefix computation, and different requests
+fill the batch. While the model is busy new requests pile up in the queue, so under load batches fill without
+any waiting. Every answer depends only on its own request (each question continues from its own state's
+prefix, padding is masked), which the tests check.
+
+One model instance per process: only this thread touches the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mydecide.serving.wire import Request, TemperatureFn, build_response, render_request
+
+if TYPE_CHECKING:
+    from mydecide.modeling import LoadedModel
+    from mydecide.serving.wire import RenderedRequest
+
+log = logging.getLogger("mydecide.serve")
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How the worker scores requests. ``baseline()`` is the naive server the benchmark compares against."""
+
+    batching: bool = True  # collect concurrent requests into one forward pass
+    shared_prefix: bool = True  # questions on one state share the state's computation
+    window_ms: float = 5.0  # how long the first request of a batch waits for company
+    max_requests: int = 16  # requests per micro-batch
+    max_prompts: int = 128  # prompts per micro-batch (a request may bring up to Limits.max_prompts)
+    forward_batch: int = 64  # prompts per forward pass inside a micro-batch
+    max_pending: int = 256  # queued requests beyond which the server answers 503 (busy)
+
+    @classmethod
+    def baseline(cls) -> BatchOptions:
+        """No micro-batching and no shared prefix: each question is its own prompt and its own forward pass."""
+        return cls(batching=False, shared_prefix=False, window_ms=0.0, max_requests=1, forward_batch=1)
+
+
+@dataclass
+class BatchStats:
+    """Counters for /health and the tests."""
+
+    batches: int = 0
+    requests: int = 0
+    prompts: int = 0
+    largest_batch: int = 0
+    failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Job:
+    request: Request
+    future: Future[dict[str, Any]]
+    n_prompts: int
+    rendered: RenderedRequest | None = field(default=None)
+
+
+_STOP = object()
+
+
+class Scorer:
+    """Owns the model and its worker thread; ``submit`` returns a future with the Jev response."""
+
+    def __init__(self, model: LoadedModel, options: BatchOptions = BatchOptions(),
+                 temperature: TemperatureFn | None = None, model_name: str | None = None):
+        self.model = model
+        self.options = options
+        self.temperature = temperature
+        self.model_name = model_name or model.name
+        self.stats = BatchStats()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._held: _Job | None = None  # a job taken from the queue that did not fit the previous batch
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def start(self) -> Scorer:
+        self._thread = threading.Thread(target=self._loop, name="mydecide-scorer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        self._thread = None
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, request: Request) -> Future[dict[str, Any]]:
+        """Queue one parsed request; the future resolves to its response (or the scoring error)."""
+        future: Future[dict[str, Any]] = Future()
+        n_prompts = sum(q.k if q.type == "set" else 1 for q in request.questions.values())
+        self._queue.put(_Job(request, future, n_prompts))
+        return future
+
+    def answer(self, request: Request, timeout: float | None = None) -> dict[str, Any]:
+        """Submit and wait (for callers outside an event loop: tests, warm-up)."""
+        return self.submit(request).result(timeout)
+
+    # -- worker ------------------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            first = self._held if self._held is not None else self._queue.get()
+            self._held = None
+            if first is _STOP:
+                return
+            jobs = self._collect(first)
+            stop = jobs and jobs[-1] is _STOP
+            if stop:
+                jobs.pop()
+            if jobs:
+                self._run(jobs)
+            if stop:
+                return
+
+    def _collect(self, first: _Job) -> list[Any]:
+        """The first job plus whatever arrives within the window, up to the batch limits."""
+        jobs: list[Any] = [first]
+        opts = self.options
+        if not opts.batching:
+            return jobs
+        n_prompts = first.n_prompts
+        deadline = time.monotonic() + opts.window_ms / 1000.0
+        while len(jobs) < opts.max_requests:
+            wait = deadline - time.monotonic()
+            try:
+                job = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                jobs.append(job)
+                break
+            if n_prompts + job.n_prompts > opts.max_prompts:
+                self._held = job  # starts the next batch
+                break
+            jobs.append(job)
+            n_prompts += job.n_prompts
+        return jobs
+
+    def _run(self, jobs: list[_Job]) -> None:
+        """Render, score and answer a micro-batch; a failure is confined to the request that caused it."""
+        from mydecide.modeling import score_prompts
+
+        live = []
+        for job in jobs:
+            if not job.future.set_running_or_notify_cancel():
+                continue  # the client went away while it waited
+            try:
+                job.rendered = render_request(self.model, job.request, shared_prefix=self.options.shared_prefix)
+            except Exception as err:  # reported to that request only
+                self._fail(job, err)
+                continue
+            live.append(job)
+        if not live:
+            return
+        prompts = [p for job in live for p in job.rendered.prompts]  # type: ignore[union-attr]
+        try:
+            logits = score_prompts(self.model, prompts, batch_size=self.options.forward_batch,
+                                   shared_prefix=self.options.shared_prefix)
+        except Exception as err:
+            if len(live) == 1:
+                self._fail(live[0], err)
+                return
+            log.warning("a batch of %d requests failed (%s); scoring them one by one", len(live), err)
+            for job in live:
+                self._run_alone(job)
+            return
+        self._count(live, len(prompts))
+        start = 0
+        for job in live:
+            rendered = job.rendered
+            assert rendered is not None
+            rows = logits[start:start + len(rendered.prompts)]
+            start += len(rendered.prompts)
+            self._answer(job, rows)
+
+    def _run_alone(self, job: _Job) -> None:
+        from mydecide.modeling import score_prompts
+
+        assert job.rendered is not None
+        try:
+            rows = score_prompts(self.model, job.rendered.prompts, batch_size=self.options.forward_batch,
+                                 shared_prefix=self.options.shared_prefix)
+        except Exception as err:
+            self._fail(job, err)
+            return
+        self._count([job], len(job.rendered.prompts))
+        self._answer(job, rows)
+
+    def _answer(self, job: _Job, rows: list[Any]) -> None:
+        assert job.rendered is not None
+        try:
+            job.future.set_result(build_response(job.rendered, rows, self.temperature, self.model_name))
+        except Exception as err:
+            self._fail(job, err)
+
+    def _count(self, jobs: list[_Job], n_prompts: int) -> None:
+        self.stats.batches += 1
+        self.stats.requests += len(jobs)
+        self.stats.prompts += n_prompts
+        self.stats.largest_batch = max(self.stats.largest_batch, len(jobs))
+
+    def _fail(self, job: _Job, err: Exception) -> None:
+        self.stats.failures += 1
+        log.error("scoring failed: %s: %s", type(err).__name__, err)
+        job.future.set_exception(err)
