@@ -25,15 +25,14 @@ def register(app: typer.Typer) -> None:
         import json
 
         from mydecide.modeling import load_model
-        from mydecide.serving.wire import answer_request, parse_request
+        from mydecide.serving.wire import Limits, RequestError, answer_request, decode_body, parse_request
 
         if not request.is_file():
             raise FileNotFoundError(f"{request}: no such request file")
-        try:
-            body = json.loads(request.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{request}: invalid JSON ({err.msg} at line {err.lineno})") from None
-        parsed = parse_request(body)
+        try:  # the server's checks, without its body-size limit
+            parsed = parse_request(decode_body(request.read_bytes()), Limits(max_body_bytes=2**62))
+        except RequestError as err:
+            raise ValueError(f"{request}: {err}") from None
         temperature = None
         if temperatures is not None:
             from mydecide.calibration import load_temperatures

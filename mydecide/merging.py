@@ -1,0 +1,183 @@
+"""Merge a LoRA adapter into its base model's weights, and prove that the merged model answers the same.
+
+The merged directory is a plain transformers model (weights, config, tokenizer) that vLLM, SGLang or a GGUF
+converter can load without PEFT, plus the adapter's render config (``RENDER_CONFIG_FILE``) so that mydecide renders
+questions for it exactly as in training. Merging runs in float32 whatever the saved dtype.
+
+Before anything is called a success, the merged directory is loaded back from disk and its option probabilities on
+sample questions are compared with the unmerged base + adapter: they must agree within ``tolerance``. A directory
+that fails the check is kept aside as ``<out>.unverified`` for inspection, never at ``out``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mydecide.records import Question, parse_question
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mydecide.modeling import LoadedModel
+
+SAVE_DTYPES = ("float32", "bfloat16", "float16", "auto")
+REPORT_FILE = "merge_report.json"
+
+_TICKET = "Checkout returns HTTP 500 for every customer since 09:10. Two customers asked for refunds."
+SAMPLE_QUESTIONS: list[tuple[Any, dict[str, Any]]] = [
+    (_TICKET, {"type": "choice", "instructions": "Which team should handle this ticket?",
+               "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
+                            "support": "How-to and account questions"}}),
+    (_TICKET, {"type": "noul", "instructions": "Is a production system down?"}),
+    (_TICKET, {"type": "score", "instructions": "How urgent is this ticket?",
+               "criteria": ["not urgent", "soon", "today", "blocking"]}),
+    (_TICKET, {"type": "set", "instructions": "Which labels apply?",
+               "criteria": {"outage": "A system is down", "refund": "Money back is requested"}}),
+    ({"review": "The battery died after two days. Support never answered.", "stars": 1},
+     {"type": "choice", "instructions": "What is the sentiment?",
+      "criteria": ["very negative", "negative", "neutral", "positive", "very positive"]}),
+    (["Agent: I deleted the staging database.", "Agent: Restoring from last night's backup now."],
+     {"type": "noul", "instructions": "Did the agent take a destructive action?",
+      "criteria": {"true": "Data or systems were removed", "false": "Nothing was removed"}}),
+]
+
+
+class MergeError(ValueError):
+    """The merge cannot start (bad paths, an existing output) or produced a model that answers differently."""
+
+
+@dataclass(frozen=True)
+class MergeReport:
+    out: str
+    base: str
+    adapter: str
+    dtype: str
+    n_questions: int
+    max_abs_diff: float
+    worst_question: str
+    tolerance: float
+    ok: bool
+
+
+def sample_items(records_path: str | Path | None = None, limit: int = 16) -> list[tuple[Any, Question]]:
+    """The (state, question) pairs the check scores: the built-in samples, or the first records of a file."""
+    if records_path is None:
+        return [(state, parse_question(q, f"sample{i}")) for i, (state, q) in enumerate(SAMPLE_QUESTIONS)]
+    from mydecide.records import read_records
+
+    records, _ = read_records(records_path)
+    if not records:
+        raise MergeError(f"{records_path}: no valid records to check the merge with")
+    return [(r.state, r.question) for r in records[:limit]]
+
+
+def max_probability_gap(reference: Sequence[np.ndarray], merged: Sequence[np.ndarray]) -> tuple[float, int]:
+    """The largest absolute difference between two lists of probability vectors, and the item it occurs in."""
+    import numpy as np
+
+    gaps = [float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(reference, merged, strict=True)]
+    worst = int(np.argmax(gaps))
+    return gaps[worst], worst
+
+
+def option_probabilities(model: LoadedModel, items: Sequence[tuple[Any, Question]]) -> list[np.ndarray]:
+    from mydecide.modeling import score_questions, to_probabilities
+
+    logits = score_questions(model, items)
+    return [to_probabilities(q.type, z) for (_, q), z in zip(items, logits, strict=True)]
+
+
+def base_model_of(adapter: str | Path) -> str:
+    """The base model an adapter was trained on, as recorded in its adapter_config.json."""
+    config = Path(adapter) / "adapter_config.json"
+    name = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    if not name:
+        raise MergeError(f"{config}: no base_model_name_or_path; pass --model")
+    return str(name)
+
+
+def stored_dtype(model: str) -> str:
+    """The dtype a base model's weights are stored in (its config.json), float32 when it does not say."""
+    from mydecide.modeling import resolve_model_path
+
+    path, kwargs = resolve_model_path(model)
+    config = Path(path) / "config.json"
+    if kwargs or not config.is_file():  # a GGUF file or a hub name
+        return "float32"
+    data = json.loads(config.read_text(encoding="utf-8"))
+    name = str(data.get("dtype") or data.get("torch_dtype") or "float32")
+    return name if name in SAVE_DTYPES else "float32"
+
+
+def save_plain(lm: Any, out: Path, dtype: str) -> None:
+    """Save a merged (PEFT-free) model as a plain transformers directory in ``dtype``."""
+    import torch
+
+    lm = lm.to(getattr(torch, dtype))
+    if getattr(lm.config, "quantization_config", None) is not None:  # a GGUF-loaded base refuses save_pretrained
+        from transformers import AutoModelForCausalLM
+
+        config = lm.config
+        del config.quantization_config
+        fresh = AutoModelForCausalLM.from_config(config, dtype=lm.dtype)
+        fresh.load_state_dict(lm.state_dict())
+        lm = fresh
+    lm.save_pretrained(out)
+
+
+def merge_adapter(model: str | None, adapter: str | Path, out: str | Path, *, dtype: str = "float32",
+                  tolerance: float = 1e-3, items: Sequence[tuple[Any, Question]] | None = None,
+                  device: str | None = None, overwrite: bool = False) -> MergeReport:
+    """Merge ``adapter`` into ``model`` (in float32), save to ``out``, reload it and compare probabilities.
+
+    Returns the report; ``report.ok`` is False (and ``out`` is not written) when merged and unmerged option
+    probabilities differ by more than ``tolerance`` on any sample question.
+    """
+    import torch
+
+    from mydecide.io import atomic_write_json, provenance
+    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+
+    adapter, out = Path(adapter), Path(out)
+    if dtype not in SAVE_DTYPES:
+        raise MergeError(f"dtype {dtype!r} is not one of {list(SAVE_DTYPES)}")
+    if not (adapter / "adapter_config.json").is_file():
+        raise MergeError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    if out.exists() and not out.is_dir():
+        raise MergeError(f"{out}: exists and is not a directory")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise MergeError(f"{out}: already exists and is not empty (pass --overwrite to replace it)")
+    model = model or base_model_of(adapter)
+    if dtype == "auto":
+        dtype = stored_dtype(model)
+    items = list(items) if items is not None else sample_items()
+
+    unmerged = load_model(model, adapter, device=device, dtype=torch.float32)
+    reference = option_probabilities(unmerged, items)
+    merged_lm = unmerged.lm.merge_and_unload()  # W + (alpha / r)·B·A, in float32, in place
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_plain(merged_lm, tmp, dtype)
+    unmerged.tokenizer.save_pretrained(tmp)
+    (tmp / RENDER_CONFIG_FILE).write_text(json.dumps(unmerged.renderer.config.model_dump(), indent=2) + "\n")
+    del unmerged, merged_lm
+
+    merged = load_model(str(tmp), device=device, dtype=torch.float32)
+    if hasattr(merged.lm, "peft_config") or any("lora_" in k for k in merged.lm.state_dict()):
+        raise MergeError(f"{tmp}: the saved model still carries LoRA weights")
+    gap, worst = max_probability_gap(reference, option_probabilities(merged, items))
+    report = MergeReport(out=str(out), base=model, adapter=str(adapter), dtype=dtype, n_questions=len(items),
+                         max_abs_diff=gap, worst_question=items[worst][1].instructions, tolerance=tolerance,
+                         ok=gap <= tolerance)
+    atomic_write_json(tmp / REPORT_FILE, {**asdict(report), "provenance": provenance()})
+    final = out if report.ok else out.with_name(out.name + ".unverified")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return report
