@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mydecide.config import CalibrateRecipe
+    from mydecide.evaluation import Scorer
+    from mydecide.modeling import LoadedModel
+    from mydecide.records import Record
 
 LOG_T_BOUNDS = (-4.0, 4.0)
 """Search interval of log T: T from e^-4 ≈ 0.018 to e^4 ≈ 54.6."""
@@ -83,3 +91,350 @@ def apply_temperature(
     if isinstance(logits, np.ndarray):
         return softmax(logits / temperature, axis=-1)
     return [softmax(np.asarray(z, dtype=float) / temperature) for z in logits]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Per-type temperatures, temperatures.json, and the guard against fitting on a training split (SPEC §6).
+# Everything below works on (question type, option count K, option logits z, target y) rows: the logits come
+# from ``modeling.score_questions`` (set questions: one yes−no logit per label, read with a sigmoid).
+
+BUCKET_STARTS = (2, 3, 5, 9, 17, 27)
+"""Option-count buckets: K = 2, 3–4, 5–8, 9–16, 17–26, 27+ (26 is the last K shown in one prompt)."""
+
+TEMPERATURES_FORMAT = "mydecide.temperatures/1"
+DEFAULT_MIN_ROWS = 30
+"""A type (or a type × bucket) needs this many dev questions for its own temperature."""
+
+PROTECTED_SPLITS = {
+    "train.jsonl": ("train", "training"),
+    "test.jsonl": ("test", "test"),
+    "heldout_tasks.jsonl": ("heldout", "held-out test"),
+}
+"""Prepare outputs that calibration must never see: fitting there would leak into training or testing."""
+
+
+def option_bucket(k: int) -> str:
+    """The option-count bucket of a question with K options, e.g. 4 → "3-4", 30 → "27+"."""
+    if k < BUCKET_STARTS[0]:
+        return str(k)
+    for start, stop in zip(BUCKET_STARTS, (*BUCKET_STARTS[1:], None), strict=True):
+        if stop is None:
+            return f"{start}+"
+        if k < stop:
+            return str(start) if stop - start == 1 else f"{start}-{stop - 1}"
+    raise AssertionError("unreachable")
+
+
+def fitting_rows(
+    qtype: str, logits: np.ndarray, target: Sequence[float]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The softmax rows one question contributes to fitting and scoring a temperature.
+
+    choice / noul / score: one row (z, y). set: one binary row per label, ([d, 0], [p, 1 − p]) with d the
+    yes−no logit, because softmax([d, 0] / T) = (sigmoid(d / T), 1 − sigmoid(d / T)): one code path fits both.
+    """
+    z = np.asarray(logits, dtype=float)
+    y = np.asarray(target, dtype=float)
+    if z.shape != y.shape:
+        raise ValueError(f"{qtype} question: {z.shape[0]} logits for {y.shape[0]} target entries")
+    if qtype != "set":
+        return [(z, y)]
+    return [(np.array([d, 0.0]), np.array([p, 1.0 - p])) for d, p in zip(z, y, strict=True)]
+
+
+def _calibrated(logits: Sequence[np.ndarray], temperature: float | Sequence[float]) -> list[np.ndarray]:
+    """softmax(z / T) of each row (T: one for all rows, or one per row); rows of equal K and T go through one
+    (N, K) softmax, so 10⁵ rows take milliseconds."""
+    temps = [float(temperature)] * len(logits) if isinstance(temperature, (int, float)) else list(temperature)
+    out: list[np.ndarray] = [np.empty(0)] * len(logits)
+    groups: dict[tuple[int, float], list[int]] = {}
+    for i, z in enumerate(logits):
+        groups.setdefault((len(z), temps[i]), []).append(i)
+    for (_, t), index in groups.items():
+        stacked = np.asarray(apply_temperature(np.array([logits[i] for i in index], dtype=float), t))
+        for i, row in zip(index, stacked, strict=True):
+            out[i] = row
+    return out
+
+
+def _fit_summary(rows: list[tuple[np.ndarray, np.ndarray]], temperature: float, n_questions: int) -> dict:
+    """Counts and dev log loss / ECE at T = 1 and at ``temperature`` for these rows."""
+    from mydecide.metrics import ece, log_loss
+
+    logits = [z for z, _ in rows]
+    targets = [y for _, y in rows]
+    before = _calibrated(logits, 1.0)
+    after = _calibrated(logits, temperature)
+    return {
+        "temperature": temperature,
+        "n": n_questions,
+        "rows": len(rows),
+        "log_loss_before": log_loss(before, targets),
+        "log_loss_after": log_loss(after, targets),
+        "ece_before": ece(before, targets),
+        "ece_after": ece(after, targets),
+    }
+
+
+def fit_temperatures(
+    items: Sequence[tuple[str, int, np.ndarray, Sequence[float]]],
+    *,
+    by_bucket: bool = False,
+    min_rows: int = DEFAULT_MIN_ROWS,
+) -> dict:
+    """Fit one temperature per question type, and optionally per (type, option-count bucket).
+
+    ``items`` are (type, K, logits, target) per dev question. A type with fewer than ``min_rows`` questions
+    keeps T = 1 (a handful of rows would fit an extreme T); a bucket with fewer falls back to its type's T.
+    Returns the ``types`` / ``buckets`` / ``overall`` part of temperatures.json.
+    """
+    if min_rows < 1:
+        raise ValueError(f"min_rows must be >= 1, got {min_rows}")
+    if not items:
+        raise ValueError("cannot fit temperatures on zero questions")
+    by_type: dict[str, list[tuple[str, int, np.ndarray, Sequence[float]]]] = {}
+    for item in items:
+        by_type.setdefault(item[0], []).append(item)
+
+    def rows_of(group: list) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [row for qtype, _, z, y in group for row in fitting_rows(qtype, z, y)]
+
+    types: dict[str, dict] = {}
+    buckets: dict[str, dict[str, dict]] = {}
+    for qtype in sorted(by_type):
+        group = by_type[qtype]
+        rows = rows_of(group)
+        enough = len(group) >= min_rows
+        t_type = fit_temperature([z for z, _ in rows], [y for _, y in rows]) if enough else 1.0
+        types[qtype] = _fit_summary(rows, t_type, len(group))
+        if not enough:
+            types[qtype]["fallback"] = f"fewer than {min_rows} questions: T = 1"
+        if not by_bucket:
+            continue
+        per_bucket: dict[str, list] = {}
+        for item in group:
+            per_bucket.setdefault(option_bucket(item[1]), []).append(item)
+        buckets[qtype] = {}
+        for name in sorted(per_bucket, key=lambda b: int(b.rstrip("+").split("-")[0])):
+            sub = per_bucket[name]
+            sub_rows = rows_of(sub)
+            if len(sub) >= min_rows:
+                t = fit_temperature([z for z, _ in sub_rows], [y for _, y in sub_rows])
+                buckets[qtype][name] = _fit_summary(sub_rows, t, len(sub))
+            else:
+                buckets[qtype][name] = _fit_summary(sub_rows, t_type, len(sub))
+                buckets[qtype][name]["fallback"] = f"fewer than {min_rows} questions: the {qtype} temperature"
+
+    # overall before / after with the temperature each question actually gets
+    table = TemperatureTable(
+        {t: s["temperature"] for t, s in types.items()},
+        {t: {b: s["temperature"] for b, s in bs.items() if "fallback" not in s} for t, bs in buckets.items()},
+    )
+    all_rows = rows_of(list(items))
+    from mydecide.metrics import ece, log_loss
+
+    targets = [y for _, y in all_rows]
+    before = _calibrated([z for z, _ in all_rows], 1.0)
+    row_temperatures = [table(qtype, k) for qtype, k, zs, ys in items for _ in fitting_rows(qtype, zs, ys)]
+    after = _calibrated([z for z, _ in all_rows], row_temperatures)
+    overall = {
+        "n": len(items),
+        "rows": len(all_rows),
+        "log_loss_before": log_loss(before, targets),
+        "log_loss_after": log_loss(after, targets),
+        "ece_before": ece(before, targets),
+        "ece_after": ece(after, targets),
+    }
+    return {"by_bucket": by_bucket, "min_rows": min_rows, "types": types, "buckets": buckets,
+            "overall": overall}
+
+
+class TemperatureTable:
+    """The temperature of a (question type, option count K): its bucket's if fitted, else its type's, else 1.
+
+    Callable as ``table(qtype, k)``: the contract serve / predict / evaluate use.
+    """
+
+    def __init__(self, types: dict[str, float], buckets: dict[str, dict[str, float]] | None = None):
+        self.types = dict(types)
+        self.buckets = {t: dict(b) for t, b in (buckets or {}).items()}
+
+    def __call__(self, qtype: str, k: int) -> float:
+        bucket = self.buckets.get(qtype, {}).get(option_bucket(k))
+        if bucket is not None:
+            return bucket
+        return self.types.get(qtype, 1.0)
+
+    def __repr__(self) -> str:
+        return f"TemperatureTable(types={self.types}, buckets={self.buckets})"
+
+
+def load_temperatures(path: str | Path) -> TemperatureTable:
+    """Read temperatures.json (written by ``mydecide calibrate``). A type it does not list gets T = 1.
+
+    Errors name the file and the key.
+    """
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such temperatures file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
+        raise ValueError(f"{path}: a temperatures file needs a 'types' object (see mydecide calibrate)")
+
+    def value(entry: object, key: str) -> float:
+        t = entry.get("temperature") if isinstance(entry, dict) else entry
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
+            raise ValueError(f"{path}: {key}: temperature must be a finite number > 0, got {t!r}")
+        return float(t)
+
+    types = {qtype: value(entry, f"types.{qtype}") for qtype, entry in data["types"].items()}
+    buckets: dict[str, dict[str, float]] = {}
+    raw_buckets = data.get("buckets") or {}
+    if not isinstance(raw_buckets, dict):
+        raise ValueError(f"{path}: buckets must be an object type → bucket → entry")
+    for qtype, entries in raw_buckets.items():
+        if not isinstance(entries, dict):
+            raise ValueError(f"{path}: buckets.{qtype} must be an object bucket → entry")
+        buckets[qtype] = {
+            name: value(entry, f"buckets.{qtype}.{name}")
+            for name, entry in entries.items()
+            if not (isinstance(entry, dict) and "fallback" in entry)
+        }
+    return TemperatureTable(types, buckets)
+
+
+# -------------------------------------------------------------------------------------- training-split guard
+
+
+def sha256_of(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest_entries(node: object, trail: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """Every string leaf of a manifest with the keys leading to it."""
+    if isinstance(node, dict):
+        return [e for k, v in node.items() for e in _manifest_entries(v, (*trail, str(k)))]
+    if isinstance(node, list):
+        return [e for v in node for e in _manifest_entries(v, trail)]
+    return [(trail, node)] if isinstance(node, str) else []
+
+
+def protected_split(path: str | Path) -> str | None:
+    """Why ``path`` must not be used for calibration, or None.
+
+    Refused: a file named train.jsonl or heldout_tasks.jsonl, and a file that the ``manifest.json`` beside it
+    lists as one of those outputs, by name or by sha256 (so a renamed copy is caught too).
+    """
+    path = Path(path)
+    if path.name in PROTECTED_SPLITS:
+        return f"{path} is named like the {PROTECTED_SPLITS[path.name][1]} split written by prepare"
+    manifest = path.parent / "manifest.json"
+    if not manifest.is_file():
+        return None
+    import json
+
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    digest: str | None = None
+    for trail, leaf in _manifest_entries(data):
+        for stem, role in PROTECTED_SPLITS.values():
+            if not any(_names_split(key, stem) for key in trail):  # e.g. outputs.train.path
+                continue
+            if leaf.replace("\\", "/").rsplit("/", 1)[-1] == path.name:
+                return f"{manifest} lists {path.name} as the {role} split"
+            if len(leaf) == 64:
+                digest = digest or sha256_of(path)
+                if leaf.lower() == digest:
+                    return f"{path} has the sha256 that {manifest} records for the {role} split"
+    return None
+
+
+def _names_split(key: str, stem: str) -> bool:
+    """Whether a manifest key names a split: "train", "train.jsonl", "train_file" (but not "constraints")."""
+    key = key.lower()
+    return key in (stem, f"{stem}ing", f"{stem}_tasks") or key.startswith((f"{stem}.", f"{stem}_"))
+
+
+def check_calibration_data(path: str | Path, force: bool = False) -> None:
+    """Raise ValueError when ``path`` is a training or held-out split, unless ``force``."""
+    reason = protected_split(path)
+    if reason and not force:
+        raise ValueError(f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
+                         "(dev.jsonl), or pass --force if this file really is held-out dev data")
+
+
+# ------------------------------------------------------------------------------------------ calibrate a model
+
+
+def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket: bool = False,
+              min_rows: int = DEFAULT_MIN_ROWS, batch_size: int = 16, shared_prefix: bool = True,
+              progress: bool = True, scorer: Scorer | None = None) -> dict:
+    """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits.
+
+    ``scorer`` replaces the model's scoring (see ``evaluation.Scorer``). Returns what :func:`fit_temperatures`
+    returns.
+    """
+    from mydecide.evaluation import model_scorer, score_records
+
+    if not records:
+        raise ValueError("cannot calibrate on zero records")
+    if scorer is None:
+        if model is None:
+            raise ValueError("calibrate needs a model or a scorer")
+        scorer = model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)
+    logits, _ = score_records(scorer, [(r.state, r.question) for r in records],
+                              chunk_prompts=4 * batch_size, desc="calibrate: scoring", progress=progress)
+    items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
+    return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
+
+
+def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bool = True) -> dict:
+    """``mydecide calibrate``: refuse a training split, score the dev file, fit, write temperatures.json.
+
+    Returns the written document.
+    """
+    from mydecide.config import dump_recipe
+    from mydecide.io import atomic_write_json, atomic_write_text, provenance
+    from mydecide.modeling import load_model
+    from mydecide.records import load_records
+
+    if recipe.data is None:
+        raise ValueError("give the dev data to fit on: --data DEV.jsonl")
+    data = Path(recipe.data)
+    if not data.is_file():
+        raise FileNotFoundError(f"{data}: no such data file")
+    check_calibration_data(data, force)
+    records = load_records(data)
+    if recipe.limit is not None:
+        records = records[: recipe.limit]
+    model = load_model(recipe.model, recipe.adapter)
+    fit = calibrate(model, records, by_bucket=recipe.by_bucket, min_rows=recipe.min_rows,
+                    batch_size=recipe.batch_size, shared_prefix=recipe.shared_prefix, progress=progress)
+    document = {
+        "format": TEMPERATURES_FORMAT,
+        "model": recipe.model,
+        "adapter": recipe.adapter,
+        "data": str(data),
+        "data_sha256": sha256_of(data),
+        "records": len(records),
+        "forced": bool(force and protected_split(data)),
+        **fit,
+        "recipe": recipe.model_dump(mode="json"),
+        "provenance": provenance(),
+    }
+    atomic_write_json(recipe.out, document)
+    atomic_write_text(Path(recipe.out).with_suffix(".recipe.yaml"), dump_recipe(recipe, provenance()))
+    return document

@@ -164,3 +164,44 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
     if extra:
         data = {**data, "_provenance": extra}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+# --- calibrate / evaluate recipes ---------------------------------------------------------------------------
+# The recipes of `mydecide calibrate` and `mydecide evaluate` (SPEC §6, §7), owned by calibration / evaluation.
+
+
+class CalibrateRecipe(Strict):
+    model: str = "smollm2-135m"
+    adapter: str | None = None
+    data: str | None = None  # dev JSONL (never the training split)
+    out: str = "runs/calibrate/temperatures.json"
+    by_bucket: bool = False  # also one temperature per (type, option-count bucket)
+    min_rows: int = Field(30, ge=1)  # questions a type or bucket needs for its own temperature
+    limit: int | None = Field(None, ge=1)  # only the first N records
+    batch_size: int = Field(16, ge=1)
+    shared_prefix: bool = True
+
+
+class Costs(Strict):
+    """Payoffs of an auto-acted right / wrong answer and of escalating to a human (SPEC §6)."""
+
+    right: float = 1.0
+    wrong: float = -3.0
+    escalate: float = -0.5
+
+
+class EvalRecipe(Strict):
+    model: str = "smollm2-135m"
+    adapter: str | None = None
+    temperatures: str | None = None  # temperatures.json from `mydecide calibrate`
+    data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
+    out: str = "runs/eval"
+    permutations: int = Field(4, ge=0)  # random option orders per question, besides the reversed one
+    seed: int = 13
+    costs: Costs = Field(default_factory=Costs)
+    thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    coherence: bool = False  # negation, option renaming and context-independence checks
+    base: bool = True  # also score the base model (adapter disabled) when an adapter is given
+    limit: int | None = Field(None, ge=1)  # only the first N records of each file
+    batch_size: int = Field(16, ge=1)
+    shared_prefix: bool = True

@@ -1,0 +1,211 @@
+"""Per-type temperatures, temperatures.json, and the refusal to fit on a training split (SPEC §6)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from typer.testing import CliRunner
+
+from mydecide.calibration import (
+    TemperatureTable,
+    calibrate,
+    check_calibration_data,
+    fit_temperatures,
+    fitting_rows,
+    load_temperatures,
+    option_bucket,
+    protected_split,
+)
+from mydecide.cli import app
+from mydecide.evaluation import probabilities
+from mydecide.records import parse_record
+
+TRUE_T = {"choice": 2.0, "noul": 0.5, "score": 1.5, "set": 3.0}
+
+
+def _sampled(qtype: str, n: int, rng: np.random.Generator, k: int | None = None) -> list[tuple]:
+    """n (type, K, logits, target) items whose labels are drawn from the model at temperature TRUE_T[qtype]."""
+    t = TRUE_T[qtype]
+    items = []
+    for _ in range(n):
+        kk = k or {"noul": 2, "set": 3}.get(qtype, int(rng.integers(3, 6)))
+        z = rng.normal(0.0, 3.0, size=kk)
+        if qtype == "set":  # each label applies with probability sigmoid(d / T)
+            y = (rng.random(kk) < expit(z / t)).astype(float)
+        else:  # Gumbel-max: a draw from softmax(z / T)
+            y = np.eye(kk)[int(np.argmax(z / t + rng.gumbel(size=kk)))]
+        items.append((qtype, kk, z, y))
+    return items
+
+
+@pytest.fixture(scope="module")
+def sampled_items() -> list[tuple]:
+    rng = np.random.default_rng(7)
+    return [item for qtype in TRUE_T for item in _sampled(qtype, 12000, rng)]
+
+
+def test_each_type_recovers_its_own_temperature_within_2_percent(sampled_items: list[tuple]) -> None:
+    fit = fit_temperatures(sampled_items)
+    for qtype, true_t in TRUE_T.items():
+        assert fit["types"][qtype]["temperature"] == pytest.approx(true_t, rel=0.02), qtype
+        assert fit["types"][qtype]["n"] == 12000
+    assert fit["types"]["set"]["rows"] == 3 * 12000  # one binary row per label
+    for summary in (*fit["types"].values(), fit["overall"]):
+        assert summary["log_loss_after"] <= summary["log_loss_before"] + 1e-12
+
+
+def test_temperatures_never_change_an_argmax() -> None:
+    rng = np.random.default_rng(8)
+    items = [item for qtype in TRUE_T for item in _sampled(qtype, 1500, rng)]
+    fit = fit_temperatures(items, by_bucket=True, min_rows=50)
+    table = TemperatureTable({t: s["temperature"] for t, s in fit["types"].items()},
+                             {t: {b: s["temperature"] for b, s in bs.items()} for t, bs in fit["buckets"].items()})
+    for qtype, k, z, _ in items:
+        t = table(qtype, k)
+        assert t != 1.0
+        before, after = probabilities(qtype, z, 1.0), probabilities(qtype, z, t)
+        if qtype == "set":  # each label's side of 0.5 is kept
+            assert np.array_equal(before >= 0.5, after >= 0.5)
+        else:
+            assert int(np.argmax(before)) == int(np.argmax(after))
+
+
+def test_set_rows_are_binary_softmax_rows_equal_to_the_sigmoid() -> None:
+    rows = fitting_rows("set", np.array([1.5, -0.3]), [1.0, 0.25])
+    assert [list(y) for _, y in rows] == [[1.0, 0.0], [0.25, 0.75]]
+    for (z, _), d in zip(rows, (1.5, -0.3), strict=True):
+        assert probabilities("choice", z, 2.0)[0] == pytest.approx(expit(d / 2.0), abs=1e-12)
+
+
+def test_option_buckets() -> None:
+    assert [option_bucket(k) for k in (2, 3, 4, 5, 8, 9, 16, 17, 26, 27, 255)] == [
+        "2", "3-4", "3-4", "5-8", "5-8", "9-16", "9-16", "17-26", "17-26", "27+", "27+"]
+
+
+def test_small_buckets_fall_back_to_their_type_and_small_types_to_one() -> None:
+    rng = np.random.default_rng(3)
+    items = _sampled("choice", 3000, rng, k=3) + _sampled("choice", 10, rng, k=6) + _sampled("score", 5, rng)
+    fit = fit_temperatures(items, by_bucket=True, min_rows=40)
+    choice_t = fit["types"]["choice"]["temperature"]
+    assert fit["buckets"]["choice"]["3-4"]["temperature"] != choice_t  # fitted on its own 3000 rows
+    assert "fallback" not in fit["buckets"]["choice"]["3-4"]
+    assert fit["buckets"]["choice"]["5-8"]["temperature"] == choice_t
+    assert fit["buckets"]["choice"]["5-8"]["n"] == 10 and "fallback" in fit["buckets"]["choice"]["5-8"]
+    assert fit["types"]["score"]["temperature"] == 1.0 and "fallback" in fit["types"]["score"]
+
+
+def test_load_temperatures_round_trip_and_missing_type(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    items = _sampled("choice", 400, rng, k=3) + _sampled("choice", 5, rng, k=7) + _sampled("noul", 300, rng)
+    fit = fit_temperatures(items, by_bucket=True, min_rows=50)
+    path = tmp_path / "temperatures.json"
+    path.write_text(json.dumps(fit))
+    table = load_temperatures(path)
+    assert table("choice", 3) == fit["buckets"]["choice"]["3-4"]["temperature"]
+    assert table("choice", 7) == fit["types"]["choice"]["temperature"]  # bucket fell back: the type's T
+    assert table("noul", 2) == fit["types"]["noul"]["temperature"]
+    assert table("score", 5) == 1.0 and table("set", 3) == 1.0  # types the file does not list
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "not valid JSON"),
+    ('{"temperature": 2}', "needs a 'types' object"),
+    ('{"types": {"choice": {"temperature": -1}}}', "types.choice: temperature must be a finite number > 0"),
+    ('{"types": {"noul": 1.2}, "buckets": {"choice": {"3-4": {"temperature": "hot"}}}}',
+     "buckets.choice.3-4: temperature must be"),
+])
+def test_load_temperatures_names_the_file_and_key(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as err:
+        load_temperatures(path)
+    assert str(path) in str(err.value)
+    with pytest.raises(FileNotFoundError, match=r"no-such\.json"):
+        load_temperatures(tmp_path / "no-such.json")
+
+
+# ------------------------------------------------------------------------------------------ refusing train splits
+
+
+def _records_file(path: Path, n: int = 4) -> Path:
+    rows = [{"task": "t", "state": f"state {i}", "question": {"type": "noul", "instructions": "Is it on?"},
+             "answer": i % 2 == 0} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_refuses_files_named_like_training_or_test_splits(tmp_path: Path) -> None:
+    for name in ("train.jsonl", "test.jsonl", "heldout_tasks.jsonl"):
+        path = _records_file(tmp_path / name)
+        with pytest.raises(ValueError, match=f"refusing to calibrate on .*{name}.*--force"):
+            check_calibration_data(path)
+        check_calibration_data(path, force=True)  # forced: allowed
+    check_calibration_data(_records_file(tmp_path / "dev.jsonl"))
+
+
+def test_refuses_a_file_the_manifest_lists_as_training_output(tmp_path: Path) -> None:
+    renamed = _records_file(tmp_path / "copy_of_split.jsonl")
+    dev = _records_file(tmp_path / "dev.jsonl", n=3)
+    manifest = {"outputs": {"train": {"path": "copy_of_split.jsonl", "rows": 4}, "dev": {"path": "dev.jsonl"}},
+                "recipe": {"augment": {"constraints": "copy_of_split.jsonl"}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert "lists copy_of_split.jsonl as the training split" in (protected_split(renamed) or "")
+    assert protected_split(dev) is None
+    # a renamed copy is caught by its hash too
+    digest = hashlib.sha256(renamed.read_bytes()).hexdigest()
+    (tmp_path / "manifest.json").write_text(json.dumps({"outputs": {"train.jsonl": {"sha256": digest}}}))
+    assert "has the sha256" in (protected_split(renamed) or "")
+    assert protected_split(dev) is None
+
+
+def test_cli_refuses_a_training_split_before_loading_any_model(tmp_path: Path) -> None:
+    train = _records_file(tmp_path / "train.jsonl")
+    result = CliRunner().invoke(app, ["calibrate", "--model", str(tmp_path / "no-model"), "--data", str(train),
+                                      "--out", str(tmp_path / "t.json")])
+    assert result.exit_code == 2
+    assert "refusing to calibrate" in result.output and "--force" in result.output
+    assert not (tmp_path / "t.json").exists()
+
+
+# -------------------------------------------------------------------------------------------- calibrate a model
+
+
+def test_calibrate_with_a_scorer_fits_each_type_on_the_records_logits() -> None:
+    rng = np.random.default_rng(5)
+    records, logits = [], {}
+    for i in range(600):
+        z = rng.normal(0.0, 3.0, size=3)
+        gold = int(np.argmax(z / 2.0 + rng.gumbel(size=3)))
+        record = parse_record({"task": "t", "state": f"s{i}", "question": {
+            "type": "choice", "instructions": "Pick", "criteria": ["a", "b", "c"]}, "answer": "abc"[gold]})[0]
+        records.append(record)
+        logits[record.state] = z
+
+    def scorer(items, orders=None):
+        return [logits[state] for state, _ in items]
+
+    fit = calibrate(None, records, scorer=scorer, progress=False)
+    assert fit["types"]["choice"]["temperature"] == pytest.approx(2.0, rel=0.15)  # 600 rows: a loose bound
+    assert fit["types"]["choice"]["n"] == 600
+
+
+def test_cli_calibrate_writes_temperatures_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    dev = _records_file(tmp_path / "dev.jsonl", n=6)
+    out = tmp_path / "cal" / "temperatures.json"
+    result = CliRunner().invoke(app, ["calibrate", "--model", str(tiny_llama_dir), "--data", str(dev),
+                                      "--out", str(out), "--min-rows", "2", "--by-bucket", "-q"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert document["format"] == "mydecide.temperatures/1"
+    assert document["data"] == str(dev) and document["model"] == str(tiny_llama_dir)
+    assert document["types"]["noul"]["n"] == 6 and document["by_bucket"] is True
+    assert set(document["types"]["noul"]) >= {"temperature", "log_loss_before", "log_loss_after", "ece_before",
+                                              "ece_after"}
+    assert document["provenance"]["versions"]["torch"]
+    assert load_temperatures(out)("noul", 2) == document["types"]["noul"]["temperature"]
+    assert (tmp_path / "cal" / "temperatures.recipe.yaml").is_file()
