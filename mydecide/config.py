@@ -166,6 +166,90 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
+# --- data recipes (prepare) ---------------------------------------------------------------------------------
+# The recipe of `mydecide prepare` (SPEC §4), owned by the data-preparation code.
+
+from pydantic import model_validator  # noqa: E402  (imported here so the part above stays untouched)
+
+
+class SourceSpec(Strict):
+    """One converter run: ``kind`` names a module in ``data_sources/``; ``options`` go to its ``convert``."""
+
+    kind: str
+    path: str | None = None  # None: the converter's default (its bundled sample, or the hub when online)
+    name: str | None = None  # label in the manifest and rejects.jsonl; default: kind (kind#i when repeated)
+    limit: int | None = Field(None, ge=0)
+    seed: int = 13
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class NearDedupConfig(Strict):
+    """MinHash LSH near-duplicate removal on the state text of records that ask the same question."""
+
+    enabled: bool = True
+    threshold: float = Field(0.8, gt=0.0, le=1.0)  # estimated Jaccard of word n-gram shingles
+    num_perm: int = Field(128, ge=16, le=1024)
+    ngram: int = Field(5, ge=1, le=32)  # words per shingle
+    seed: int = 1  # of the MinHash permutations
+
+
+class DedupConfig(Strict):
+    exact: bool = True  # normalised key: case-folded, whitespace-collapsed state + instructions + options
+    near: NearDedupConfig = Field(default_factory=NearDedupConfig)
+
+
+class DecontaminationConfig(Strict):
+    """How training rows are matched against the ``decontaminate_against`` files (state text only)."""
+
+    exact: bool = True
+    near: bool = True  # MinHash with dedup.near's num_perm / ngram; threshold below or dedup.near.threshold
+    near_threshold: float | None = Field(None, gt=0.0, le=1.0)
+    ngram: int = Field(13, ge=0, le=64)  # n-gram overlap length in words; 0 turns the check off
+
+
+class SplitConfig(Strict):
+    heldout_tasks: list[str] = Field(default_factory=list)  # whole tasks → heldout_tasks.jsonl
+    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    test_fraction: float = Field(0.0, ge=0.0, lt=1.0)  # > 0 also writes test.jsonl (trained tasks only)
+    seed: int = 13
+
+    @model_validator(mode="after")
+    def _fractions(self) -> SplitConfig:
+        if self.dev_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"dev_fraction + test_fraction must leave rows for training, got "
+                f"{self.dev_fraction} + {self.test_fraction}")
+        return self
+
+
+class AugmentConfig(Strict):
+    """Augmentation of the train split only; each field is the fraction of eligible rows that get a copy."""
+
+    shuffle_options: bool = True  # recorded only: `mydecide train` reshuffles choice options every epoch
+    anonymize_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → option_1.. (descriptions kept)
+    drop_distractors: float = Field(0.0, ge=0.0, le=1.0)  # choice with > 2 options: drop zero-mass options
+    paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
+    paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # exact instructions → variants
+    seed: int = 13
+
+    @model_validator(mode="after")
+    def _paraphrases(self) -> AugmentConfig:
+        if self.paraphrase_instructions > 0 and not any(self.paraphrases.values()):
+            raise ValueError("paraphrase_instructions > 0 needs paraphrases: {instructions: [variant, ...]}")
+        return self
+
+
+class DataRecipe(Strict):
+    sources: list[SourceSpec] = Field(min_length=1)
+    decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
+    decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    cap_per_task: int | dict[str, int] | None = None  # one cap for every task, or {task: cap}
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
+    out: str = "runs/data"
+
+
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------
 # The recipes of `mydecide calibrate` and `mydecide evaluate` (SPEC §6, §7), owned by calibration / evaluation.
 

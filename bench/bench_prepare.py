@@ -1,0 +1,249 @@
+"""Benchmark of `mydecide prepare`: 100k synthetic records, 10% of them planted near-duplicates.
+
+Run: ``.venv/bin/python bench/bench_prepare.py`` (``--records N`` for a smaller run). It measures
+
+1. the whole pipeline (``mydecide.data.prepare.prepare`` on a JSONL source, with an eval file to decontaminate
+   against): records/s and seconds per step;
+2. near-duplicate quality on the planted pairs: recall (planted rows removed, matched to their origin or a
+   sibling) and precision (removals that are planted pairs);
+3. the fast near-dedup path (numpy shingle hashing + vectorised MinHash + LSH insertion session) against two
+   baselines on the same subset, in the same run: a per-record ``MinHash.update`` loop with plain
+   ``MinHashLSH.insert`` (naive), and datasketch's own batch API ``MinHash.bulk`` with an insertion session.
+
+Writes ``bench/results/prepare.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mydecide.config import DataRecipe  # noqa: E402
+from mydecide.data import dedup  # noqa: E402
+from mydecide.data.prepare import prepare  # noqa: E402
+
+THRESHOLD, NUM_PERM, NGRAM = 0.7, 128, 5
+QUESTIONS = [
+    {"type": "noul", "instructions": "Does this note report a problem that needs action?"},
+    {"type": "choice", "instructions": "Which team should handle this note?",
+     "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages",
+                  "support": "How-to questions", "sales": "New contracts"}},
+    {"type": "score", "instructions": "How urgent is this note?",
+     "criteria": ["not urgent", "somewhat urgent", "urgent", "critical"]},
+]
+
+
+def vocabulary(size: int, rng: random.Random) -> list[str]:
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "st", "ch", "qu"]
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))))
+    return sorted(words)
+
+
+def edit(words: list[str], vocab: list[str], rng: random.Random) -> list[str]:
+    """A small word edit: 1 substitution / insertion / deletion per 100 words (at least 1)."""
+    out = list(words)
+    for _ in range(1 + len(words) // 100):
+        i = rng.randrange(len(out))
+        op = rng.choice(("sub", "ins", "del"))
+        if op == "sub":
+            out[i] = rng.choice(vocab)
+        elif op == "ins":
+            out.insert(i, rng.choice(vocab))
+        else:
+            del out[i]
+    return out
+
+
+def synthetic(n: int, dup_fraction: float, seed: int = 13) -> tuple[list[dict], dict[int, int]]:
+    """``n`` records, ``dup_fraction`` of them near-duplicates of others; returns (records, {dup row: origin})."""
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    vocab = vocabulary(20000, rng)
+    weights = 1.0 / np.arange(1, len(vocab) + 1) ** 1.05  # Zipf-like word frequencies
+    weights /= weights.sum()
+    n_dup = int(n * dup_fraction)
+    n_base = n - n_dup
+    lengths = nrng.integers(60, 151, size=n_base)
+    flat = nrng.choice(len(vocab), size=int(lengths.sum()), p=weights)
+    texts, start = [], 0
+    for length in lengths:
+        texts.append([vocab[i] for i in flat[start:start + length]])
+        start += length
+    questions = [rng.randrange(len(QUESTIONS)) for _ in range(n_base)]
+    rows: list[tuple[list[str], int, int | None]] = [(t, q, None) for t, q in zip(texts, questions, strict=True)]
+    for _ in range(n_dup):
+        origin = rng.randrange(n_base)
+        rows.append((edit(texts[origin], vocab, rng), questions[origin], origin))
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    position = {old: new for new, old in enumerate(order)}
+    records, planted = [], {}
+    for new, old in enumerate(order):
+        words, q, origin = rows[old]
+        question = QUESTIONS[q]
+        answer: object = {"noul": rng.random() < 0.5, "score": rng.randrange(4),
+                          "choice": rng.choice(["billing", "engineering", "support", "sales"])}[question["type"]]
+        records.append({"id": f"r{new}", "task": f"synthetic_{question['type']}", "state": " ".join(words),
+                        "question": question, "answer": answer})
+        if origin is not None:
+            planted[new] = position[origin]
+    return records, planted
+
+
+def jaccard(a: str, b: str, n: int = NGRAM) -> float:
+    def grams(text: str) -> set[tuple[str, ...]]:
+        w = dedup.tokens(text)
+        return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+    ga, gb = grams(a), grams(b)
+    return len(ga & gb) / len(ga | gb)
+
+
+def quality(records: list[dict], planted: dict[int, int], rejects: list[dict]) -> dict:
+    """Recall and precision of the near-dedup step on the planted pairs (by record id)."""
+    index = {r["id"]: i for i, r in enumerate(records)}
+    family = {i: planted.get(i, i) for i in range(len(records))}  # the origin each row derives from
+    removed = [(index[r["id"]], index[r["matched"]["id"]]) for r in rejects if r["step"] == "near_dedup"]
+    correct = sum(family[a] == family[b] for a, b in removed)
+    caught = {a for a, b in removed if family[a] == family[b]} | {b for a, b in removed if family[a] == family[b]}
+    # a planted pair is found when the duplicate or its origin was removed as a duplicate of the family
+    found = sum(dup in caught or origin in caught for dup, origin in planted.items())
+    return {"planted": len(planted), "removed": len(removed), "recall": found / len(planted),
+            "precision": correct / len(removed) if removed else 1.0}
+
+
+def naive_near_dedup(texts: list[str]) -> dict[int, int]:
+    """The textbook loop: one MinHash per record updated shingle by shingle, plain LSH insert + query."""
+    from datasketch import MinHash, MinHashLSH
+
+    lsh = MinHashLSH(num_perm=NUM_PERM, params=dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
+    removed: dict[int, int] = {}
+    for i, text in enumerate(texts):
+        words = dedup.tokens(text)
+        m = MinHash(num_perm=NUM_PERM)
+        for j in range(len(words) - NGRAM + 1):
+            m.update(" ".join(words[j:j + NGRAM]).encode("utf-8"))
+        hits = [k for k in lsh.query(m)]
+        if hits:
+            removed[i] = min(hits)
+        else:
+            lsh.insert(i, m)
+    return removed
+
+
+def bulk_near_dedup(texts: list[str]) -> dict[int, int]:
+    """datasketch's batch API: ``MinHash.bulk`` over shingle lists, an insertion session, then queries."""
+    from datasketch import MinHash, MinHashLSH
+
+    shingles = []
+    for text in texts:
+        words = dedup.tokens(text)
+        shingles.append([" ".join(words[j:j + NGRAM]).encode("utf-8") for j in range(len(words) - NGRAM + 1)])
+    sketches = MinHash.bulk(shingles, num_perm=NUM_PERM)
+    lsh = MinHashLSH(num_perm=NUM_PERM, params=dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
+    with lsh.insertion_session() as session:
+        for i, m in enumerate(sketches):
+            session.insert(i, m)
+    removed: dict[int, int] = {}
+    for i, m in enumerate(sketches):
+        earlier = [k for k in lsh.query(m) if k < i and k not in removed]
+        if earlier:
+            removed[i] = min(earlier)
+    return removed
+
+
+def timed(fn, *args):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--subset", type=int, default=5_000, help="rows for the fast-vs-baseline comparison")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prepare.json")
+    args = parser.parse_args()
+
+    records, planted = synthetic(args.records, 0.10)
+    pair_jaccard = sorted(jaccard(records[d]["state"], records[o]["state"]) for d, o in list(planted.items())[:2000])
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "records.jsonl"
+        source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        eval_file = Path(tmp) / "eval.jsonl"  # 500 states copied from the records: decontamination must find them
+        eval_file.write_text("".join(json.dumps({"id": f"e{i}", "state": records[i * 7]["state"]}) + "\n"
+                                     for i in range(500)), encoding="utf-8")
+        recipe = DataRecipe.model_validate({
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "decontaminate_against": [str(eval_file)],
+            "dedup": {"near": {"threshold": THRESHOLD, "num_perm": NUM_PERM, "ngram": NGRAM}},
+            "split": {"dev_fraction": 0.05, "seed": 13},
+            "augment": {"anonymize_options": 0.1, "drop_distractors": 0.1},
+        })
+        manifest, seconds = timed(prepare, recipe, Path(tmp) / "out")
+        rejects = [json.loads(line) for line in (Path(tmp) / "out" / "rejects.jsonl").open()]
+    scores = quality(records, planted, rejects)
+
+    subset = [r["state"] for r in records[:args.subset]]
+    _, fast_s = timed(lambda t: dedup.near_duplicates(t, threshold=THRESHOLD, num_perm=NUM_PERM, ngram=NGRAM),
+                      subset)
+    _, bulk_s = timed(bulk_near_dedup, subset)
+    _, naive_s = timed(naive_near_dedup, subset)
+
+    steps = {s["step"]: s.get("seconds") for s in manifest["steps"]}
+    result = {
+        "records": args.records, "planted_near_duplicates": len(planted),
+        "planted_pair_jaccard": {"min": round(pair_jaccard[0], 3),
+                                 "median": round(pair_jaccard[len(pair_jaccard) // 2], 3)},
+        "settings": {"threshold": THRESHOLD, "num_perm": NUM_PERM, "ngram": NGRAM},
+        "prepare_seconds": round(seconds, 2), "prepare_records_per_s": round(args.records / seconds),
+        "step_seconds": steps,
+        "near_dedup_recall": round(scores["recall"], 4), "near_dedup_precision": round(scores["precision"], 4),
+        "near_dedup_removed": scores["removed"],
+        "decontaminated": next(s["removed"] for s in manifest["steps"] if s["step"] == "decontaminate"),
+        "subset": args.subset,
+        "near_dedup_records_per_s": {"fast": round(args.subset / fast_s),
+                                     "datasketch_bulk": round(args.subset / bulk_s),
+                                     "naive_update_loop": round(args.subset / naive_s)},
+        "speedup_vs_naive": round(naive_s / fast_s, 1), "speedup_vs_bulk": round(bulk_s / fast_s, 1),
+        "targets": {"recall": 0.95, "precision": 0.98, "prepare_seconds": 120},
+        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+    }
+    result["meets_targets"] = (result["near_dedup_recall"] >= 0.95 and result["near_dedup_precision"] >= 0.98
+                               and result["prepare_seconds"] < 120)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+    print(f"prepare of {args.records} records: {seconds:.1f} s, {result['prepare_records_per_s']} records/s")
+    print("  steps (s): " + ", ".join(f"{k} {v}" for k, v in steps.items()))
+    print(f"near dedup: recall {scores['recall']:.4f}  precision {scores['precision']:.4f}  "
+          f"({scores['removed']} removed, {len(planted)} planted; planted pair Jaccard min "
+          f"{pair_jaccard[0]:.3f}, median {pair_jaccard[len(pair_jaccard) // 2]:.3f})")
+    print(f"{'near dedup on ' + str(args.subset) + ' rows':<34}{'records/s':>12}{'ratio':>10}")
+    for name, secs in (("fast path (numpy + session)", fast_s), ("datasketch MinHash.bulk", bulk_s),
+                       ("naive MinHash.update loop", naive_s)):
+        print(f"{name:<34}{args.subset / secs:>12.0f}{naive_s / secs:>9.1f}x")
+    print(f"targets met: {result['meets_targets']}  → {args.out}")
+
+
+def _cpus() -> int | None:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+if __name__ == "__main__":
+    main()

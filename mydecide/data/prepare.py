@@ -1,0 +1,431 @@
+"""The ``prepare`` pipeline (SPEC §4): sources → validated, deduplicated, decontaminated, split, augmented JSONL.
+
+:func:`prepare` reads as the table of contents: convert → validate → exact dedup → near dedup → decontaminate →
+cap per task → split → augment → write. Every step counts rows in and out (per source and per question type)
+and says why each removed row left; each removed or rejected row goes to ``rejects.jsonl`` with its step, its
+reason, its source location and (for duplicates and contamination) the row or eval item it matched. Before
+anything is written the conservation law is checked: input rows = kept + rejected + removed, exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mydecide.config import DataRecipe, RecipeError, SourceSpec, dump_recipe
+from mydecide.data import augment as augmenting
+from mydecide.data import dedup, split
+from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
+from mydecide.data.sources import UnknownSourceError, load_source
+from mydecide.io import atomic_write_json, atomic_write_text, provenance
+from mydecide.records import Record, RecordError, parse_record, write_jsonl
+
+OUTPUTS = ("train.jsonl", "dev.jsonl", "heldout_tasks.jsonl", "rejects.jsonl")
+STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Row:
+    """A validated record and where it came from."""
+
+    record: Record
+    source: str  # the source's label in the recipe (its name, or its kind)
+    where: str  # "file:line" in the source
+
+    def ref(self) -> dict[str, Any]:
+        return {"id": self.record.id, "source": self.source, "where": self.where}
+
+
+@dataclass
+class Ledger:
+    """What every step did: counts for the manifest and the rows that left, for rejects.jsonl."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    rows_read: int = 0
+    exploded_extra: int = 0  # extra records from multi-question rows (one row → n records)
+    rejected: int = 0
+    removed: int = 0
+    augmented: int = 0  # copies added to train (not input rows)
+    clock: float = field(default_factory=time.perf_counter)  # end of the previous step
+
+    def lap(self) -> float:
+        """Seconds since the previous step ended."""
+        now = time.perf_counter()
+        seconds, self.clock = now - self.clock, now
+        return round(seconds, 3)
+
+    def reject(self, step: str, source: str, where: str, reason: str, raw: Any) -> None:
+        self.rejected += 1
+        self.dropped.append({"step": step, "reason": reason, "source": source, "where": where, "raw": raw})
+
+    def step(self, name: str, rows_in: Sequence[Row], kept: Sequence[Row],
+             removed: Sequence[tuple[Row, str, dict[str, Any] | None]], **extra: Any) -> list[Row]:
+        """Record one filtering step and return ``kept``; each removal is (row, reason, what it matched)."""
+        if len(rows_in) != len(kept) + len(removed):
+            raise RuntimeError(f"step {name}: {len(rows_in)} rows in but {len(kept)} kept + {len(removed)} removed")
+        self.removed += len(removed)
+        for row, reason, matched in removed:
+            entry: dict[str, Any] = {"step": name, "reason": reason, **row.ref(), "task": row.record.task}
+            if matched is not None:
+                entry["matched"] = matched
+            entry["record"] = row.record.to_json()
+            self.dropped.append(entry)
+        self.steps.append({
+            "step": name, "in": len(rows_in), "out": len(kept), "removed": len(removed),
+            "reasons": dict(Counter(reason for _, reason, _ in removed).most_common()),
+            "by_source": _in_out(rows_in, kept, lambda r: r.source),
+            "by_type": _in_out(rows_in, kept, lambda r: r.record.question.type),
+            **extra, "seconds": self.lap(),
+        })
+        return list(kept)
+
+
+def _in_out(rows_in: Sequence[Row], kept: Sequence[Row], key: Callable[[Row], str]) -> dict[str, dict[str, int]]:
+    before, after = Counter(map(key, rows_in)), Counter(map(key, kept))
+    return {k: {"in": before[k], "out": after[k]} for k in sorted(before)}
+
+
+# ------------------------------------------------------------------------------------------------- the pipeline
+
+
+def prepare(recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False,
+            log: Log | None = None) -> dict[str, Any]:
+    """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest."""
+    out = Path(out if out is not None else recipe.out)
+    say = log or (lambda _message: None)
+    ledger = Ledger()
+
+    rows = convert_and_validate(recipe.sources, ledger, progress)
+    rows = exact_dedup(rows, recipe, ledger)
+    rows = near_dedup(rows, recipe, ledger, progress)
+    rows = decontaminate(rows, recipe, ledger, progress)
+    rows = cap_per_task(rows, recipe, ledger)
+    splits = split_rows(rows, recipe, ledger)
+    splits["train"] = augment_train(splits["train"], recipe, ledger)
+
+    for step in ledger.steps:
+        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {_short_reasons(step)}")
+    manifest = build_manifest(recipe, ledger, splits)
+    check_conservation(manifest, ledger)
+    write_outputs(out, splits, ledger, manifest, recipe)
+    say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
+    return manifest
+
+
+# ----------------------------------------------------------------------------------------------------- steps
+
+
+def source_labels(specs: Sequence[SourceSpec]) -> list[str]:
+    """A label per source: its ``name``, else its kind (``kind#i`` when several sources share a kind)."""
+    kinds = Counter(spec.kind for spec in specs if spec.name is None)
+    labels = [spec.name or (f"{spec.kind}#{i}" if kinds[spec.kind] > 1 else spec.kind)
+              for i, spec in enumerate(specs)]
+    repeated = sorted(label for label, n in Counter(labels).items() if n > 1)
+    if repeated:
+        raise RecipeError(f"sources: the name(s) {repeated} are used by more than one source")
+    return labels
+
+
+def converted(spec: SourceSpec, index: int, section: str = "sources") -> Iterator[dict[str, Any]]:
+    """The converter's rows; a recipe problem (unknown kind or option, missing file) names the source."""
+    what = f"{section}[{index}] (kind {spec.kind})"
+    try:
+        module = load_source(spec.kind)
+        rows = module.convert(spec.path, limit=spec.limit, seed=spec.seed, **spec.options)
+    except (UnknownSourceError, TypeError, FileNotFoundError, ValueError) as err:  # TypeError: bad options
+        raise RecipeError(f"{what}: {err}") from None
+    try:
+        yield from rows
+    except (FileNotFoundError, ValueError) as err:
+        raise RecipeError(f"{what}: {err}") from None
+
+
+def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: bool = False) -> list[Row]:
+    """Run every converter and validate each row; bad rows are rejected with their location and reason."""
+    rows: list[Row] = []
+    per_source: dict[str, dict[str, int]] = {}
+    reasons: Counter[str] = Counter()
+    for index, (label, spec) in enumerate(zip(source_labels(specs), specs, strict=True)):
+        counts = per_source.setdefault(label, {"in": 0, "rejected": 0, "out": 0})
+        with _bar(progress, f"convert {label}") as bar:
+            for obj in converted(spec, index):
+                bar.update(1)
+                counts["in"] += 1
+                ledger.rows_read += 1
+                where = str(obj.pop("_where", f"{label}:{counts['in']}"))
+                if "_error" in obj:
+                    reason = str(obj["_error"])
+                    raw = obj.get("raw")
+                else:
+                    try:
+                        records = parse_record(obj)
+                    except RecordError as err:
+                        reason, raw = err.rule, obj
+                    else:
+                        rows.extend(Row(record, label, where) for record in records)
+                        ledger.exploded_extra += len(records) - 1
+                        counts["out"] += len(records)
+                        continue
+                ledger.reject("validate", label, where, reason, raw)
+                counts["rejected"] += 1
+                reasons[reason_pattern(reason)] += 1
+    ledger.steps.append({
+        "step": "validate", "in": ledger.rows_read + ledger.exploded_extra, "out": len(rows),
+        "rejected": ledger.rejected, "rows_read": ledger.rows_read, "exploded_extra": ledger.exploded_extra,
+        "reasons": dict(reasons.most_common()), "by_source": per_source,
+        "by_type": {t: {"out": n} for t, n in sorted(Counter(r.record.question.type for r in rows).items())},
+        "seconds": ledger.lap(),
+    })
+    return rows
+
+
+def exact_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
+    """Drop rows whose normalised key repeats an earlier row's (the first is kept)."""
+    if not recipe.dedup.exact:
+        return ledger.step("exact_dedup", rows, rows, [], skipped=True)
+    duplicates = dedup.exact_duplicates([dedup.exact_key(row.record) for row in rows])
+    conflicts = sum(rows[i].record.target != rows[k].record.target for i, k in duplicates.items())
+    removed = [(rows[i], "exact duplicate", rows[k].ref()) for i, k in duplicates.items()]
+    kept = [row for i, row in enumerate(rows) if i not in duplicates]
+    return ledger.step("exact_dedup", rows, kept, removed, label_conflicts=conflicts)
+
+
+def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
+    """Drop rows that ask the same question as an earlier kept row about a nearly identical state."""
+    near = recipe.dedup.near
+    if not near.enabled or not rows:
+        return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
+    with _bar(progress, "near dedup", total=len(rows)) as bar:
+        matches = dedup.near_duplicates(
+            [dedup.state_text(row.record.state) for row in rows], threshold=near.threshold,
+            num_perm=near.num_perm, ngram=near.ngram, seed=near.seed,
+            groups=[dedup.question_key(row.record.question) for row in rows], progress=bar.update)
+    removed = [(rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
+               for i, m in sorted(matches.items())]
+    kept = [row for i, row in enumerate(rows) if i not in matches]
+    return ledger.step("near_dedup", rows, kept, removed, threshold=near.threshold, num_perm=near.num_perm,
+                       ngram=near.ngram)
+
+
+def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, Any]]]:
+    """The states of every eval file or source in ``decontaminate_against``, and per-file counts.
+
+    Only the state matters here, so a source's error row still counts when its raw row has a ``state``
+    (evaluation files without gold answers, such as public benchmark suites, come out as error rows).
+    """
+    items: list[EvalItem] = []
+    files: dict[str, dict[str, Any]] = {}
+    for index, entry in enumerate(recipe.decontaminate_against):
+        if isinstance(entry, str):
+            name = entry
+            found, problems = read_eval_jsonl(entry)
+        else:
+            name = entry.name or f"{entry.kind}:{entry.path}"
+            found, problems = [], []
+            for obj in converted(entry, index, section="decontaminate_against"):
+                where = str(obj.pop("_where", "?"))
+                raw = obj.get("raw") if "_error" in obj else obj
+                try:
+                    records = [] if "_error" in obj else parse_record(obj)
+                except RecordError:
+                    records = []
+                if records:
+                    found.extend(EvalItem(name, r.id, dedup.state_text(r.state)) for r in records)
+                elif isinstance(raw, dict) and raw.get("state") not in (None, "", [], {}):
+                    found.append(EvalItem(name, str(raw.get("id") or where), dedup.state_text(raw["state"])))
+                else:
+                    problems.append(f"{where}: {obj.get('_error', 'no state')}")
+            if not found:
+                raise RecipeError(f"decontaminate_against[{index}] ({name}): no eval item with a state")
+        files[name] = {"items": len(found), "unreadable": len(problems), "unreadable_examples": problems[:5]}
+        items.extend(found)
+    return items, files
+
+
+def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
+    """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
+    if not recipe.decontaminate_against:
+        return ledger.step("decontaminate", rows, rows, [], eval_files={})
+    items, files = eval_items(recipe)
+    settings, near = recipe.decontamination, recipe.dedup.near
+    index = EvalIndex(items, exact=settings.exact, near=settings.near,
+                      threshold=settings.near_threshold or near.threshold, num_perm=near.num_perm,
+                      shingle_words=near.ngram, seed=near.seed, overlap_words=settings.ngram)
+    with _bar(progress, "decontaminate", total=len(rows)) as bar:
+        found = index.match([dedup.state_text(row.record.state) for row in rows], progress=bar.update)
+    removed = [(row, f"eval overlap ({hit.method})", hit.to_json())
+               for row, hit in zip(rows, found, strict=True) if hit is not None]
+    kept = [row for row, hit in zip(rows, found, strict=True) if hit is None]
+    for file, info in files.items():
+        info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
+    return ledger.step("decontaminate", rows, kept, removed, eval_files=files,
+                       ngram=settings.ngram, near_threshold=index.threshold)
+
+
+def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
+    """Keep at most the cap of each task (a stable hash sample, not the first rows)."""
+    caps = recipe.cap_per_task
+    if isinstance(caps, dict):
+        unknown = sorted(set(caps) - {row.record.task for row in rows})
+        if unknown:
+            raise RecipeError(f"cap_per_task names task(s) {unknown} that have no records")
+    over = split.capped([row.record for row in rows], caps, recipe.split.seed)
+    removed = [(rows[i], "over the task cap", {"cap": caps if isinstance(caps, int) else caps[task]})
+               for i, task in sorted(over.items())] if isinstance(caps, (int, dict)) else []
+    kept = [row for i, row in enumerate(rows) if i not in over]
+    return ledger.step("cap_per_task", rows, kept, removed, cap=caps,
+                       by_task=_in_out(rows, kept, lambda r: r.record.task))
+
+
+def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str, list[Row]]:
+    """Held-out tasks whole; the rest train / dev / test by the stable state hash."""
+    cfg = recipe.split
+    try:
+        indices = split.split_records([row.record for row in rows], heldout_tasks=cfg.heldout_tasks,
+                                      dev_fraction=cfg.dev_fraction, test_fraction=cfg.test_fraction,
+                                      seed=cfg.seed)
+    except ValueError as err:
+        raise RecipeError(str(err)) from None
+    splits = {name: [rows[i] for i in idx] for name, idx in indices.items()}
+    ledger.steps.append({"step": "split", "in": len(rows), "out": len(rows), "removed": 0,
+                         "splits": {name: len(part) for name, part in splits.items()},
+                         "by_task": {name: dict(sorted(Counter(r.record.task for r in part).items()))
+                                     for name, part in splits.items()}, "seconds": ledger.lap()})
+    return splits
+
+
+def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
+    """Add augmented copies of train rows (after the split, so no other split is touched)."""
+    cfg = recipe.augment
+    settings = augmenting.AugmentSettings(
+        anonymize_options=cfg.anonymize_options, drop_distractors=cfg.drop_distractors,
+        paraphrase_instructions=cfg.paraphrase_instructions, paraphrases=cfg.paraphrases, seed=cfg.seed)
+    out: list[Row] = []
+    added: Counter[str] = Counter()
+    for row in train:
+        out.append(row)
+        for copy in augmenting.copies(row.record, settings):
+            out.append(Row(copy, row.source, row.where))
+            added[str(copy.meta["augmented"])] += 1
+    ledger.augmented = sum(added.values())
+    ledger.steps.append({"step": "augment", "in": len(train), "out": len(out), "removed": 0,
+                         "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
+                         "shuffle_options": "by the training collator, every epoch"
+                         if cfg.shuffle_options else "off", "seconds": ledger.lap()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the manifest
+
+
+def distributions(rows: Sequence[Row]) -> dict[str, Any]:
+    """Type, language, task and option-count counts and the state-length profile (characters) of a split."""
+    lengths = sorted(len(dedup.state_text(row.record.state)) for row in rows)
+    bins: Counter[str] = Counter()
+    for n in lengths:
+        bins[next((f"<={b}" for b in STATE_LENGTH_BINS if n <= b), f">{STATE_LENGTH_BINS[-1]}")] += 1
+
+    def quantile(q: float) -> int | None:
+        return lengths[min(len(lengths) - 1, int(q * len(lengths)))] if lengths else None
+
+    return {
+        "rows": len(rows),
+        "type": dict(sorted(Counter(row.record.question.type for row in rows).items())),
+        "lang": dict(sorted(Counter(row.record.lang for row in rows).items())),
+        "task": dict(sorted(Counter(row.record.task for row in rows).items())),
+        "option_count": {str(k): n for k, n in sorted(Counter(row.record.question.k for row in rows).items())},
+        "state_chars": {"min": lengths[0] if lengths else None, "median": quantile(0.5), "p90": quantile(0.9),
+                        "max": lengths[-1] if lengths else None,
+                        "histogram": {b: bins[b] for b in [f"<={x}" for x in STATE_LENGTH_BINS]
+                                      + [f">{STATE_LENGTH_BINS[-1]}"] if bins[b]}},
+    }
+
+
+def build_manifest(recipe: DataRecipe, ledger: Ledger, splits: dict[str, list[Row]]) -> dict[str, Any]:
+    kept = sum(len(part) for part in splits.values()) - ledger.augmented
+    return {
+        "conservation": {
+            "input": ledger.rows_read + ledger.exploded_extra, "rows_read": ledger.rows_read,
+            "exploded_extra": ledger.exploded_extra, "kept": kept, "rejected": ledger.rejected,
+            "removed": ledger.removed, "augmented_copies": ledger.augmented,
+            "law": "input = kept + rejected + removed (augmented copies are extra rows of train)",
+        },
+        "steps": ledger.steps,
+        "splits": {name: distributions(part) for name, part in splits.items()
+                   if name != "test" or recipe.split.test_fraction > 0},
+        "recipe": recipe.model_dump(mode="json"),
+        "provenance": provenance(),
+        "outputs": {},
+    }
+
+
+def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
+    """Input rows = kept + rejected + removed, and every rejected or removed row is in rejects.jsonl."""
+    c = manifest["conservation"]
+    if c["input"] != c["kept"] + c["rejected"] + c["removed"]:
+        raise RuntimeError(f"row conservation broken: input {c['input']} != kept {c['kept']} + rejected "
+                           f"{c['rejected']} + removed {c['removed']}")
+    if len(ledger.dropped) != c["rejected"] + c["removed"]:
+        raise RuntimeError(f"rejects.jsonl would hold {len(ledger.dropped)} rows, not "
+                           f"{c['rejected']} rejected + {c['removed']} removed")
+
+
+def write_outputs(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],
+                  recipe: DataRecipe) -> None:
+    """Each file is written atomically; the manifest (with every output's sha256) comes last."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"train.jsonl": splits["train"], "dev.jsonl": splits["dev"], "heldout_tasks.jsonl": splits["heldout"]}
+    if recipe.split.test_fraction > 0:
+        files["test.jsonl"] = splits["test"]
+    else:
+        (out / "test.jsonl").unlink(missing_ok=True)  # a stale one from an earlier run would mislead
+    for name, rows in files.items():
+        write_jsonl(out / name, (row.record.to_json() for row in rows))
+    write_jsonl(out / "rejects.jsonl", ledger.dropped)
+    atomic_write_text(out / "recipe.yaml", dump_recipe(recipe))
+    for name in [*files, "rejects.jsonl", "recipe.yaml"]:
+        data = (out / name).read_bytes()
+        manifest["outputs"][name] = {"rows": data.count(b"\n") if name.endswith(".jsonl") else None,
+                                     "sha256": hashlib.sha256(data).hexdigest()}
+    atomic_write_json(out / "manifest.json", manifest)
+
+
+# ------------------------------------------------------------------------------------------------- display
+
+
+def reason_pattern(reason: str) -> str:
+    """A rejection reason with its quoted values and numbers masked, so the manifest counts kinds of problems."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+(?:\.\d+)?\b", "…", reason)
+
+
+def _short_reasons(step: dict[str, Any]) -> str:
+    reasons = step.get("reasons") or {}
+    return "; ".join(f"{reason}: {n}" for reason, n in list(reasons.items())[:3])
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+@contextmanager
+def _bar(enabled: bool, desc: str, total: int | None = None) -> Iterator[Any]:
+    """A tqdm progress bar on stderr when ``enabled`` (tqdm comes with ``datasets``), else a no-op."""
+    if not enabled:
+        yield _NoBar()
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit=" rows", file=sys.stderr, leave=False, mininterval=0.5) as bar:
+        yield bar

@@ -1,0 +1,80 @@
+"""Augmentation: copies keep answers consistent, never drop the gold, never touch score levels."""
+
+from __future__ import annotations
+
+import random
+
+from prepare_builders import CHOICE, NOUL, SCORE, make
+
+from mydecide.data import augment
+from mydecide.records import parse_record
+
+
+def choice_record(i: int = 1, answer: str = "engineering", **kw):
+    return parse_record(make(i, question=CHOICE, answer=answer, **kw))[0]
+
+
+def test_anonymized_copy_renames_ids_and_keeps_the_answer() -> None:
+    original = choice_record(answer="support")
+    copy = augment.anonymize_options(original)
+    assert copy is not None
+    assert copy.question.options == ("option_1", "option_2", "option_3", "option_4")
+    assert copy.question.descriptions == original.question.descriptions
+    assert copy.to_json()["answer"] == "option_3"  # support was the third option
+    assert copy.question.descriptions[copy.gold_index] == "How-to questions"
+    assert copy.meta["renamed"]["support"] == "option_3" and copy.meta["source_id"] == original.id
+    assert copy.id != original.id and copy.state == original.state
+
+
+def test_anonymizing_options_without_descriptions_keeps_their_names_as_descriptions() -> None:
+    bare = parse_record(make(1, question={"type": "choice", "instructions": "Pick", "criteria": ["red", "blue"]},
+                             answer="blue"))[0]
+    copy = augment.anonymize_options(bare)
+    assert copy is not None and copy.question.descriptions == ("red", "blue") and copy.to_json()["answer"] == "option_2"
+
+
+def test_soft_targets_follow_their_options() -> None:
+    soft = parse_record({**make(1, question=CHOICE), "answer": None,
+                         "target": {"billing": 0.5, "engineering": 0.5}})[0]
+    for seed in range(30):
+        copy = augment.drop_distractors(soft, random.Random(seed))
+        assert copy is not None
+        assert {"billing", "engineering"} <= set(copy.question.options) and len(copy.question.options) >= 2
+        assert dict(zip(copy.question.options, copy.target, strict=True))["billing"] == 0.5
+        assert abs(sum(copy.target) - 1.0) < 1e-12
+    anonymous = augment.anonymize_options(soft)
+    assert anonymous is not None and anonymous.to_json()["target"] == {
+        "option_1": 0.5, "option_2": 0.5, "option_3": 0.0, "option_4": 0.0}
+
+
+def test_drop_distractors_never_drops_the_gold() -> None:
+    for seed in range(50):
+        record = choice_record(seed, answer=list(CHOICE["criteria"])[seed % 4])
+        copy = augment.drop_distractors(record, random.Random(seed))
+        assert copy is not None and 2 <= copy.question.k <= 3
+        assert copy.to_json()["answer"] == record.to_json()["answer"]
+        assert set(copy.meta["dropped"]).isdisjoint(copy.question.options)
+        assert record.to_json()["answer"] not in copy.meta["dropped"]
+
+
+def test_types_that_are_left_alone() -> None:
+    score = parse_record(make(1, question=SCORE))[0]
+    noul = parse_record(make(1, question=NOUL))[0]
+    two = parse_record(make(1, question={**CHOICE, "criteria": {"a": "", "b": ""}}, answer="a"))[0]
+    settings = augment.AugmentSettings(anonymize_options=1.0, drop_distractors=1.0)
+    assert augment.copies(score, settings) == [] and augment.copies(noul, settings) == []
+    assert [c.meta["augmented"] for c in augment.copies(two, settings)] == ["anonymize_options"]
+
+
+def test_paraphrase_and_selection_are_stable() -> None:
+    rs = [choice_record(i) for i in range(400)]
+    settings = augment.AugmentSettings(anonymize_options=0.25, paraphrase_instructions=0.5,
+                                       paraphrases={CHOICE["instructions"]: ["Who owns this ticket?"]})
+    out, added = augment.augment(rs, settings)
+    again, _ = augment.augment(rs, settings)
+    assert [r.id for r in out] == [r.id for r in again]
+    assert 60 <= added["anonymize_options"] <= 140 and 150 <= added["paraphrase_instructions"] <= 250
+    assert len(out) == 400 + sum(added.values())
+    para = [r for r in out if r.meta.get("augmented") == "paraphrase_instructions"]
+    assert all(r.question.instructions == "Who owns this ticket?" and r.to_json()["answer"] == "engineering"
+               for r in para)

@@ -1,0 +1,91 @@
+"""Exact and near dedup: planted duplicates go, distinct rows stay, signatures are datasketch's MinHash."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from prepare_builders import CHOICE, NOUL, make, sentence
+
+from mydecide.data import dedup
+from mydecide.records import parse_record
+
+
+def test_signatures_equal_datasketch_minhash_of_the_same_shingles() -> None:
+    from datasketch import MinHash
+
+    texts = [sentence(1), sentence(2, 3), "!!", "中文文本的去重测试", sentence(3, 200)]
+    shingles = dedup.shingle(texts, 5)
+    sigs = dedup.signatures(shingles, num_perm=64, seed=7, block=16)  # a tiny block: texts span blocks
+    for i in range(len(texts)):
+        reference = MinHash(num_perm=64, seed=7, hashfunc=int)
+        reference.update_batch(dedup.fold32(shingles.of(i)).tolist())
+        assert np.array_equal(reference.hashvalues, sigs[i]), texts[i][:30]
+
+
+def test_shingles_are_word_ngrams_and_short_texts_are_one_shingle() -> None:
+    shingles = dedup.shingle(["a b c d e f", "a b", "", "A  B, c d e."], 5)
+    assert np.diff(shingles.offsets).tolist() == [2, 1, 1, 1]
+    # case and punctuation do not matter: "A B, c d e." has the 5-gram "a b c d e" of the first text
+    assert shingles.of(3)[0] == shingles.of(0)[0]
+    assert np.diff(dedup.shingle(["a b c d e f", "a b"], 5, short="skip").offsets).tolist() == [2, 0]
+    # CJK characters are words of their own
+    assert dedup.tokens("中文 text") == ["中", "文", "text"]
+
+
+def test_estimated_jaccard_tracks_the_true_jaccard() -> None:
+    a = sentence(10, 120).split()
+    b = [*a[:60], "zzz", *a[61:]]  # one substitution: 5 of 116 five-grams change
+    sigs = dedup.signatures(dedup.shingle([" ".join(a), " ".join(b), sentence(11, 120)], 5), num_perm=256)
+    true = 111 / 121
+    assert abs(dedup.estimated_jaccard(sigs[0], sigs[1:2])[0] - true) < 0.06
+    assert dedup.estimated_jaccard(sigs[0], sigs[2:3])[0] < 0.05
+
+
+def test_exact_duplicates_use_the_normalised_key() -> None:
+    base = make(1, state="Checkout returns HTTP 500 since 09:10.")
+    same = make(2, state="  checkout RETURNS http 500\n since 09:10.  ")
+    shuffled = make(3, state=base["state"], question={**CHOICE, "criteria": dict(reversed(CHOICE["criteria"].items()))})
+    other_question = make(4, state=base["state"], question=NOUL)
+    other_state = make(5, state="Checkout returns HTTP 502 since 09:10.")
+    records = [parse_record(r)[0] for r in (base, same, shuffled, other_question, other_state)]
+    removed = dedup.exact_duplicates([dedup.exact_key(r) for r in records])
+    assert removed == {1: 0, 2: 0}
+
+
+def test_score_level_order_is_part_of_the_exact_key() -> None:
+    up = parse_record(make(1, question={"type": "score", "instructions": "How?", "criteria": ["low", "high"]}))[0]
+    down = parse_record(make(1, question={"type": "score", "instructions": "How?", "criteria": ["high", "low"]}))[0]
+    assert dedup.exact_key(up) != dedup.exact_key(down)
+
+
+def test_near_duplicates_removes_planted_copies_and_keeps_distinct_rows() -> None:
+    texts = [sentence(i, 60) for i in range(40)]
+    planted = {}
+    for origin in (3, 17, 25):
+        words = texts[origin].split()
+        words[30] = "substituted"  # one word edit: Jaccard 51/61 ≈ 0.84
+        planted[len(texts)] = origin
+        texts.append(" ".join(words))
+    removed = dedup.near_duplicates(texts, threshold=0.7, num_perm=128, ngram=5)
+    assert {i: m.kept for i, m in removed.items()} == planted
+    assert all(0.7 <= m.similarity <= 1.0 for m in removed.values())
+
+
+def test_near_duplicates_keep_the_first_of_a_cluster_and_respect_groups() -> None:
+    base = sentence(5, 60).split()
+    variants = [" ".join([*base[:k], "edit", *base[k + 1:]]) for k in (10, 30, 50)]
+    texts = [variants[0], variants[1], variants[2], " ".join(base)]
+    removed = dedup.near_duplicates(texts, threshold=0.6)
+    assert sorted(removed) == [1, 2, 3] and all(m.kept == 0 for m in removed.values())
+    # the same state asked a different question is not a duplicate
+    removed = dedup.near_duplicates(texts, threshold=0.6, groups=["a", "b", "a", "b"])
+    assert {i: m.kept for i, m in removed.items()} == {2: 0, 3: 1}
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.7, 0.8, 0.9])
+def test_lsh_bands_catch_pairs_at_the_threshold(threshold: float) -> None:
+    b, r = dedup.lsh_bands(threshold, 128)
+    assert b * r <= 128
+    assert 1 - (1 - threshold**r) ** b >= 0.99
+    # and it is the largest band size that does
+    assert r + 1 > 128 // 2 or 1 - (1 - threshold ** (r + 1)) ** (128 // (r + 1)) < 0.99
