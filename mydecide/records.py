@@ -349,17 +349,18 @@ def _parse_wire_record(obj: dict[str, Any]) -> list[Record]:
                                  "meta": {**(obj.get("meta") or {}), "question_name": name}}
         if expected is not None and name in expected:
             inner["answer"] = expected[name]
-        elif targets is not None and name in targets:
-            inner["target"] = targets[name]
-        else:
+        if targets is not None and name in targets:
+            inner["target"] = targets[name]  # given with an answer too: parse_record refuses both
+        if "answer" not in inner and "target" not in inner:
             raise RecordError(f"question {name!r} has no expected answer")
         try:
             records.extend(parse_record(inner))
         except RecordError as err:
             raise RecordError(f"question {name!r}: {err.rule}") from None
-    extra = set(expected or {}) - set(questions)
-    if extra:
-        raise RecordError(f"expected names unknown question(s) {sorted(extra)}")
+    for key, given in (("expected", expected), ("target", targets)):
+        extra = set(given or {}) - set(questions)
+        if extra:
+            raise RecordError(f"{key} names unknown question(s) {sorted(extra)}")
     return records
 
 
