@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from mydecide.cli import app
 
 VERBS = ["prepare", "train", "calibrate", "evaluate", "predict", "serve", "merge"]
-HEAVY = ["torch", "transformers", "peft", "accelerate", "datasets", "numpy", "scipy", "matplotlib"]
+HEAVY = ["torch", "transformers", "peft", "accelerate", "datasets", "scipy", "matplotlib", "fastapi"]
 
 REQUEST: dict[str, Any] = {
     "model": "my-decider",
