@@ -12,21 +12,26 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mydecide.data.dedup import (
     Progress,
+    Words,
     estimated_jaccard,
     lsh_index,
-    minhashes,
     normalise,
     shingle,
-    signatures,
+    signature_matrix,
+    sketch,
     state_text,
     tokens,
+    words,
 )
+
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 
 @dataclass(frozen=True)
@@ -107,33 +112,44 @@ class EvalIndex:
             for index, text in enumerate(texts):
                 self._exact.setdefault(normalise(text), index)
 
+        tokenised = words(texts)
         if near and self.items:
-            self._sigs = signatures(shingle(texts, shingle_words), num_perm=num_perm, seed=seed)
-            self._lsh, _ = lsh_index(self._sigs, threshold=threshold, seed=seed)
+            sketches = sketch(tokenised, num_perm=num_perm, ngram=shingle_words, seed=seed)
+            self._sigs = signature_matrix(sketches)
+            self._lsh = lsh_index(sketches, threshold=threshold)
 
         # sorted distinct n-gram hashes, with the first eval item holding each
         self._grams = np.empty(0, dtype=np.uint64)
         self._gram_owner = np.empty(0, dtype=np.int64)
         if overlap_words > 0 and self.items:
-            grams = shingle(texts, overlap_words, short="skip")
+            grams = shingle(tokenised, overlap_words, short="skip")
             owner = np.repeat(np.arange(len(texts)), np.diff(grams.offsets))  # (S,)
             self._grams, first = np.unique(grams.hashes, return_index=True)
             self._gram_owner = owner[first]
 
-    def match(self, texts: Sequence[str], progress: Progress | None = None) -> list[Contamination | None]:
-        """One entry per text: the first check it fails (exact, then near, then n-gram), or None if clean."""
+    def match(self, texts: Sequence[str], progress: Progress | None = None, *, tokenised: Words | None = None,
+              sketches: Sequence[MinHash] | None = None) -> list[Contamination | None]:
+        """One entry per text: the first check it fails (exact, then near, then n-gram), or None if clean.
+
+        ``tokenised`` (the texts' :class:`Words`) and ``sketches`` (their MinHash with this index's num_perm,
+        shingle length and seed) may be passed when the caller has them already.
+        """
         found: list[Contamination | None] = [None] * len(texts)
-        if not self.items:
+        if not self.items or not texts:
             return found
         if self.exact:
             for i, text in enumerate(texts):
                 index = self._exact.get(normalise(text))
                 if index is not None:
                     found[i] = self._hit("exact", index)
-        if self.near:
-            self._match_near(texts, found)
-        if self.overlap_words > 0 and len(self._grams):
-            self._match_ngrams(texts, found)
+        if self.near or self.overlap_words > 0:
+            text_words = tokenised if tokenised is not None else words(texts)
+            if self.near:
+                if sketches is None:
+                    sketches = sketch(text_words, num_perm=self.num_perm, ngram=self.shingle_words, seed=self.seed)
+                self._match_near(sketches, found)
+            if self.overlap_words > 0 and len(self._grams):
+                self._match_ngrams(texts, text_words, found)
         if progress is not None:
             progress(len(texts))
         return found
@@ -143,26 +159,24 @@ class EvalIndex:
         item = self.items[index]
         return Contamination(method, item.file, item.id, similarity, shared)
 
-    def _match_near(self, texts: Sequence[str], found: list[Contamination | None]) -> None:
-        todo = [i for i in range(len(texts)) if found[i] is None]
-        if not todo:
-            return
-        sigs = signatures(shingle([texts[i] for i in todo], self.shingle_words), num_perm=self.num_perm,
-                          seed=self.seed)
-        for row, (i, sketch) in enumerate(zip(todo, minhashes(sigs, self.seed), strict=True)):
-            candidates = sorted(self._lsh.query(sketch))
+    def _match_near(self, sketches: Sequence[MinHash], found: list[Contamination | None]) -> None:
+        for i, one in enumerate(sketches):
+            if found[i] is not None:
+                continue
+            candidates = sorted(self._lsh.query(one))
             if not candidates:
                 continue
-            similarity = estimated_jaccard(sigs[row], self._sigs[candidates])
+            similarity = estimated_jaccard(one.hashvalues, self._sigs[candidates])
             best = int(np.argmax(similarity))
             if similarity[best] >= self.threshold:
                 found[i] = self._hit("near", candidates[best], similarity=float(similarity[best]))
 
-    def _match_ngrams(self, texts: Sequence[str], found: list[Contamination | None]) -> None:
+    def _match_ngrams(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
         todo = [i for i in range(len(texts)) if found[i] is None]
         if not todo:
             return
-        grams = shingle([texts[i] for i in todo], self.overlap_words, short="skip")
+        parts = tokenised.split()
+        grams = shingle(Words.join([parts[i] for i in todo]), self.overlap_words, short="skip")
         slots = np.flatnonzero(np.isin(grams.hashes, self._grams))  # n-grams also in some eval item
         if not len(slots):
             return

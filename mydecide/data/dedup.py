@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 # everything else is a run of letters and digits.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
-_WHITESPACE = re.compile(r"\s+")
 _MASK64 = (1 << 64) - 1
 POLY = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the n-gram polynomial hash
 MAX_HASH32 = np.uint32(0xFFFFFFFF)
@@ -45,7 +45,7 @@ Progress = Callable[[int], None]  # called with the number of items just finishe
 
 def normalise(text: str) -> str:
     """Case-folded, whitespace-collapsed text (the form exact matching compares)."""
-    return _WHITESPACE.sub(" ", text.casefold()).strip()
+    return " ".join(text.casefold().split())
 
 
 def state_text(state: Any) -> str:
@@ -91,6 +91,61 @@ def tokens(text: str) -> list[str]:
     return TOKEN.findall(text.casefold())
 
 
+def _flat(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate per-text arrays into (flat values, (N + 1,) offsets)."""
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.concatenate(parts) if len(parts) else np.empty(0, dtype=np.uint64)
+    return flat.astype(np.uint64, copy=False), offsets
+
+
+@dataclass(frozen=True)
+class Words:
+    """Word hashes of many texts: text i's words are ``hashes[offsets[i]:offsets[i + 1]]``.
+
+    Every text has at least one word: a text without any (only punctuation or symbols) gets one pseudo-word,
+    the hash of its normalised characters, so it still has a shingle and only matches the same characters.
+    Tokenising is the slow part of shingling; a pipeline tokenises once and reuses the words (``split`` /
+    ``join``) for near dedup and decontamination.
+    """
+
+    hashes: np.ndarray  # (T,) uint64
+    offsets: np.ndarray  # (N + 1,) int64
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def split(self) -> list[np.ndarray]:
+        """One (L_i,) array per text (views into ``hashes``)."""
+        return np.split(self.hashes, self.offsets[1:-1]) if len(self) else []
+
+    @classmethod
+    def join(cls, parts: Sequence[np.ndarray]) -> Words:
+        return cls(*_flat(parts))
+
+
+def words(texts: Sequence[str]) -> Words:
+    """Tokenise and hash every text; each distinct word is hashed once (blake2b: stable across runs)."""
+    per_text = [TOKEN.findall(text.casefold()) for text in texts]
+    flat = list(chain.from_iterable(per_text))
+    vocabulary = dict.fromkeys(flat)
+    index = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
+    ids = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+    hashes = _word_hashes(list(vocabulary))[ids] if len(ids) else np.empty(0, dtype=np.uint64)
+    lengths = np.fromiter(map(len, per_text), dtype=np.int64, count=len(texts))
+    starts = np.cumsum(lengths) - lengths
+    empty = np.flatnonzero(lengths == 0)
+    if len(empty):
+        pseudo = [int.from_bytes(hashlib.blake2b(normalise(texts[i]).encode("utf-8"), digest_size=8).digest(),
+                                 "little") for i in empty.tolist()]
+        hashes = np.insert(hashes, starts[empty], np.asarray(pseudo, dtype=np.uint64))
+        lengths[empty] = 1
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Words(hashes, offsets)
+
+
 @dataclass(frozen=True)
 class Shingles:
     """Hashed word n-grams of many texts: text i owns ``hashes[offsets[i]:offsets[i + 1]]``."""
@@ -105,9 +160,9 @@ class Shingles:
         return self.hashes[self.offsets[index]:self.offsets[index + 1]]
 
 
-def _word_hashes(words: Sequence[str]) -> np.ndarray:
+def _word_hashes(vocabulary: Sequence[str]) -> np.ndarray:
     """(V,) uint64: a stable 64-bit hash per distinct word (blake2b, so runs and machines agree)."""
-    digests = b"".join(hashlib.blake2b(w.encode("utf-8"), digest_size=8).digest() for w in words)
+    digests = b"".join(hashlib.blake2b(w.encode("utf-8"), digest_size=8).digest() for w in vocabulary)
     return np.frombuffer(digests, dtype="<u8").astype(np.uint64)
 
 
@@ -119,56 +174,42 @@ def _polynomial(values: Iterable[int]) -> int:
     return acc
 
 
-def shingle(texts: Sequence[str], n: int, *, short: str = "whole") -> Shingles:
-    """Hash the word n-grams of every text in one pass.
+def shingle(texts: Sequence[str] | Words, n: int, *, short: str = "whole") -> Shingles:
+    """Hash the word n-grams of every text (or of already tokenised :class:`Words`) in one pass.
 
     ``short`` says what a text with fewer than ``n`` words contributes: ``"whole"`` one shingle made of all its
-    words (a text without any word: a hash of its normalised characters), ``"skip"`` none (n-gram overlap
-    checks, where a short text has no n-gram to share).
+    words, ``"skip"`` none (n-gram overlap checks, where a short text has no n-gram to share).
     """
     if n < 1:
         raise ValueError(f"n-gram length must be at least 1, got {n}")
     if short not in ("whole", "skip"):
         raise ValueError(f"short must be 'whole' or 'skip', got {short!r}")
-    vocab: dict[str, int] = {}
-    ids: list[int] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
-    for i, text in enumerate(texts):
-        words = tokens(text)
-        lengths[i] = len(words)
-        ids.extend(vocab.setdefault(w, len(vocab)) for w in words)
-    word_hash = _word_hashes(list(vocab))[np.asarray(ids, dtype=np.int64)] if ids else np.empty(0, np.uint64)
-
-    ends = np.cumsum(lengths)  # (N,)
-    starts = ends - lengths
+    tokenised = texts if isinstance(texts, Words) else words(texts)
+    word_hash, offsets = tokenised.hashes, tokenised.offsets
+    lengths = np.diff(offsets)  # (N,)
     total = len(word_hash)
     long_text = lengths >= n
     if total >= n:
-        # acc[p] = hash of the n words starting at flat position p; valid when they all belong to one text.
+        # acc[p] = hash of the n words starting at flat position p; kept when they all belong to one text
         acc = word_hash[: total - n + 1].copy()
         for j in range(1, n):
             acc = acc * POLY + word_hash[j: total - n + 1 + j]
-        owner_end = np.repeat(ends, lengths)[: total - n + 1]
+        owner_end = np.repeat(offsets[1:], lengths)[: total - n + 1]
         long_hashes = acc[np.arange(total - n + 1) + n <= owner_end]
     else:
         long_hashes = np.empty(0, dtype=np.uint64)
 
     counts = np.where(long_text, lengths - n + 1, 0 if short == "skip" else 1)
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    hashes = np.empty(int(offsets[-1]), dtype=np.uint64)
+    shingle_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(counts, out=shingle_offsets[1:])
+    hashes = np.empty(int(shingle_offsets[-1]), dtype=np.uint64)
     slot_long = np.repeat(long_text, counts)
     hashes[slot_long] = long_hashes
     if short == "whole" and not long_text.all():
-        short_values: list[int] = []
-        for i in np.flatnonzero(~long_text).tolist():
-            if lengths[i]:
-                short_values.append(_polynomial(int(h) for h in word_hash[starts[i]:ends[i]]))
-            else:
-                digest = hashlib.blake2b(normalise(texts[i]).encode("utf-8"), digest_size=8).digest()
-                short_values.append(int.from_bytes(digest, "little"))
-        hashes[~slot_long] = np.asarray(short_values, dtype=np.uint64)
-    return Shingles(hashes, offsets)
+        hashes[~slot_long] = np.asarray(
+            [_polynomial(word_hash[offsets[i]:offsets[i + 1]].tolist()) for i in np.flatnonzero(~long_text).tolist()],
+            dtype=np.uint64)
+    return Shingles(hashes, shingle_offsets)
 
 
 # ------------------------------------------------------------------------------------------------- signatures
@@ -241,13 +282,19 @@ def minhashes(sigs: np.ndarray, seed: int) -> list[MinHash]:
     return [MinHash(seed=seed, hashvalues=row, permutations=perms, scheme="affine32") for row in sigs]
 
 
-def lsh_bands(threshold: float, num_perm: int, recall: float = 0.99) -> tuple[int, int]:
+def sketch(texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) -> list[MinHash]:
+    """MinHash sketches of the word ``ngram`` shingles of each text (the fast path, end to end)."""
+    return minhashes(signatures(shingle(texts, ngram), num_perm=num_perm, seed=seed), seed)
+
+
+def lsh_bands(threshold: float, num_perm: int, recall: float = 0.95) -> tuple[int, int]:
     """(bands b, rows per band r) so that a pair at exactly ``threshold`` becomes a candidate with
     probability 1 − (1 − t^r)^b ≥ ``recall``, using the largest r that does (fewest false candidates).
 
     datasketch's own optimiser balances false positives against false negatives, which leaves a pair at the
-    threshold a candidate only about 40% of the time; here every candidate is verified on its signature, so
-    false candidates cost a comparison and missed ones cost recall.
+    threshold a candidate only about 40% of the time; here every candidate is verified on its signature, so a
+    false candidate costs one comparison while a missed one costs recall. (A pair at exactly the threshold is
+    also verified above it only half of the time; pairs 0.05 above it are candidates with p > 0.99.)
     """
     best = (num_perm, 1)
     for r in range(1, num_perm + 1):
@@ -259,21 +306,21 @@ def lsh_bands(threshold: float, num_perm: int, recall: float = 0.99) -> tuple[in
     return best
 
 
-def lsh_index(sigs: np.ndarray, *, threshold: float, seed: int, keys: Sequence[int] | None = None,
-              progress: Progress | None = None) -> tuple[MinHashLSH, list[MinHash]]:
-    """A ``MinHashLSH`` over the signatures, filled through an insertion session (keys: row indices)."""
+def lsh_index(sketches: Sequence[MinHash], *, threshold: float, keys: Sequence[Any] | None = None) -> MinHashLSH:
+    """A ``MinHashLSH`` over the sketches, filled through an insertion session (keys: row indices)."""
     from datasketch import MinHashLSH
 
-    lsh = MinHashLSH(num_perm=sigs.shape[1], params=lsh_bands(threshold, sigs.shape[1]))
-    sketches = minhashes(sigs, seed)
+    num_perm = len(sketches[0]) if sketches else 128
+    lsh = MinHashLSH(num_perm=num_perm, params=lsh_bands(threshold, num_perm))
     with lsh.insertion_session(buffer_size=len(sketches) + 1) as session:
-        for index, sketch in enumerate(sketches):
-            session.insert(index if keys is None else keys[index], sketch, check_duplication=False)
-            if progress is not None and index % 1000 == 999:
-                progress(1000)
-    if progress is not None:
-        progress(len(sketches) % 1000)
-    return lsh, sketches
+        for index, one in enumerate(sketches):
+            session.insert(index if keys is None else keys[index], one, check_duplication=False)
+    return lsh
+
+
+def signature_matrix(sketches: Sequence[MinHash]) -> np.ndarray:
+    """(N, P) hash values of the sketches."""
+    return np.vstack([one.hashvalues for one in sketches]) if sketches else np.empty((0, 0), dtype=np.uint32)
 
 
 # ------------------------------------------------------------------------------------------------ near dedup
@@ -285,7 +332,7 @@ class NearMatch:
     similarity: float  # estimated Jaccard of their shingle sets
 
 
-def near_duplicates(texts: Sequence[str], *, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5,
+def near_duplicates(texts: Sequence[str] | Words, *, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5,
                     seed: int = 1, groups: Sequence[str] | None = None,
                     progress: Progress | None = None) -> dict[int, NearMatch]:
     """``{removed index: NearMatch}`` for texts that nearly repeat an earlier *kept* text of the same group.
@@ -294,13 +341,20 @@ def near_duplicates(texts: Sequence[str], *, threshold: float = 0.8, num_perm: i
     the question key) has an estimated Jaccard ≥ ``threshold``; it records the most similar such row. Matching
     only kept rows keeps one representative per cluster and never chains a removal through another removal.
     """
-    if groups is not None and len(groups) != len(texts):
-        raise ValueError(f"groups has {len(groups)} entries for {len(texts)} texts")
-    sigs = signatures(shingle(texts, ngram), num_perm=num_perm, seed=seed)
-    lsh, sketches = lsh_index(sigs, threshold=threshold, seed=seed)
+    sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed)
+    return near_duplicates_of(sketches, threshold=threshold, groups=groups, progress=progress)
+
+
+def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups: Sequence[str] | None = None,
+                       progress: Progress | None = None) -> dict[int, NearMatch]:
+    """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps)."""
+    if groups is not None and len(groups) != len(sketches):
+        raise ValueError(f"groups has {len(groups)} entries for {len(sketches)} texts")
+    lsh = lsh_index(sketches, threshold=threshold)
+    sigs = signature_matrix(sketches)
     removed: dict[int, NearMatch] = {}
-    for i, sketch in enumerate(sketches):
-        candidates = [j for j in lsh.query(sketch)
+    for i, one in enumerate(sketches):
+        candidates = [j for j in lsh.query(one)
                       if j < i and j not in removed and (groups is None or groups[j] == groups[i])]
         if candidates:
             candidates.sort()

@@ -18,15 +18,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mydecide.config import DataRecipe, RecipeError, SourceSpec, dump_recipe
+import numpy as np
+
+from mydecide.config import DataRecipe, NearDedupConfig, RecipeError, SourceSpec, dump_recipe
 from mydecide.data import augment as augmenting
 from mydecide.data import dedup, split
 from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
 from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.io import atomic_write_json, atomic_write_text, provenance
 from mydecide.records import Record, RecordError, parse_record, write_jsonl
+
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 OUTPUTS = ("train.jsonl", "dev.jsonl", "heldout_tasks.jsonl", "rejects.jsonl")
 STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -36,14 +41,39 @@ Log = Callable[[str], None]
 
 @dataclass
 class Row:
-    """A validated record and where it came from."""
+    """A validated record, where it came from, and its state's words and MinHash once a step needed them."""
 
     record: Record
     source: str  # the source's label in the recipe (its name, or its kind)
     where: str  # "file:line" in the source
+    words: np.ndarray | None = None  # (L,) word hashes of the state (dedup.words)
+    sketch: MinHash | None = None  # MinHash of the state with dedup.near's settings
+
+    @property
+    def text(self) -> str:
+        return dedup.state_text(self.record.state)
 
     def ref(self) -> dict[str, Any]:
         return {"id": self.record.id, "source": self.source, "where": self.where}
+
+
+def tokenised(rows: Sequence[Row]) -> dedup.Words:
+    """The rows' state words, tokenising (once, together) the rows that have none yet."""
+    todo = [row for row in rows if row.words is None]
+    if todo:
+        for row, words in zip(todo, dedup.words([row.text for row in todo]).split(), strict=True):
+            row.words = words
+    return dedup.Words.join([row.words for row in rows if row.words is not None])
+
+
+def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
+    """The rows' MinHash sketches (dedup.near's num_perm, shingle length and seed), computing missing ones."""
+    todo = [row for row in rows if row.sketch is None]
+    if todo:
+        sketches = dedup.sketch(tokenised(todo), num_perm=near.num_perm, ngram=near.ngram, seed=near.seed)
+        for row, one in zip(todo, sketches, strict=True):
+            row.sketch = one
+    return [row.sketch for row in rows if row.sketch is not None]
 
 
 @dataclass
@@ -206,11 +236,10 @@ def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bo
     near = recipe.dedup.near
     if not near.enabled or not rows:
         return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
+    sketches = sketched(rows, near)
     with _bar(progress, "near dedup", total=len(rows)) as bar:
-        matches = dedup.near_duplicates(
-            [dedup.state_text(row.record.state) for row in rows], threshold=near.threshold,
-            num_perm=near.num_perm, ngram=near.ngram, seed=near.seed,
-            groups=[dedup.question_key(row.record.question) for row in rows], progress=bar.update)
+        matches = dedup.near_duplicates_of(sketches, threshold=near.threshold, progress=bar.update,
+                                           groups=[dedup.question_key(row.record.question) for row in rows])
     removed = [(rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
                for i, m in sorted(matches.items())]
     kept = [row for i, row in enumerate(rows) if i not in matches]
@@ -263,7 +292,8 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
                       threshold=settings.near_threshold or near.threshold, num_perm=near.num_perm,
                       shingle_words=near.ngram, seed=near.seed, overlap_words=settings.ngram)
     with _bar(progress, "decontaminate", total=len(rows)) as bar:
-        found = index.match([dedup.state_text(row.record.state) for row in rows], progress=bar.update)
+        found = index.match([row.text for row in rows], progress=bar.update, tokenised=tokenised(rows),
+                            sketches=sketched(rows, near) if settings.near else None)
     removed = [(row, f"eval overlap ({hit.method})", hit.to_json())
                for row, hit in zip(rows, found, strict=True) if hit is not None]
     kept = [row for row, hit in zip(rows, found, strict=True) if hit is None]
