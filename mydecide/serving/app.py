@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("mydecide.serve")
 
 ENDPOINT = "/v1/systemone"
-WARMUP_REQUEST = {"state": "Warm-up.", "questions": {"q": {"type": "noul", "instructions": "Ready?"}}}
+WARMUP_REQUEST = {"state": "Warm-up.", "questions": {"q": {"type": "noul", "instructions": "Ready?"},
+                                                     "r": {"type": "choice", "instructions": "Which?",
+                                                           "criteria": ["a", "b"]}}}
 
 
 class ApiError(Exception):

@@ -1,11 +1,11 @@
 """Micro-batching: the one thread that runs the model, scoring many concurrent requests per forward pass.
 
 Requests are queued by the HTTP handlers. The worker takes the first waiting request, keeps collecting for a
-short window (``window_ms``) or until a batch is full, renders all of their prompts and scores them with one
-``score_prompts`` call: questions on one state share the state's prefix computation, and different requests
-fill the batch. While the model is busy new requests pile up in the queue, so under load batches fill without
-any waiting. Every answer depends only on its own request (each question continues from its own state's
-prefix, padding is masked), which the tests check.
+short window (``window_ms``) or until a batch is full, renders all of their prompts and scores them in one
+call (``score_packed`` where the model allows it, else ``score_prompts``): questions on one state share the
+state's prefix computation, and different requests fill the batch. While the model is busy new requests pile
+up in the queue, so under load batches fill without any waiting. Every answer depends only on its own request
+(each question continues from its own state's prefix, padding is masked), which the tests check.
 
 One model instance per process: only this thread touches the model.
 """
@@ -20,10 +20,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mydecide.records import parse_question
 from mydecide.serving.wire import Request, TemperatureFn, build_response, render_request
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mydecide.modeling import LoadedModel
+    from mydecide.prompting import Prompt
     from mydecide.serving.wire import RenderedRequest
 
 log = logging.getLogger("mydecide.serve")
@@ -35,16 +39,19 @@ class BatchOptions:
 
     batching: bool = True  # collect concurrent requests into one forward pass
     shared_prefix: bool = True  # questions on one state share the state's computation
+    packing: bool = True  # shared prefix as one padding-free row per state, where the model allows (packing.py)
     window_ms: float = 5.0  # how long the first request of a batch waits for company
     max_requests: int = 16  # requests per micro-batch
     max_prompts: int = 128  # prompts per micro-batch (a request may bring up to Limits.max_prompts)
-    forward_batch: int = 64  # prompts per forward pass inside a micro-batch
+    forward_batch: int = 64  # prompts per forward pass inside a micro-batch (unpacked scoring)
+    max_batch_tokens: int = 8192  # padded tokens per forward pass (packed scoring)
     max_pending: int = 256  # queued requests beyond which the server answers 503 (busy)
 
     @classmethod
     def baseline(cls) -> BatchOptions:
         """No micro-batching and no shared prefix: each question is its own prompt and its own forward pass."""
-        return cls(batching=False, shared_prefix=False, window_ms=0.0, max_requests=1, forward_batch=1)
+        return cls(batching=False, shared_prefix=False, packing=False, window_ms=0.0, max_requests=1,
+                   forward_batch=1)
 
 
 @dataclass
@@ -82,12 +89,14 @@ class Scorer:
         self.temperature = temperature
         self.model_name = model_name or model.name
         self.stats = BatchStats()
+        self.packed = False  # decided in start(): packing is used only where it reproduces score_prompts
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._held: _Job | None = None  # a job taken from the queue that did not fit the previous batch
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> Scorer:
+        self.packed = self.options.shared_prefix and self.options.packing and self._packing_works()
         self._thread = threading.Thread(target=self._loop, name="mydecide-scorer", daemon=True)
         self._thread.start()
         return self
@@ -98,6 +107,32 @@ class Scorer:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         self._thread = None
+
+    def _packing_works(self) -> bool:
+        from mydecide.serving.packing import packing_agrees, supports_packing
+
+        if not supports_packing(self.model.lm):
+            return False
+        probe = [Request("", state, {
+            "a": parse_question({"type": "noul", "instructions": "Is it ready?"}, "a"),
+            "b": parse_question({"type": "choice", "instructions": "Which?", "criteria": ["x", "y", "z"]}, "b"),
+        }) for state in ("A short state.", "A somewhat longer state, to make the rows differ in length.")]
+        prompts = [p for r in probe for p in render_request(self.model, r).prompts]
+        if packing_agrees(self.model, prompts):
+            return True
+        log.warning("packed scoring does not reproduce score_prompts on %s; using the KV-cache path",
+                    self.model_name)
+        return False
+
+    def score(self, prompts: list[Prompt]) -> list[np.ndarray]:
+        """Option logits for prompts of any number of requests, in one go (the worker's forward passes)."""
+        from mydecide.modeling import score_prompts
+        from mydecide.serving.packing import score_packed
+
+        if self.packed:
+            return score_packed(self.model, prompts, max_batch_tokens=self.options.max_batch_tokens)
+        return score_prompts(self.model, prompts, batch_size=self.options.forward_batch,
+                             shared_prefix=self.options.shared_prefix)
 
     @property
     def pending(self) -> int:
@@ -156,8 +191,6 @@ class Scorer:
 
     def _run(self, jobs: list[_Job]) -> None:
         """Render, score and answer a micro-batch; a failure is confined to the request that caused it."""
-        from mydecide.modeling import score_prompts
-
         live = []
         for job in jobs:
             if not job.future.set_running_or_notify_cancel():
@@ -172,8 +205,7 @@ class Scorer:
             return
         prompts = [p for job in live for p in job.rendered.prompts]  # type: ignore[union-attr]
         try:
-            logits = score_prompts(self.model, prompts, batch_size=self.options.forward_batch,
-                                   shared_prefix=self.options.shared_prefix)
+            logits = self.score(prompts)
         except Exception as err:
             if len(live) == 1:
                 self._fail(live[0], err)
@@ -192,12 +224,9 @@ class Scorer:
             self._answer(job, rows)
 
     def _run_alone(self, job: _Job) -> None:
-        from mydecide.modeling import score_prompts
-
         assert job.rendered is not None
         try:
-            rows = score_prompts(self.model, job.rendered.prompts, batch_size=self.options.forward_batch,
-                                 shared_prefix=self.options.shared_prefix)
+            rows = self.score(job.rendered.prompts)
         except Exception as err:
             self._fail(job, err)
             return

@@ -1,0 +1,100 @@
+"""Packed shared-prefix scoring reproduces score_prompts exactly enough, and only runs where it can."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mydecide.serving.wire import parse_request, render_request
+
+REQUESTS = [
+    {"state": "Checkout returns HTTP 500 for every customer since 09:10.",
+     "questions": {"down": {"type": "noul", "instructions": "Is a production system down?"},
+                   "team": {"type": "choice", "instructions": "Which team?",
+                            "criteria": {"billing": "Charges and refunds", "engineering": "Bugs", "support": "Help"}},
+                   "labels": {"type": "set", "instructions": "Which labels apply?",
+                              "criteria": {"bug": "A defect", "money": "About money"}}}},
+    {"state": "Short.", "questions": {"u": {"type": "score", "instructions": "How urgent?",
+                                            "criteria": ["low", "medium", "high", "blocking"]}}},
+    {"state": ["line one " * 40, "line two"], "questions": {"down": {"type": "noul", "instructions": "Down?"}}},
+]
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_llama_dir: Path):
+    from mydecide.modeling import load_model
+
+    return load_model(str(tiny_llama_dir), device="cpu")
+
+
+def prompts_of(model, requests=REQUESTS):
+    return [p for r in requests for p in render_request(model, parse_request(r)).prompts]
+
+
+def gap(a, b) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+def test_packed_logits_equal_each_prompt_scored_alone(llama) -> None:
+    from mydecide.modeling import score_prompts
+    from mydecide.serving.packing import score_packed
+
+    prompts = prompts_of(llama)
+    alone = score_prompts(llama, prompts, batch_size=1, shared_prefix=False)
+    packed = score_packed(llama, prompts)
+    assert [len(z) for z in packed] == [p.k for p in prompts]
+    assert gap(alone, packed) < 1e-4
+    # prompts given in any order come back in that order
+    reordered = score_packed(llama, prompts[::-1])
+    assert gap(packed[::-1], reordered) < 1e-5
+
+
+def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, monkeypatch) -> None:
+    import mydecide.serving.packing as packing
+
+    prompts = prompts_of(llama)
+    whole = packing.score_packed(llama, prompts)
+    calls: list[int] = []
+    real_pack = packing.pack
+
+    def counting_pack(groups, pad_id, dtype):
+        calls.append(len(groups))
+        return real_pack(groups, pad_id, dtype)
+
+    monkeypatch.setattr(packing, "pack", counting_pack)
+    split = packing.score_packed(llama, prompts, max_batch_tokens=1)  # one row per forward pass
+    assert calls == [1, 1, 1] and gap(whole, split) < 1e-5
+
+    calls.clear()
+    monkeypatch.setattr(packing, "MAX_ROW_TOKENS", 60)  # every row too long: all through score_prompts
+    fallback = packing.score_packed(llama, prompts)
+    assert calls == [] and gap(whole, fallback) < 1e-4
+
+
+def test_pack_layout_isolates_questions(llama) -> None:
+    import torch
+
+    from mydecide.serving.packing import pack
+
+    prompts = prompts_of(llama, REQUESTS[:1])[:2]
+    prefix = prompts[0].prefix
+    batch = pack([(prefix, prompts)], pad_id=0, dtype=torch.float32)
+    p, s1, s2 = len(prefix), len(prompts[0].suffix), len(prompts[1].suffix)
+    assert batch.input_ids.shape == (1, p + s1 + s2)
+    assert batch.position_ids[0].tolist() == [*range(p), *range(p, p + s1), *range(p, p + s2)]
+    allowed = batch.mask[0, 0] == 0
+    q2_first = p + s1
+    assert allowed[q2_first, :p].all() and not allowed[q2_first, p:q2_first].any()  # sees the prefix, not q1
+    assert batch.cols.tolist() == [p + s1 - 1, p + s1 + s2 - 1]
+
+
+def test_only_plain_attention_models_pack(llama, tiny_qwen_dir: Path) -> None:
+    from mydecide.modeling import load_model
+    from mydecide.serving.packing import packing_agrees, supports_packing
+
+    assert supports_packing(llama.lm)
+    assert packing_agrees(llama, prompts_of(llama))
+    qwen = load_model(str(tiny_qwen_dir), device="cpu")
+    assert not supports_packing(qwen.lm)  # Gated DeltaNet layers run through every token in order
