@@ -10,6 +10,7 @@ micro-batch; gradients are averaged by DDP).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -164,8 +165,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     dev_records = load_records(data_dir / "dev.jsonl")
     if recipe.train_limit:
         train_records = train_records[: recipe.train_limit]
-    if recipe.dev_limit:
-        dev_records = dev_records[: recipe.dev_limit]
+    if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
+        dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
     majority = majority_by_task(train_records)
 
     # ---- model + LoRA

@@ -1,0 +1,151 @@
+"""Integration tests of `mydecide train` on tiny models: learning, LoRA targets, resume, multi-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mydecide.config import TrainRecipe, load_recipe
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
+KEYWORDS = {"billing": "invoice", "engineering": "outage", "support": "password"}
+
+
+def write_task(out: Path, n_train: int = 96, n_dev: int = 24) -> Path:
+    """A learnable task for a tiny random model: the team is "engineering" 80% of the time (a prior to learn)."""
+    rng = random.Random(0)
+    rows = []
+    for i in range(n_train + n_dev):
+        team = "engineering" if rng.random() < 0.8 else rng.choice(["billing", "support"])
+        state = f"ticket {i}: {KEYWORDS[team]} {KEYWORDS[team]}"
+        rows.append({"id": f"c{i}", "task": "route", "state": state,
+                     "question": {"type": "choice", "instructions": "Which team?",
+                                  "criteria": {"billing": "money", "engineering": "bugs", "support": "help"}},
+                     "answer": team})
+    out.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    return out
+
+
+def recipe_for(model_dir: Path, data: Path, out: Path, *overrides: str) -> TrainRecipe:
+    return load_recipe(SMOKE, [f"model={model_dir}", f"data={data}", f"out={out}", *overrides], model=TrainRecipe)
+
+
+def dev_rows(run: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
+
+
+@pytest.mark.parametrize("objective", ["proper", "rlcd", "ce"])
+def test_each_objective_lowers_dev_log_loss(objective: str, tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from mydecide.training.loop import train
+
+    data = write_task(tmp_path / "data")
+    lr = "2e-3" if objective == "rlcd" else "2e-2"
+    # options in a fixed order, so the prior is a letter: learnable in a few updates by a 2-layer random model
+    run = train(recipe_for(tiny_llama_dir, data, tmp_path / "run", f"objective.kind={objective}",
+                           "optim.max_steps=16", f"optim.lr={lr}", "eval_every=16", "shuffle_options=false"))
+    rows = dev_rows(run)
+    assert rows[-1]["log_loss"] < rows[0]["log_loss"] - 0.2, rows
+    assert (run / "adapter" / "adapter_config.json").is_file() and (run / "last" / "adapter_config.json").is_file()
+    assert (run / "adapter" / "mydecide_render.json").is_file()
+
+
+def test_lora_weights_move_and_only_lora_is_saved(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from mydecide.training.loop import train
+
+    run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run",
+                           "optim.max_steps=3"))
+    weights = load_file(run / "last" / "adapter_model.safetensors")
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert lora_b and all("lora_" in k for k in weights)
+    assert max(float(v.abs().max()) for v in lora_b) > 0  # B starts at zero: any non-zero value was learned
+
+
+def test_all_linear_targets_cover_gated_deltanet_projections(tiny_qwen_dir: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mydecide.training.loop import lora_targets
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_qwen_dir)
+    peft_model = get_peft_model(lm, LoraConfig(r=2, target_modules=lora_targets(lm, "all-linear")))
+    names = {n.rsplit(".", 1)[-1] for n in peft_model.targeted_module_names}
+    assert {"in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj"} <= names  # Gated DeltaNet
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"} <= names
+    assert not any("lm_head" in n for n in peft_model.targeted_module_names)
+
+
+def test_hybrid_model_trains(tiny_qwen_dir: Path, tmp_path: Path) -> None:
+    from mydecide.training.loop import train
+
+    run = train(recipe_for(tiny_qwen_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run",
+                           "optim.max_steps=3"))
+    assert (run / "last" / "adapter_model.safetensors").is_file()
+
+
+def test_killed_run_resumes_to_the_same_weights(tiny_llama_dir: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    from mydecide.training import loop
+
+    data = write_task(tmp_path / "data", 64, 8)
+    args = ("optim.max_steps=10", "save_every=4", "eval_every=100", "lora.dropout=0.1")
+    straight = loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "straight", *args))
+
+    real_write = loop.write_metrics
+
+    def crash_after_update_6(run: Path, row: dict) -> None:
+        real_write(run, row)
+        if row["kind"] == "train" and row["update"] == 6:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(loop, "write_metrics", crash_after_update_6)
+    with pytest.raises(KeyboardInterrupt):
+        loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "killed", *args))
+    monkeypatch.setattr(loop, "write_metrics", real_write)
+    assert [p.name for p in sorted((tmp_path / "killed" / "checkpoints").glob("update-*"))] == ["update-000004"]
+    resumed = loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "killed", *args), resume=True)
+
+    a = load_file(straight / "last" / "adapter_model.safetensors")
+    b = load_file(resumed / "last" / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
+    assert any(float(v.abs().max()) > 0 for k, v in a.items() if "lora_B" in k)
+
+
+def test_existing_run_needs_resume(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from mydecide.training.loop import train
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 16, 4), tmp_path / "run"))
+
+
+def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    data = write_task(tmp_path / "data", 64, 8)
+    out = tmp_path / "run"
+    accelerate = Path(sys.executable).parent / "accelerate"
+    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+           "-m", "mydecide.cli", "train", str(SMOKE), "--model", str(tiny_llama_dir), "--data", str(data),
+           "--out", str(out), "optim.max_steps=3"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "× 2 process(es)" in result.stderr
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert (out / "last" / "adapter_model.safetensors").is_file()
