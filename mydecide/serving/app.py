@@ -147,7 +147,8 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         scorer: Scorer = request.app.state.scorer
-        return {"status": "ok", "model": scorer.model_name, "pending": scorer.pending}
+        return {"status": "ok", "model": scorer.model_name, "pending": scorer.pending, "packed": scorer.packed,
+                "batching": scorer.options.batching, "stats": scorer.stats.as_dict()}
 
     @app.post(ENDPOINT)
     async def systemone(request: Request) -> JSONResponse:

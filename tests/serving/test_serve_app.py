@@ -386,8 +386,10 @@ def test_concurrent_http_requests_get_the_answers_they_get_alone(model) -> None:
     with TestClient(app) as c:
         alone = [post(c, r).json() for r in REQUESTS]
         results: dict[int, Any] = {}
+        barrier = threading.Barrier(len(REQUESTS))
 
         def send(i: int) -> None:
+            barrier.wait(30)
             results[i] = post(c, REQUESTS[i]).json()
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(len(REQUESTS))]
