@@ -66,6 +66,12 @@ def tokenised(rows: Sequence[Row]) -> dedup.Words:
     return dedup.Words.join([row.words for row in rows if row.words is not None])
 
 
+def release(rows: Sequence[Row]) -> None:
+    """Drop the words and sketches once no later step needs them (they are most of the memory)."""
+    for row in rows:
+        row.words = row.sketch = None
+
+
 def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
     """The rows' MinHash sketches (dedup.near's num_perm, shingle length and seed), computing missing ones."""
     todo = [row for row in rows if row.sketch is None]
@@ -285,6 +291,7 @@ def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, 
 def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
     """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
     if not recipe.decontaminate_against:
+        release(rows)
         return ledger.step("decontaminate", rows, rows, [], eval_files={})
     items, files = eval_items(recipe)
     settings, near = recipe.decontamination, recipe.dedup.near
@@ -299,6 +306,7 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
     kept = [row for row, hit in zip(rows, found, strict=True) if hit is None]
     for file, info in files.items():
         info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
+    release(rows)
     return ledger.step("decontaminate", rows, kept, removed, eval_files=files,
                        ngram=settings.ngram, near_threshold=index.threshold)
 

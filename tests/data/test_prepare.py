@@ -148,3 +148,10 @@ def test_source_problems_are_recipe_errors_naming_the_source(tmp_path: Path) -> 
     with pytest.raises(RecipeError, match=r"heldout_tasks.*\['nothing'\]"):
         prepare(DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(tmp_path / "a.jsonl")}],
                                            "split": {"heldout_tasks": ["nothing"]}}), tmp_path / "out")
+
+
+def test_a_rerun_writes_the_same_bytes(fixture: dict[str, Any], tmp_path: Path) -> None:
+    first = prepare(fixture["recipe"], tmp_path / "one")["outputs"]
+    second = prepare(fixture["recipe"], tmp_path / "two")["outputs"]
+    for name in ("train.jsonl", "dev.jsonl", "test.jsonl", "heldout_tasks.jsonl", "rejects.jsonl"):
+        assert first[name]["sha256"] == second[name]["sha256"], name
