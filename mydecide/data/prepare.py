@@ -33,10 +33,39 @@ from mydecide.records import Record, RecordError, parse_record, write_jsonl
 if TYPE_CHECKING:
     from datasketch import MinHash
 
-OUTPUTS = ("train.jsonl", "dev.jsonl", "heldout_tasks.jsonl", "rejects.jsonl")
 STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
 
 Log = Callable[[str], None]
+
+
+# ------------------------------------------------------------------------------------------------- the pipeline
+
+
+def prepare(recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False,
+            log: Log | None = None) -> dict[str, Any]:
+    """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest."""
+    out = Path(out if out is not None else recipe.out)
+    say = log or (lambda _message: None)
+    ledger = Ledger()
+
+    rows = convert_and_validate(recipe.sources, ledger, progress)
+    rows = exact_dedup(rows, recipe, ledger)
+    rows = near_dedup(rows, recipe, ledger, progress)
+    rows = decontaminate(rows, recipe, ledger, progress)
+    rows = cap_per_task(rows, recipe, ledger)
+    splits = split_rows(rows, recipe, ledger)
+    splits["train"] = augment_train(splits["train"], recipe, ledger)
+
+    for step in ledger.steps:
+        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {_short_reasons(step)}")
+    manifest = build_manifest(recipe, ledger, splits)
+    check_conservation(manifest, ledger)
+    write_outputs(out, splits, ledger, manifest, recipe)
+    say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------- rows and ledger
 
 
 @dataclass
@@ -130,33 +159,6 @@ class Ledger:
 def _in_out(rows_in: Sequence[Row], kept: Sequence[Row], key: Callable[[Row], str]) -> dict[str, dict[str, int]]:
     before, after = Counter(map(key, rows_in)), Counter(map(key, kept))
     return {k: {"in": before[k], "out": after[k]} for k in sorted(before)}
-
-
-# ------------------------------------------------------------------------------------------------- the pipeline
-
-
-def prepare(recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False,
-            log: Log | None = None) -> dict[str, Any]:
-    """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest."""
-    out = Path(out if out is not None else recipe.out)
-    say = log or (lambda _message: None)
-    ledger = Ledger()
-
-    rows = convert_and_validate(recipe.sources, ledger, progress)
-    rows = exact_dedup(rows, recipe, ledger)
-    rows = near_dedup(rows, recipe, ledger, progress)
-    rows = decontaminate(rows, recipe, ledger, progress)
-    rows = cap_per_task(rows, recipe, ledger)
-    splits = split_rows(rows, recipe, ledger)
-    splits["train"] = augment_train(splits["train"], recipe, ledger)
-
-    for step in ledger.steps:
-        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {_short_reasons(step)}")
-    manifest = build_manifest(recipe, ledger, splits)
-    check_conservation(manifest, ledger)
-    write_outputs(out, splits, ledger, manifest, recipe)
-    say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
-    return manifest
 
 
 # ----------------------------------------------------------------------------------------------------- steps
