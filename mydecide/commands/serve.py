@@ -44,6 +44,8 @@ def register(app: typer.Typer) -> None:
         max_batch_requests: int = typer.Option(16, min=1, help="Requests per micro-batch."),
         max_pending: int = typer.Option(256, min=1, help="Queued requests beyond which the server answers "
                                         "503."),
+        request_timeout: float = typer.Option(120.0, min=0.1, help="Seconds a request may wait for its answer "
+                                              "before a 503."),
         baseline: bool = typer.Option(False, "--baseline", help="Turn off micro-batching and shared-prefix "
                                       "scoring: one prompt and one forward pass per question (for benchmarks)."),
         device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 … (default: cuda when available)."),
@@ -83,7 +85,7 @@ def register(app: typer.Typer) -> None:
             return load_model(model, adapter, device=device)
 
         server = create_app(loader, temperature=temperature, limits=limits, api_key=api_key,
-                            batching=options, model_name=name or model)
+                            batching=options, model_name=name or model, request_timeout_s=request_timeout)
         typer.echo(f"mydecide serve: http://{host}:{port}/v1/systemone (model {model}"
                    f"{', adapter ' + str(adapter) if adapter else ''}; auth {'on' if api_key else 'off'}"
                    f"{'; baseline: no batching, no shared prefix' if baseline else ''})", err=True)
