@@ -165,8 +165,11 @@ def _fit_summary(rows: list[tuple[np.ndarray, np.ndarray]], temperature: float, 
     targets = [y for _, y in rows]
     before = _calibrated(logits, 1.0)
     after = _calibrated(logits, temperature)
+    log_t = math.log(temperature)
     return {
         "temperature": temperature,
+        # T at the edge of the search: the logits carry (almost) no signal (T → ∞) or the data is separable
+        "at_bound": any(math.isclose(log_t, edge, abs_tol=1e-3) for edge in LOG_T_BOUNDS),
         "n": n_questions,
         "rows": len(rows),
         "log_loss_before": log_loss(before, targets),
@@ -396,7 +399,7 @@ def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket
             raise ValueError("calibrate needs a model or a scorer")
         scorer = model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)
     logits, _ = score_records(scorer, [(r.state, r.question) for r in records],
-                              chunk_prompts=4 * batch_size, desc="calibrate: scoring", progress=progress)
+                              chunk_prompts=batch_size, desc="calibrate: scoring", progress=progress)
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
     return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
 

@@ -109,7 +109,7 @@ def score_records(
     from tqdm import tqdm
 
     keys = [render_state(state) for state, _ in items]
-    index = sorted(range(len(items)), key=lambda i: keys[i])  # same state → adjacent (stable)
+    index = sorted(range(len(items)), key=lambda i: (len(keys[i]), keys[i]))  # similar lengths, same state adjacent
     logits: list[np.ndarray] = [np.empty(0)] * len(items)
     latency = [0.0] * len(items)
     bar = tqdm(total=len(items), desc=desc, unit="q", file=sys.stderr, disable=not progress, leave=False)
@@ -602,10 +602,10 @@ def run_evaluation(
     items = [(r.state, r.question) for r in records]
 
     def scored(score: Scorer, label: str) -> tuple[list[np.ndarray], list[float], list[bool | None]]:
-        logits, latency = score_records(score, items, chunk_prompts=4 * batch_size, desc=label, progress=progress)
+        logits, latency = score_records(score, items, chunk_prompts=batch_size, desc=label, progress=progress)
         pairs = permuted_orders(records, permutations, seed)
         permuted, _ = score_records(score, [items[n] for n, _ in pairs], [o for _, o in pairs],
-                                    chunk_prompts=4 * batch_size, desc=f"{label}: option orders",
+                                    chunk_prompts=batch_size, desc=f"{label}: option orders",
                                     progress=progress)
         return logits, latency, flip_flags(records, logits, pairs, permuted)
 

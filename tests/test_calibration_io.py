@@ -55,6 +55,7 @@ def test_each_type_recovers_its_own_temperature_within_2_percent(sampled_items: 
         assert fit["types"][qtype]["temperature"] == pytest.approx(true_t, rel=0.02), qtype
         assert fit["types"][qtype]["n"] == 12000
     assert fit["types"]["set"]["rows"] == 3 * 12000  # one binary row per label
+    assert not any(summary["at_bound"] for summary in fit["types"].values())
     for summary in (*fit["types"].values(), fit["overall"]):
         assert summary["log_loss_after"] <= summary["log_loss_before"] + 1e-12
 
@@ -97,6 +98,9 @@ def test_small_buckets_fall_back_to_their_type_and_small_types_to_one() -> None:
     assert fit["buckets"]["choice"]["5-8"]["temperature"] == choice_t
     assert fit["buckets"]["choice"]["5-8"]["n"] == 10 and "fallback" in fit["buckets"]["choice"]["5-8"]
     assert fit["types"]["score"]["temperature"] == 1.0 and "fallback" in fit["types"]["score"]
+    # every logit seen once with each label: no signal, the log loss falls all the way to the upper edge of T
+    noise = [("noul", 2, np.array([d, 0.0]), np.eye(2)[gold]) for d in rng.normal(size=100) for gold in (0, 1)]
+    assert fit_temperatures(noise)["types"]["noul"]["at_bound"]
 
 
 def test_load_temperatures_round_trip_and_missing_type(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         rows = [(t, "all", s) for t, s in document["types"].items()]
         rows += [(t, b, s) for t, bs in document["buckets"].items() for b, s in bs.items()]
         for qtype, bucket, s in rows:
-            note = "  (fallback)" if "fallback" in s else ""
+            note = "  (fallback)" if "fallback" in s else "  (at the search bound)" if s["at_bound"] else ""
             typer.echo(f"{qtype:<8} {bucket:<7} {s['n']:>6} {s['temperature']:>7.3f}  "
                        f"{s['log_loss_before']:>8.4f} → {s['log_loss_after']:<8.4f}   "
                        f"{s['ece_before']:.4f} → {s['ece_after']:.4f}{note}")
