@@ -336,6 +336,13 @@ class LabelPrior:
             prior.count[key] = prior.count.get(key, 0) + 1
         return prior
 
+    @classmethod
+    def from_file(cls, path: str | Path) -> LabelPrior:
+        """The label distribution of a training split file (rows that do not validate are skipped)."""
+        from mydecide.records import read_records
+
+        return cls.from_records(read_records(path)[0], str(path))
+
     def knows(self, record: Record) -> bool:
         return (record.task, record.question.type) in self.count
 
@@ -879,7 +886,7 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     from mydecide.config import dump_recipe
     from mydecide.io import atomic_write_text, provenance
     from mydecide.modeling import load_model
-    from mydecide.records import load_records, read_records
+    from mydecide.records import load_records
 
     if not recipe.data:
         raise ValueError("give the records to evaluate: --data FILE.jsonl [MORE.jsonl ...]")
@@ -902,7 +909,7 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     if recipe.temperatures is not None and not Path(recipe.temperatures).is_file():
         raise FileNotFoundError(f"{recipe.temperatures}: no such temperatures file")
     train = training_split_beside(recipe.data)
-    prior = LabelPrior.from_records(read_records(train)[0], str(train)) if train is not None else None
+    prior = LabelPrior.from_file(train) if train is not None else None
     model = load_model(recipe.model, recipe.adapter)
     evaluation = run_evaluation(
         model, records, recipe.temperatures, permutations=recipe.permutations, seed=recipe.seed,

@@ -253,6 +253,15 @@ def test_flip_rate_with_an_order_dependent_scorer(tiny_llama_dir: Path) -> None:
     assert steady["slices"]["state_tokens"]  # state lengths come from the model's renderer
 
 
+def test_several_files_get_their_own_blocks_and_no_model_means_char_lengths() -> None:
+    recs = records(record_rows(2))
+    files = ["a.jsonl"] * 5 + ["b.jsonl"] * 3
+    report = run_evaluation(None, recs, scorer=content_scorer, files=files, progress=False).report
+    assert {name: b["questions"] for name, b in report["by_file"].items()} == {"a.jsonl": 5, "b.jsonl": 3}
+    assert report["baselines"]["majority"]["source"] == "in-sample majority"
+    assert "base_model" not in report["baselines"]  # no adapter, no base scorer
+
+
 def test_permuted_orders_are_distinct_non_identity_and_seeded() -> None:
     recs = records(record_rows(1))
     four = records([{"task": "t", "state": "s", "question": {"type": "choice", "instructions": "Pick",
