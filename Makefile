@@ -33,7 +33,7 @@ format:  ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix mydecide data_sources tests
 
 bench:  ## the benchmarks: prints ratios against same-run baselines, writes bench/results.json
-	@echo "make bench: not built yet" && exit 3
+	$(PY) bench/run.py
 
 all: lint test  ## what CI runs
 

@@ -1,0 +1,61 @@
+"""Run every benchmark (`bench/bench_*.py`), each in its own process, and merge their results.
+
+Each benchmark prints its own table of ratios against a baseline measured in the same run and writes
+`bench/results/<name>.json`; this script runs them in turn, prints a one-line summary per benchmark, and writes
+everything to `bench/results.json`.
+
+    .venv/bin/python bench/run.py [NAME ...]      # e.g. `bench/run.py train serve`; default: all
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+HEADLINES = {  # benchmark → (key, label) of its headline ratio
+    "prepare": ("near_dup_recall", "near-dup recall"),
+    "scoring": ("speedup", "shared-state speed-up"),
+    "train": ("speedup", "bucketed+shared speed-up"),
+    "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
+}
+
+
+def main() -> int:
+    wanted = sys.argv[1:]
+    scripts = sorted(BENCH.glob("bench_*.py"))
+    if wanted:
+        scripts = [s for s in scripts if s.stem.removeprefix("bench_") in wanted]
+    merged: dict[str, object] = {}
+    failed = []
+    for script in scripts:
+        name = script.stem.removeprefix("bench_")
+        print(f"\n=== {name} ({script.relative_to(ROOT)}) ===", flush=True)
+        started = time.perf_counter()
+        result = subprocess.run([sys.executable, str(script)], cwd=ROOT)
+        seconds = time.perf_counter() - started
+        out = BENCH / "results" / f"{name}.json"
+        if result.returncode != 0 or not out.is_file():
+            failed.append(name)
+            print(f"{name}: FAILED (exit {result.returncode})", flush=True)
+            continue
+        data = json.loads(out.read_text())
+        data["wall_seconds"] = round(seconds, 1)
+        merged[name] = data
+    (BENCH / "results.json").write_text(json.dumps(merged, indent=2) + "\n")
+    print("\n=== summary ===")
+    for name, data in merged.items():
+        key, label = HEADLINES.get(name, ("", ""))
+        value = data.get(key) if isinstance(data, dict) else None
+        shown = f"{label}: {value:.3g}" if isinstance(value, (int, float)) else ""
+        print(f"  {name:10s} {data['wall_seconds']:7.1f}s  {shown}")  # type: ignore[index]
+    print(f"wrote {BENCH / 'results.json'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

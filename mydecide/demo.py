@@ -1,0 +1,139 @@
+"""The main job end to end on the embedded default (`make demo`).
+
+prepare (bundled real samples) → train (smollm2-135m, LoRA, CPU) → calibrate (dev) → evaluate the base, tuned and
+tuned + calibrated model on the test split of the trained tasks, and on the held-out task → a comparison table and
+``runs/demo/summary.json``. Each step runs the real ``mydecide`` command, so the demo is also a check of the CLI.
+
+    python -m mydecide.demo [--out runs/demo] [--update-readme] [TRAIN_OVERRIDE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mydecide.io import atomic_write_json, atomic_write_text
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "smollm2-135m"
+COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "flip_rate")
+README_START, README_END = "<!-- demo:start -->", "<!-- demo:end -->"
+
+
+def step(title: str, args: list[str]) -> float:
+    print(f"\n==> {title}\n    mydecide {' '.join(args)}", flush=True)
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "mydecide.cli", *args], cwd=ROOT)
+    if result.returncode != 0:
+        sys.exit(f"demo: step failed ({title}), exit code {result.returncode}")
+    seconds = time.perf_counter() - started
+    print(f"    done in {seconds:.0f}s", flush=True)
+    return seconds
+
+
+def pick(block: dict[str, Any]) -> dict[str, Any]:
+    return {key: block.get(key) for key in COLUMNS}
+
+
+def blocks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """base / tuned / tuned_calibrated / majority blocks (all questions) from one evaluate report."""
+    return {"base": pick(report["baselines"]["base_model"]["all"]),
+            "tuned": pick(report["uncalibrated"]["all"]),
+            "tuned_calibrated": pick(report["all"]),
+            "majority": pick(report["baselines"]["majority"]["all"])}
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def table(rows: dict[str, dict[str, Any]]) -> str:
+    lines = ["| model | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+    for name, row in rows.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(row[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def by_task_table(report: dict[str, Any]) -> str:
+    base = report["baselines"]["base_model"]["by_task"]
+    tuned = report["uncalibrated"]["by_task"]
+    lines = ["| task | n | base accuracy | tuned accuracy | tuned + calibrated ECE | majority accuracy |",
+             "|---|---|---|---|---|---|"]
+    majority = report["baselines"]["majority"]["by_task"]
+    for task, block in report["by_task"].items():
+        lines.append(f"| {task} | {block['n']} | {fmt(base[task]['accuracy'])} | {fmt(tuned[task]['accuracy'])} | "
+                     f"{fmt(block['ece'])} | {fmt(majority.get(task, {}).get('accuracy'))} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "demo")
+    parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
+    parser.add_argument("overrides", nargs="*", help="Training recipe overrides, e.g. optim.max_steps=40.")
+    args = parser.parse_args()
+    out: Path = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    data, run, temps = out / "data", out / "train", out / "temperatures.json"
+    started = time.perf_counter()
+    seconds = {
+        "prepare": step("1/5 prepare the bundled real data (score, noul and choice tasks; one task held out)",
+                        ["prepare", "recipes/data/demo.yaml", "--out", str(data)]),
+        "train": step("2/5 train a LoRA adapter on smollm2-135m (CPU)",
+                      ["train", "recipes/train/demo.yaml", "--model", MODEL, "--data", str(data), "--out",
+                       str(run), *args.overrides]),
+        "calibrate": step("3/5 fit temperatures on dev",
+                          ["calibrate", "--model", MODEL, "--adapter", str(run / "adapter"), "--data",
+                           str(data / "dev.jsonl"), "--out", str(temps)]),
+        "evaluate_test": step("4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
+                              ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"), "--temperatures",
+                               str(temps), "--data", str(data / "test.jsonl"), "--out", str(out / "eval_test"),
+                               "permutations=2"]),
+        "evaluate_heldout": step("5/5 evaluate on the held-out task (never trained on)",
+                                 ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"),
+                                  "--temperatures", str(temps), "--data", str(data / "heldout_tasks.jsonl"),
+                                  "--out", str(out / "eval_heldout"), "permutations=2"]),
+    }
+    test = json.loads((out / "eval_test" / "report.json").read_text())
+    heldout = json.loads((out / "eval_heldout" / "report.json").read_text())
+    summary = {**blocks(test), "heldout": blocks(heldout), "by_task": test["by_task"],
+               "temperatures": json.loads(temps.read_text()).get("temperatures"),
+               "seconds": {k: round(v, 1) for k, v in seconds.items()},
+               "total_seconds": round(time.perf_counter() - started, 1)}
+    atomic_write_json(out / "summary.json", summary)
+    text = (f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"
+            f"{table({k: summary[k] for k in ('base', 'tuned', 'tuned_calibrated', 'majority')})}\n\n"
+            f"{by_task_table(test)}\n\n"
+            f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
+            f"{table(summary['heldout'])}\n")
+    atomic_write_text(out / "summary.md", text)
+    print("\n" + text)
+    print(f"wrote {out / 'summary.json'}, {out / 'summary.md'}, plots in {out / 'eval_test' / 'reliability.png'}")
+    print(f"total {summary['total_seconds']:.0f}s")
+    if args.update_readme:
+        update_readme(text, out)
+
+
+def update_readme(text: str, out: Path) -> None:
+    docs = ROOT / "docs"
+    docs.mkdir(exist_ok=True)
+    shutil.copy(out / "eval_test" / "reliability.png", docs / "demo-reliability.png")
+    readme = ROOT / "README.md"
+    content = readme.read_text()
+    start, end = content.index(README_START), content.index(README_END)
+    block = f"{README_START}\n{text}\n![reliability diagram](docs/demo-reliability.png)\n{README_END}"
+    atomic_write_text(readme, content[:start] + block + content[end + len(README_END):])
+
+
+if __name__ == "__main__":
+    main()
