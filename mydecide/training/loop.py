@@ -173,9 +173,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     base = load_model(recipe.model, render=recipe.prompt, device=str(accelerator.device),
                       dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     renderer, tokenizer = base.renderer, base.tokenizer
+    targets = lora_targets(base.lm, recipe.lora.target_modules)
     lora = LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha or 2 * recipe.lora.r,
-                      lora_dropout=recipe.lora.dropout, target_modules=lora_targets(base.lm, recipe.lora.target_modules),
-                      bias="none", task_type="CAUSAL_LM")
+                      lora_dropout=recipe.lora.dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM")
     lm = get_peft_model(base.lm, lora)
     # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
     # drops the cache) and not with recurrent layers (Gated DeltaNet updates its cached state in place).
