@@ -25,7 +25,6 @@ from mydecide.prompting import (
     RenderConfig,
     collate,
     last_hidden,
-    question_units,
     read_option_logits,
 )
 from mydecide.records import Question
@@ -222,28 +221,31 @@ def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
 
 def question_prompts(model: LoadedModel, items: Sequence[tuple[Any, Question]],
                      orders: Sequence[Sequence[int] | None] | None = None) -> tuple[list[Prompt], list[int]]:
-    """Render every (state, question) as the prompts it is scored with, and the item index of each prompt.
+    """The first-round prompts of every (state, question), and the item index of each prompt.
 
-    A ``set`` question becomes one yes/no prompt per label (canonical order); any other question one prompt.
+    A ``set`` question becomes one yes/no prompt per label (canonical order); a choice with more than 26 options
+    one prompt per group of options (``many_options``); any other question one prompt.
     """
-    prompts: list[Prompt] = []
-    owner: list[int] = []
-    for n, (state, question) in enumerate(items):
-        order = orders[n] if orders is not None else None
-        for unit in question_units(question):
-            prompts.append(model.renderer.render(state, unit, order if question.type != "set" else None))
-            owner.append(n)
-    return prompts, owner
+    from mydecide.many_options import ScoringPlan
+
+    plan = ScoringPlan(model.renderer, items, orders)
+    return plan.prompts, plan.owner
 
 
 def gather_question_logits(questions: Sequence[Question], owner: Sequence[int],
                            rows: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Per-question logits from per-prompt rows: a set's (L,) yes−no logits, others their one row."""
+    """Per-question logits from per-prompt rows: a set's (L,) yes−no logits, others their one row.
+
+    Single-round questions only; a choice with more than 26 options needs a :class:`ScoringPlan` (two rounds).
+    """
     import numpy as np
 
     out: list[list[np.ndarray]] = [[] for _ in questions]
     for n, row in zip(owner, rows, strict=True):
         out[n].append(row)
+    for q, got in zip(questions, out, strict=True):
+        if q.type != "set" and len(got) != 1:
+            raise ValueError(f"a {q.type} question with {q.k} options needs a ScoringPlan (two rounds)")
     return [np.array([r[0] - r[1] for r in got]) if q.type == "set" else got[0]
             for q, got in zip(questions, out, strict=True)]
 
@@ -254,11 +256,17 @@ def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *
     """Logits for each (state, question), in the question's canonical option order.
 
     ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
-    sigmoid gives P(label applies). ``orders`` optionally shows each question's options in another order.
+    sigmoid gives P(label applies). A choice with more than 26 options is scored in groups plus a final round and
+    returns log P(o) for every option (``many_options``). ``orders`` optionally shows each question's options in
+    another order. ``progress`` is called with the number of prompts scored (every round).
     """
-    prompts, owner = question_prompts(model, items, orders)
-    logits = score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
-    return gather_question_logits([q for _, q in items], owner, logits)
+    from mydecide.many_options import ScoringPlan
+
+    plan = ScoringPlan(model.renderer, items, orders)
+    while plan.pending:
+        plan.read(score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix,
+                                progress=progress))
+    return plan.logits()
 
 
 def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
