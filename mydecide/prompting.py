@@ -223,7 +223,7 @@ class Batch:
         import torch
 
         fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        return Batch(**fields)
+        return Batch(**fields)  # type: ignore[arg-type]
 
 
 def collate(prompts: Sequence[Prompt], pad_id: int, shared_prefix: bool = True) -> Batch:
@@ -279,11 +279,12 @@ def last_hidden(decoder: Any, batch: Batch) -> torch.Tensor:
         return out.last_hidden_state[:, -1]
     assert batch.prefix_ids is not None and batch.suffix_ids is not None
     assert batch.group is not None and batch.last is not None and batch.suffix_mask is not None
+    assert batch.prefix_mask is not None
     from transformers import DynamicCache
 
     cache = DynamicCache(config=decoder.config)
     decoder(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, past_key_values=cache, use_cache=True)
-    cache.reorder_cache(batch.group)  # (G, …) → (B, …): each question continues from its own state's prefix
+    cache.reorder_cache(batch.group)  # type: ignore[arg-type]  # (G, …) → (B, …): each question continues from its own state's prefix
     mask = torch.cat([batch.prefix_mask[batch.group], batch.suffix_mask], dim=1)
     out = decoder(input_ids=batch.suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
     rows = torch.arange(batch.suffix_ids.shape[0], device=batch.suffix_ids.device)

@@ -64,7 +64,8 @@ def build_module(lm: Any, label_ids: Any) -> Any:
             self.register_buffer("label_ids", torch.tensor(label_ids), persistent=False)
 
         def forward(self, batch: Any) -> torch.Tensor:
-            return forward_option_logits(self.lm, batch, self.label_ids)
+            label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
+            return forward_option_logits(self.lm, batch, label_ids)
 
     return DecisionModule()
 
@@ -72,16 +73,15 @@ def build_module(lm: Any, label_ids: Any) -> Any:
 def objective_fn(recipe: TrainRecipe, progress: float) -> Any:
     from functools import partial
 
+    from mydecide.config import CeThenProperObjective, RlcdObjective
     from mydecide.training.objectives import OBJECTIVES
 
-    kind = recipe.objective.kind
-    if kind == "ce_then_proper":
-        return OBJECTIVES["ce" if progress < recipe.objective.ce_fraction else "proper"]  # type: ignore[union-attr]
-    if kind == "rlcd":
-        o = recipe.objective
-        return partial(OBJECTIVES["rlcd"], group_size=o.group_size, sigma_start=o.sigma_start,  # type: ignore
-                       sigma_end=o.sigma_end)
-    return OBJECTIVES[kind]
+    o = recipe.objective
+    if isinstance(o, CeThenProperObjective):
+        return OBJECTIVES["ce" if progress < o.ce_fraction else "proper"]
+    if isinstance(o, RlcdObjective):
+        return partial(OBJECTIVES["rlcd"], group_size=o.group_size, sigma_start=o.sigma_start, sigma_end=o.sigma_end)
+    return OBJECTIVES[o.kind]
 
 
 # ------------------------------------------------------------------------------------------------- dev metrics
@@ -174,7 +174,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
                       dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     renderer, tokenizer = base.renderer, base.tokenizer
     targets = lora_targets(base.lm, recipe.lora.target_modules)
-    lora = LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha or 2 * recipe.lora.r,
+    lora = LoraConfig(r=recipe.lora.r, lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
                       lora_dropout=recipe.lora.dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM")
     lm = get_peft_model(base.lm, lora)
     # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
