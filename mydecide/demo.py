@@ -98,11 +98,11 @@ def main() -> None:
         "evaluate_test": step("4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
                               ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"), "--temperatures",
                                str(temps), "--data", str(data / "test.jsonl"), "--out", str(out / "eval_test"),
-                               "permutations=2"]),
+                               "--permutations", "2"]),
         "evaluate_heldout": step("5/5 evaluate on the held-out task (never trained on)",
                                  ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"),
                                   "--temperatures", str(temps), "--data", str(data / "heldout_tasks.jsonl"),
-                                  "--out", str(out / "eval_heldout"), "permutations=2"]),
+                                  "--out", str(out / "eval_heldout"), "--permutations", "2"]),
     }
     test = json.loads((out / "eval_test" / "report.json").read_text())
     heldout = json.loads((out / "eval_heldout" / "report.json").read_text())
