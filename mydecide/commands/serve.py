@@ -60,6 +60,9 @@ def register(app: typer.Typer) -> None:
         if not is_loopback(host) and not api_key and not no_auth:
             fail(f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                  "or pass --no-auth to serve without one")
+        from mydecide.modeling import resolve_model_path
+
+        resolve_model_path(model)  # a missing model fails here with one line, not inside the server's startup
         if adapter is not None and not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
         temperature = None

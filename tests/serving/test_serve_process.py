@@ -90,6 +90,13 @@ def test_serve_refuses_to_expose_without_an_api_key(monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 2 and "set --api-key (or MYDECIDE_API_KEY)" in result.output
 
 
+def test_serve_names_a_missing_model_or_adapter_before_starting(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "no such model directory" in result.output
+    result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--adapter", str(tmp_path)])
+    assert result.exit_code == 2 and "not a LoRA adapter directory" in result.output
+
+
 def test_predict_answers_a_request_file_like_the_server(tiny_llama_dir: Path, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
