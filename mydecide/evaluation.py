@@ -88,7 +88,9 @@ def has_adapter(model: LoadedModel | None) -> bool:
 
 
 def _prompt_count(question: Question) -> int:
-    return question.k if question.type == "set" else 1
+    from mydecide.many_options import prompt_count
+
+    return prompt_count(question)
 
 
 def score_records(
@@ -195,6 +197,7 @@ class Row:
     flipped: bool | None = None
     latency: float | None = None
     file: str = ""
+    label: str = ""  # set label rows: the label
 
 
 def question_rows(n: int, record: Record, probs: np.ndarray, *, state_tokens: int = 0,
@@ -206,8 +209,8 @@ def question_rows(n: int, record: Record, probs: np.ndarray, *, state_tokens: in
     if q.type != "set":
         return [Row(probs=np.asarray(probs, dtype=float), target=np.asarray(record.target, dtype=float),
                     flipped=flipped, **base)]
-    return [Row(probs=np.array([p, 1.0 - p]), target=np.array([y, 1.0 - y]), **base)
-            for p, y in zip(probs, record.target, strict=True)]
+    return [Row(probs=np.array([p, 1.0 - p]), target=np.array([y, 1.0 - y]), label=label, **base)
+            for p, y, label in zip(probs, record.target, q.options, strict=True)]
 
 
 def _percentile_ms(values: Sequence[float], q: float) -> float | None:
@@ -240,18 +243,38 @@ def block(rows: Sequence[Row]) -> dict[str, Any]:
     return {key: out.get(key) for key in METRIC_KEYS} | {k: v for k, v in out.items() if k not in METRIC_KEYS}
 
 
-def set_metrics(rows: Sequence[Row]) -> dict[str, float]:
-    """Exact-set accuracy (every label right) and micro F1 at 0.5 over the label rows of set questions."""
+def _f1(tp: int, fp: int, fn: int) -> float:
+    """F1 of counts; 1.0 when there is nothing to find and nothing was predicted."""
+    return 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else 1.0
+
+
+def set_metrics(rows: Sequence[Row]) -> dict[str, Any]:
+    """Metrics of the label rows of set questions, each label a yes/no decision at 0.5.
+
+    ``exact_set_accuracy``: every label of a question right; ``micro_f1``: F1 of the pooled label decisions;
+    ``macro_f1``: the mean F1 of each label (a task's label; a label never gold nor predicted counts 1.0);
+    ``label_log_loss``: the mean binary log loss per label row; ``by_label``: n, log loss and F1 per label.
+    """
     right: dict[int, bool] = {}
-    tp = fp = fn = 0
+    counts: dict[str, list[int]] = {}  # label → [tp, fp, fn]
+    per_label: dict[str, list[Row]] = {}
     for r in rows:
-        predicted, gold = r.probs[0] >= 0.5, r.target[0] >= 0.5
+        predicted, gold = bool(r.probs[0] >= 0.5), bool(r.target[0] >= 0.5)
         right[r.question] = right.get(r.question, True) and predicted == gold
-        tp += predicted and gold
-        fp += predicted and not gold
-        fn += gold and not predicted
+        key = f"{r.task}/{r.label}" if r.label else r.task
+        c = counts.setdefault(key, [0, 0, 0])
+        c[0] += predicted and gold
+        c[1] += predicted and not gold
+        c[2] += gold and not predicted
+        per_label.setdefault(key, []).append(r)
+    tp, fp, fn = (sum(c[i] for c in counts.values()) for i in range(3))
     return {"exact_set_accuracy": float(np.mean(list(right.values()))),
-            "micro_f1": 2 * tp / (2 * tp + fp + fn) if (tp + fp + fn) else 1.0}
+            "micro_f1": _f1(tp, fp, fn),
+            "macro_f1": float(np.mean([_f1(*c) for c in counts.values()])),
+            "label_log_loss": metrics.log_loss([r.probs for r in rows], [r.target for r in rows]),
+            "by_label": {key: {"n": len(got), "log_loss": metrics.log_loss([r.probs for r in got],
+                                                                           [r.target for r in got]),
+                               "f1": _f1(*counts[key])} for key, got in sorted(per_label.items())}}
 
 
 def state_bucket(tokens: int) -> str:
@@ -531,8 +554,8 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[Row]:
                   "state_tokens": p["state_tokens"], "soft": p["soft"], "latency": latency,
                   "file": p.get("file", "")}
         if p["type"] == "set":
-            rows += [Row(probs=np.array([q, 1 - q]), target=np.array([y, 1 - y]), **common)
-                     for q, y in zip(probs, target, strict=True)]
+            rows += [Row(probs=np.array([q, 1 - q]), target=np.array([y, 1 - y]), label=label, **common)
+                     for q, y, label in zip(probs, target, options, strict=True)]
         else:
             rows.append(Row(probs=probs, target=target, flipped=p["flipped"], **common))
     return rows
@@ -551,12 +574,15 @@ def threshold_report(rows: Sequence[Row], costs: dict[str, float],
 
 
 def _check_scorable(records: Sequence[Record]) -> None:
-    from mydecide.prompting import MAX_LETTER_OPTIONS
+    """Choices of 27–255 options are scored in groups + a final round (``many_options``); more are refused."""
+    from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS
 
+    limits = {"choice": MAX_CHOICE_OPTIONS, "score": MAX_SCORE_LEVELS}
     for r in records:
-        if r.question.type in ("choice", "score") and r.question.k > MAX_LETTER_OPTIONS:
-            raise ValueError(f"record {r.id!r} ({r.task}): {r.question.k} options, but at most "
-                             f"{MAX_LETTER_OPTIONS} (A–Z) can be shown in one prompt")
+        most = limits.get(r.question.type)
+        if most is not None and r.question.k > most:
+            raise ValueError(f"record {r.id!r} ({r.task}): {r.question.k} options, but a {r.question.type} "
+                             f"question has at most {most}")
 
 
 def run_evaluation(
@@ -747,9 +773,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     extra = [(t, report[t]) for t in QUESTION_TYPES if report[t].get("n") and (
         report[t].get("n_soft") or report[t].get("exact_set_accuracy") is not None)]
     if extra:
-        lines += _table(["", "soft accuracy", "total variation", "exact-set accuracy", "micro F1"],
+        lines += _table(["", "soft accuracy", "total variation", "exact-set accuracy", "micro F1", "macro F1",
+                         "label log loss"],
                         [[t, b.get("soft_accuracy"), b.get("total_variation"), b.get("exact_set_accuracy"),
-                          b.get("micro_f1")] for t, b in extra])
+                          b.get("micro_f1"), b.get("macro_f1"), b.get("label_log_loss")] for t, b in extra])
 
     lines += ["## Baselines", ""]
     side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""):

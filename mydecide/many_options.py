@@ -37,7 +37,7 @@ Set questions are expanded here too (one yes/no prompt per label, read as yes âˆ
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +203,14 @@ class ScoringPlan:
                 self.items[n].final = row
         self._read += 1
 
+    def reset(self) -> None:
+        """Forget every logit read so far (to score the plan again, e.g. alone after a failed batch)."""
+        for item in self.items:
+            item.rows, item.final = [], None
+        self.rounds = [self.prompts]
+        self._final_owner = []
+        self._read = 0
+
     def logits(self) -> list[np.ndarray]:
         """Per item: (K,) logits in canonical option order; set: (L,) yes âˆ’ no; K > 26: log P(o)."""
         import numpy as np
@@ -237,3 +245,23 @@ def _argmax(z: np.ndarray) -> int:
     import numpy as np
 
     return int(np.argmax(z))  # first on ties
+
+
+def score_plans(plans: Sequence[ScoringPlan], score: Callable[[list[Prompt]], Sequence[np.ndarray]]) -> int:
+    """Score many plans together: one call of ``score(prompts) -> logits`` per round over every plan's pending
+    prompts (so concurrent requests share forward passes in both rounds). Returns the prompts scored."""
+    scored = 0
+    while True:
+        pending = [p for plan in plans for p in plan.pending]
+        if not pending:
+            return scored
+        rows = score(pending)
+        if len(rows) != len(pending):
+            raise ValueError(f"the scorer returned {len(rows)} logit rows for {len(pending)} prompts")
+        start = 0
+        for plan in plans:
+            n = len(plan.pending)
+            if n:
+                plan.read(rows[start:start + n])
+                start += n
+        scored += len(pending)

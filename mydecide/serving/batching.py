@@ -3,7 +3,9 @@
 Requests are queued by the HTTP handlers. The worker takes the first waiting request, keeps collecting for a
 short window (``window_ms``) or until a batch is full, renders all of their prompts and scores them in one
 call (``score_packed`` where the model allows it, else ``score_prompts``): questions on one state share the
-state's prefix computation, and different requests fill the batch. While the model is busy new requests pile
+state's prefix computation, and different requests fill the batch (a choice with more than 26 options adds
+a second round, ``many_options``: the final rounds of the batch's requests are scored together too). While
+the model is busy new requests pile
 up in the queue, so under load batches fill without any waiting. Every answer depends only on its own request
 (each question continues from its own state's prefix, padding is masked), which the tests check.
 
@@ -20,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mydecide.many_options import prompt_count, score_plans
 from mydecide.records import parse_question
 from mydecide.serving.wire import Request, TemperatureFn, build_response, render_request
 
@@ -141,7 +144,7 @@ class Scorer:
     def submit(self, request: Request) -> Future[dict[str, Any]]:
         """Queue one parsed request; the future resolves to its response (or the scoring error)."""
         future: Future[dict[str, Any]] = Future()
-        n_prompts = sum(q.k if q.type == "set" else 1 for q in request.questions.values())
+        n_prompts = sum(prompt_count(q) for q in request.questions.values())
         self._queue.put(_Job(request, future, n_prompts))
         return future
 
@@ -203,9 +206,8 @@ class Scorer:
             live.append(job)
         if not live:
             return
-        prompts = [p for job in live for p in job.rendered.prompts]  # type: ignore[union-attr]
-        try:
-            logits = self.score(prompts)
+        try:  # one forward call per round over every request's pending prompts
+            n_prompts = score_plans([job.rendered.plan for job in live], self.score)  # type: ignore[union-attr]
         except Exception as err:
             if len(live) == 1:
                 self._fail(live[0], err)
@@ -214,29 +216,25 @@ class Scorer:
             for job in live:
                 self._run_alone(job)
             return
-        self._count(live, len(prompts))
-        start = 0
+        self._count(live, n_prompts)
         for job in live:
-            rendered = job.rendered
-            assert rendered is not None
-            rows = logits[start:start + len(rendered.prompts)]
-            start += len(rendered.prompts)
-            self._answer(job, rows)
+            self._answer(job)
 
     def _run_alone(self, job: _Job) -> None:
         assert job.rendered is not None
+        job.rendered.plan.reset()  # the failed batch may have read a round already
         try:
-            rows = self.score(job.rendered.prompts)
+            n_prompts = score_plans([job.rendered.plan], self.score)
         except Exception as err:
             self._fail(job, err)
             return
-        self._count([job], len(job.rendered.prompts))
-        self._answer(job, rows)
+        self._count([job], n_prompts)
+        self._answer(job)
 
-    def _answer(self, job: _Job, rows: list[Any]) -> None:
+    def _answer(self, job: _Job) -> None:
         assert job.rendered is not None
         try:
-            job.future.set_result(build_response(job.rendered, rows, self.temperature, self.model_name))
+            job.future.set_result(build_response(job.rendered, None, self.temperature, self.model_name))
         except Exception as err:
             self._fail(job, err)
 

@@ -2,8 +2,10 @@
 
 ``decode_body`` + ``parse_request`` validate a request body and name the question and the rule on any
 problem; ``answer_request`` scores every question of one request (sharing the state's computation) and
-builds the response. The server runs its two halves, ``render_request`` and ``build_response``, around one
-forward pass over the prompts of many concurrent requests: ``predict`` and ``serve`` run the same code.
+builds the response. The server runs its two halves, ``render_request`` and ``build_response``, around the
+forward passes over the prompts of many concurrent requests: ``predict`` and ``serve`` run the same code.
+A choice with more than 26 options takes two rounds of prompts (``many_options``): each request's
+:class:`~mydecide.many_options.ScoringPlan` says what to score next, and ``score_plans`` runs the rounds.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mydecide.prompting import MAX_LETTER_OPTIONS
+from mydecide.many_options import ScoringPlan, prompt_count, score_plans
 from mydecide.records import (
+    MAX_CHOICE_OPTIONS,
     MAX_SCORE_LEVELS,
     MIN_CHOICE_OPTIONS,
     MIN_SCORE_LEVELS,
@@ -44,7 +47,7 @@ class Limits:
     max_state_chars: int = 100_000
     max_body_bytes: int = 1_000_000
     min_choice_options: int = MIN_CHOICE_OPTIONS
-    max_choice_options: int = MAX_LETTER_OPTIONS  # 26 until more than 26 options are supported
+    max_choice_options: int = MAX_CHOICE_OPTIONS  # > 26: scored in groups + a final round (many_options)
     min_score_levels: int = MIN_SCORE_LEVELS
     max_score_levels: int = MAX_SCORE_LEVELS
 
@@ -157,20 +160,17 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
         except RecordError as err:
             raise RequestError(str(err)) from None
         k = question.k
-        if question.type == "choice" and k > MAX_LETTER_OPTIONS:  # the wire format allows 255
-            raise RequestError(f"question {name!r}: choice has {k} options; this server shows at most "
-                               f"{MAX_LETTER_OPTIONS} options (labels A–Z) per question")
         if question.type == "choice" and not limits.min_choice_options <= k <= limits.max_choice_options:
             raise RequestError(f"question {name!r}: choice needs {limits.min_choice_options} to "
                                f"{limits.max_choice_options} options on this server, got {question.k}")
         if question.type == "score" and not limits.min_score_levels <= question.k <= limits.max_score_levels:
             raise RequestError(f"question {name!r}: score needs {limits.min_score_levels} to "
                                f"{limits.max_score_levels} levels on this server, got {question.k}")
-        n_prompts += question.k if question.type == "set" else 1
+        n_prompts += prompt_count(question)
         if n_prompts > limits.max_prompts:
             raise RequestError(f"question {name!r}: the request needs more than {limits.max_prompts} scored "
-                               "prompts (one per question, one per label of a set question), the limit "
-                               "per request")
+                               "prompts (one per question, one per label of a set question, one per group of "
+                               "26 options + 1 for a larger choice), the limit per request")
         parsed[name] = question
     return Request(model, state, parsed)
 
@@ -201,39 +201,49 @@ def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RenderedRequest:
-    """A request's prompts, ready to score; ``owner[i]`` indexes prompt i's question in request order."""
+    """A request's scoring plan; ``prompts`` are its first-round prompts, ``owner[i]`` indexes prompt i's
+    question in request order."""
 
     request: Request
-    prompts: list[Prompt]
-    owner: list[int]
-    input_tokens: int
+    plan: ScoringPlan
+    shared_prefix: bool = True
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        return self.plan.prompts
+
+    @property
+    def owner(self) -> list[int]:
+        return self.plan.owner
+
+    @property
+    def input_tokens(self) -> int:
+        """Tokens processed: per round, with a shared prefix the state prefix once plus every question's suffix,
+        else every prompt in full. (Two requests about the same state batched together count once each.)"""
+        return self.plan.tokens(self.shared_prefix)
 
 
 def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True) -> RenderedRequest:
-    """Tokenise every question of a request; count the tokens that scoring will process.
-
-    Tokens processed: with a shared prefix the state prefix once plus every question's suffix, else every
-    prompt in full. (Two requests about the same state batched together are still counted once each.)
-    """
-    from mydecide.modeling import question_prompts
-
+    """Tokenise every question of a request (the first round of its scoring plan)."""
     items = [(request.state, q) for q in request.questions.values()]
-    prompts, owner = question_prompts(model, items)
-    if shared_prefix:
-        n_tokens = len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
-    else:
-        n_tokens = sum(len(p) for p in prompts)
-    return RenderedRequest(request, prompts, owner, n_tokens)
+    return RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix)
 
 
-def build_response(rendered: RenderedRequest, logits: list[np.ndarray],
+def build_response(rendered: RenderedRequest, logits: list[np.ndarray] | None = None,
                    temperature: TemperatureFn | None = None, model_name: str = "") -> dict[str, Any]:
-    """The Jev response from one request's per-prompt option logits (in ``rendered.prompts`` order)."""
-    from mydecide.modeling import gather_question_logits, to_probabilities
+    """The Jev response of one request whose plan has been scored (``score_plans``).
+
+    ``logits``, when given, are the first round's per-prompt option logits (in ``rendered.prompts`` order), for
+    requests that need no second round.
+    """
+    from mydecide.modeling import to_probabilities
 
     request = rendered.request
     names, questions = list(request.questions), list(request.questions.values())
-    per_question = gather_question_logits(questions, rendered.owner, logits)
+    if logits is not None:
+        rendered.plan.reset()
+        rendered.plan.read(logits)
+    per_question = rendered.plan.logits()
     answers = {}
     for name, question, z in zip(names, questions, per_question, strict=True):
         t = temperature(question.type, question.k) if temperature else 1.0
@@ -249,5 +259,6 @@ def answer_request(model: LoadedModel, request: Request, temperature: Temperatur
     from mydecide.modeling import score_prompts
 
     rendered = render_request(model, request, shared_prefix=shared_prefix)
-    logits = score_prompts(model, rendered.prompts, batch_size=batch_size, shared_prefix=shared_prefix)
-    return build_response(rendered, logits, temperature, model_name or model.name)
+    score_plans([rendered.plan], lambda prompts: score_prompts(model, prompts, batch_size=batch_size,
+                                                               shared_prefix=shared_prefix))
+    return build_response(rendered, None, temperature, model_name or model.name)

@@ -4,6 +4,11 @@ Each record becomes one or more *units* (a set question: one yes/no unit per lab
 options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target stays
 attached to its option. Score levels are never shuffled.
 
+A choice with more than 26 options (one prompt shows at most 26, labels A–Z) is trained as its gold option among
+25 distractors sampled afresh every epoch (every option with target mass is kept, up to 26): over the epochs the
+model sees every distractor, and each prompt is a choice among ≤ 26 options like every prompt scored at inference
+time (``many_options``: groups of ≤ 26, then a final round among the group leaders).
+
 Batching keeps the questions on one state together (so a batch computes each state's prefix once) and groups units
 of similar length (so little compute is spent on padding).
 """
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mydecide.many_options import GROUP_SIZE, sub_question
 from mydecide.prompting import Batch, Prompt, Renderer, collate, question_units
 from mydecide.records import Record
 
@@ -63,11 +69,36 @@ def shown_order(record: Record, seed: int, epoch: int, shuffle: bool) -> list[in
     return order
 
 
-def record_units(renderer: Renderer, record: Record, index: int, order: Sequence[int]) -> list[Unit]:
+def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
+                    size: int = GROUP_SIZE) -> list[int]:
+    """The ≤ ``size`` options (canonical indices, in ``order``) a record with more options shows in one epoch.
+
+    Every option with target mass stays (the ``size`` largest, ties by index, if more have mass); the rest are
+    distractors drawn without replacement, afresh per (seed, epoch, record).
+    """
+    target = record.target
+    kept = [i for i in range(len(target)) if target[i] > 0]
+    if len(kept) > size:
+        kept = sorted(kept, key=lambda i: (-target[i], i))[:size]
+    chosen = set(kept)
+    rest = [i for i in range(len(target)) if i not in chosen]
+    chosen.update(_rng(seed, epoch, f"{record.id}\x1fdistractors").sample(rest, min(len(rest), size - len(kept))))
+    return [i for i in order if i in chosen]
+
+
+def record_units(renderer: Renderer, record: Record, index: int, order: Sequence[int], *, seed: int = 0,
+                 epoch: int = 0) -> list[Unit]:
+    """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
+    more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch)."""
     q = record.question
     if q.type == "set":
         return [Unit(renderer.render(record.state, unit), (p, 1.0 - p), False, index)
                 for unit, p in zip(question_units(q), record.target, strict=True)]
+    if q.k > GROUP_SIZE:
+        shown = sampled_options(record, order, seed, epoch)
+        mass = sum(record.target[i] for i in shown)  # < 1 only when more than 26 options carry mass
+        prompt = renderer.render(record.state, sub_question(q, shown))
+        return [Unit(prompt, tuple(record.target[i] / mass for i in shown), False, index)]
     prompt = renderer.render(record.state, q, order)
     return [Unit(prompt, tuple(record.target[i] for i in order), q.type == "score", index)]
 
@@ -76,7 +107,8 @@ def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch:
                 shuffle_options: bool) -> list[Unit]:
     units: list[Unit] = []
     for index, record in enumerate(records):
-        units.extend(record_units(renderer, record, index, shown_order(record, seed, epoch, shuffle_options)))
+        order = shown_order(record, seed, epoch, shuffle_options)
+        units.extend(record_units(renderer, record, index, order, seed=seed, epoch=epoch))
     return units
 
 

@@ -98,33 +98,49 @@ def majority_by_task(records: list[Record]) -> dict[str, int]:
 
 def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], seed: int,
                 batch_size: int) -> dict[str, Any]:
-    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records."""
+    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
+
+    A set question counts one yes/no row per label in the metrics; the collapse check looks at the other
+    questions only (letters: for more than 26 options, the letter an option has in its group).
+    """
     import numpy as np
 
+    from mydecide.many_options import shown_letter_index
     from mydecide.metrics import summarize
     from mydecide.modeling import score_questions, to_probabilities
     from mydecide.training.batches import shown_order
     from mydecide.training.diagnostics import collapse_report
 
     single = [r for r in records if r.question.type != "set"]
+    sets = [r for r in records if r.question.type == "set"]
     items = [(r.state, r.question) for r in single]
-    logits = score_questions(model, items, batch_size=batch_size)
+    logits = score_questions(model, items + [(r.state, r.question) for r in sets], batch_size=batch_size)
+    set_logits = logits[len(single):]
+    logits = logits[: len(single)]
     orders = [shown_order(r, seed, 10_000, shuffle=True) for r in single]
-    shuffled = score_questions(model, items, orders=orders, batch_size=batch_size)
+    shuffled = score_questions(model, items, orders=orders, batch_size=batch_size) if single else []
     probs = [to_probabilities(r.question.type, z) for r, z in zip(single, logits, strict=True)]
     targets = [np.array(r.target) for r in single]
-    summary = summarize(probs, targets, [r.question.type == "score" for r in single])
+    for r, z in zip(sets, set_logits, strict=True):  # one binary row per label
+        for p, y in zip(to_probabilities("set", z), r.target, strict=True):
+            probs.append(np.array([p, 1.0 - p]))
+            targets.append(np.array([y, 1.0 - y]))
+    summary = summarize(probs, targets, [r.question.type == "score" for r in single] +
+                        [False] * (len(probs) - len(single)))
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
-        position_of = {option: pos for pos, option in enumerate(order)}
+        position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
         predicted_pos.append(position_of[int(np.argmax(zs))])
         gold_pos.append(position_of[r.gold_index])
         if r.question.type != "score":
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
-    majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single]))
+    majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single])) if single else 0.0
+    out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
+    if not single:
+        return {**out, "flip_rate": 0.0, "majority_accuracy": majority_acc, "top_letter": "-",
+                "top_letter_share": 0.0, "warnings": []}
     report = collapse_report(predicted_pos, gold_pos, flips, summary["accuracy"], majority_acc)
-    return {**{k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")},
-            "flip_rate": report.flip_rate, "majority_accuracy": majority_acc,
+    return {**out, "flip_rate": report.flip_rate, "majority_accuracy": majority_acc,
             "top_letter": report.top_letter, "top_letter_share": report.top_letter_share,
             "warnings": report.warnings}
 
