@@ -230,12 +230,23 @@ class AugmentConfig(Strict):
     drop_distractors: float = Field(0.0, ge=0.0, le=1.0)  # choice with > 2 options: drop zero-mass options
     paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
     paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # exact instructions → variants
+    # consistency copies (coherence laws by example): `consistency` is both of the next two at once
+    consistency: float = Field(0.0, ge=0.0, le=1.0)
+    negate_noul: float = Field(0.0, ge=0.0, le=1.0)  # noul: the negated question, target complemented
+    rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
+    negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: int = 13
 
     @model_validator(mode="after")
     def _paraphrases(self) -> AugmentConfig:
         if self.paraphrase_instructions > 0 and not any(self.paraphrases.values()):
             raise ValueError("paraphrase_instructions > 0 needs paraphrases: {instructions: [variant, ...]}")
+        for template in self.negation_templates or []:
+            if template.count("{instructions}") != 1 or template.replace("{instructions}", "").count("{"):
+                raise ValueError(f"negation template {template!r} must contain {{instructions}} once and no "
+                                 "other {…} field")
+        if self.negation_templates is not None and not self.negation_templates:
+            raise ValueError("negation_templates must list at least one template (or be left out)")
         return self
 
 

@@ -11,6 +11,20 @@ choice options every epoch. Score levels are never reordered, renamed or dropped
 - ``drop_distractors``: a choice question with more than two options loses 1 … K − 2 options that carry no
   target mass; the gold option and every option with mass stay.
 - ``paraphrase_instructions``: the instructions are swapped for one of the recipe's variants for them.
+
+Consistency copies (JevBench's coherence laws, taught by example; ``augment.consistency`` turns both on):
+
+- ``negate_noul``: a noul question asked the other way round (one of ``negation_templates``), its yes / no
+  criteria swapped and its target complemented (P(yes) becomes 1 − P(yes)). The copy sits right after its
+  original and shares its state, so the two usually land in one training batch: a paired example that a noul and
+  its negation sum to 1.
+- ``rename_options``: choice option ids replaced by random neutral codes (``opt-3fa2`` …; descriptions stay, an
+  option without one keeps its old id as description), target attached to its option: the answer must follow
+  the meaning, not the name.
+
+The default negation templates and the code form differ on purpose from the ones ``mydecide evaluate
+--coherence`` probes with ("Is it NOT the case that: …", ``option_1`` …), so the evaluation measures whether
+consistency generalises to a phrasing the model was not trained on.
 """
 
 from __future__ import annotations
@@ -23,7 +37,12 @@ from typing import Any
 from mydecide.data.split import unit_interval
 from mydecide.records import Question, Record
 
-AUGMENTATIONS = ("anonymize_options", "drop_distractors", "paraphrase_instructions")
+AUGMENTATIONS = ("anonymize_options", "drop_distractors", "paraphrase_instructions", "negate_noul", "rename_options")
+NEGATION_TEMPLATES = (
+    "Is the answer to the following question no? {instructions}",
+    "Answer the opposite: would it be wrong to say yes to this question? {instructions}",
+    "Negated question (yes means the original answer is no): {instructions}",
+)
 
 
 def chosen(record: Record, kind: str, fraction: float, seed: int) -> bool:
@@ -82,12 +101,43 @@ def paraphrase_instructions(record: Record, variants: Sequence[str], rng: random
                  {"instructions_from": q.instructions})
 
 
+def negate_noul(record: Record, templates: Sequence[str], rng: random.Random) -> Record | None:
+    """The copy asking the negated noul question with the complementary target (None for other types)."""
+    q = record.question
+    if q.type != "noul" or not templates:
+        return None
+    template = rng.choice(list(templates))
+    yes, no = q.descriptions
+    question = Question("noul", template.format(instructions=q.instructions), q.options, (no, yes))
+    target = (record.target[1], record.target[0])  # P(yes | negated) = P(no)
+    return _copy(record, "negate_noul", question, target, {"negation_of": q.instructions, "template": template})
+
+
+def rename_options(record: Record, rng: random.Random) -> Record | None:
+    """The copy with random neutral option codes (choice only; None for other types)."""
+    q = record.question
+    if q.type != "choice":
+        return None
+    codes: list[str] = []
+    while len(codes) < q.k:
+        code = f"opt-{rng.randrange(16 ** 4):04x}"
+        if code not in codes and code not in q.options:
+            codes.append(code)
+    descriptions = tuple(d if d.strip() else old for old, d in zip(q.options, q.descriptions, strict=True))
+    question = Question(q.type, q.instructions, tuple(codes), descriptions)
+    renamed = dict(zip(q.options, codes, strict=True))
+    return _copy(record, "rename_options", question, record.target, {"renamed": renamed})
+
+
 @dataclass(frozen=True)
 class AugmentSettings:
     anonymize_options: float = 0.0
     drop_distractors: float = 0.0
     paraphrase_instructions: float = 0.0
     paraphrases: Mapping[str, Sequence[str]] | None = None
+    negate_noul: float = 0.0
+    rename_options: float = 0.0
+    negation_templates: Sequence[str] = NEGATION_TEMPLATES
     seed: int = 13
 
 
@@ -102,6 +152,11 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
     if variants and chosen(record, "paraphrase_instructions", settings.paraphrase_instructions, settings.seed):
         made.append(paraphrase_instructions(record, variants, _rng(record, "paraphrase_instructions",
                                                                    settings.seed)))
+    if record.question.type == "noul" and chosen(record, "negate_noul", settings.negate_noul, settings.seed):
+        made.append(negate_noul(record, settings.negation_templates, _rng(record, "negate_noul", settings.seed)))
+    if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options,
+                                                   settings.seed):
+        made.append(rename_options(record, _rng(record, "rename_options", settings.seed)))
     return [copy for copy in made if copy is not None]
 
 

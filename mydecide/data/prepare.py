@@ -350,7 +350,9 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
     cfg = recipe.augment
     settings = augmenting.AugmentSettings(
         anonymize_options=cfg.anonymize_options, drop_distractors=cfg.drop_distractors,
-        paraphrase_instructions=cfg.paraphrase_instructions, paraphrases=cfg.paraphrases, seed=cfg.seed)
+        paraphrase_instructions=cfg.paraphrase_instructions, paraphrases=cfg.paraphrases,
+        negate_noul=max(cfg.negate_noul, cfg.consistency), rename_options=max(cfg.rename_options, cfg.consistency),
+        negation_templates=cfg.negation_templates or augmenting.NEGATION_TEMPLATES, seed=cfg.seed)
     out: list[Row] = []
     added: Counter[str] = Counter()
     for row in train:
