@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mydecide.prompting import RenderConfig
 
@@ -169,7 +169,6 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
 # --- data recipes (prepare) ---------------------------------------------------------------------------------
 # The recipe of `mydecide prepare` (SPEC §4), owned by the data-preparation code.
 
-from pydantic import model_validator  # noqa: E402  (imported here so the part above stays untouched)
 
 
 class SourceSpec(Strict):
