@@ -77,6 +77,7 @@ def by_task_table(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "demo")
+    parser.add_argument("--model", default=MODEL, help="Base model (default: the packaged smollm2-135m).")
     parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
     parser.add_argument("overrides", nargs="*", help="Training recipe overrides, e.g. optim.max_steps=40.")
     args = parser.parse_args()
@@ -89,18 +90,18 @@ def main() -> None:
     seconds = {
         "prepare": step("1/5 prepare the bundled real data (score, noul and choice tasks; one task held out)",
                         ["prepare", "recipes/data/demo.yaml", "--out", str(data)]),
-        "train": step("2/5 train a LoRA adapter on smollm2-135m (CPU)",
-                      ["train", "recipes/train/demo.yaml", "--model", MODEL, "--data", str(data), "--out",
+        "train": step(f"2/5 train a LoRA adapter on {args.model}",
+                      ["train", "recipes/train/demo.yaml", "--model", args.model, "--data", str(data), "--out",
                        str(run), *args.overrides]),
         "calibrate": step("3/5 fit temperatures on dev",
-                          ["calibrate", "--model", MODEL, "--adapter", str(run / "adapter"), "--data",
+                          ["calibrate", "--model", args.model, "--adapter", str(run / "adapter"), "--data",
                            str(data / "dev.jsonl"), "--out", str(temps)]),
         "evaluate_test": step("4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
-                              ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"), "--temperatures",
+                              ["evaluate", "--model", args.model, "--adapter", str(run / "adapter"), "--temperatures",
                                str(temps), "--data", str(data / "test.jsonl"), "--out", str(out / "eval_test"),
                                "--permutations", "2"]),
         "evaluate_heldout": step("5/5 evaluate on the held-out task (never trained on)",
-                                 ["evaluate", "--model", MODEL, "--adapter", str(run / "adapter"),
+                                 ["evaluate", "--model", args.model, "--adapter", str(run / "adapter"),
                                   "--temperatures", str(temps), "--data", str(data / "heldout_tasks.jsonl"),
                                   "--out", str(out / "eval_heldout"), "--permutations", "2"]),
     }
