@@ -83,6 +83,8 @@ class TrainRecipe(Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     prompt: RenderConfig = Field(default_factory=RenderConfig)
     shuffle_options: bool = True
+    # share of choice / yes-no records shown in a random order each epoch (the rest keep the given order)
+    shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
     shared_prefix: bool = True  # questions on one state share the state's computation in a batch
     gradient_checkpointing: bool = True
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU

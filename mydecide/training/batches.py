@@ -57,7 +57,7 @@ def _rng(seed: int, epoch: int, key: str) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def shown_order(record: Record, seed: int, epoch: int, shuffle: bool) -> list[int]:
+def shown_order(record: Record, seed: int, epoch: int, shuffle: bool, fraction: float = 1.0) -> list[int]:
     """The option order of one record in one epoch.
 
     Choice and yes/no options are shuffled (so no answer letter carries a prior); score levels keep their order.
@@ -65,6 +65,9 @@ def shown_order(record: Record, seed: int, epoch: int, shuffle: bool) -> list[in
     k = record.question.k
     order = list(range(k))
     if shuffle and record.question.type in ("choice", "noul"):
+        # ``fraction`` < 1 keeps the given order for the other records this epoch (a coin per record and epoch)
+        if fraction < 1.0 and _rng(seed, epoch, f"coin:{record.id}").random() >= fraction:
+            return order
         _rng(seed, epoch, record.id).shuffle(order)
     return order
 
@@ -104,10 +107,10 @@ def record_units(renderer: Renderer, record: Record, index: int, order: Sequence
 
 
 def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
-                shuffle_options: bool) -> list[Unit]:
+                shuffle_options: bool, shuffle_fraction: float = 1.0) -> list[Unit]:
     units: list[Unit] = []
     for index, record in enumerate(records):
-        order = shown_order(record, seed, epoch, shuffle_options)
+        order = shown_order(record, seed, epoch, shuffle_options, shuffle_fraction)
         units.extend(record_units(renderer, record, index, order, seed=seed, epoch=epoch))
     return units
 

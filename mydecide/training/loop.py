@@ -205,7 +205,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
 
     # ---- schedule
     world, rank = accelerator.num_processes, accelerator.process_index
-    probe = plan_batches(epoch_units(renderer, train_records, recipe.seed, 0, recipe.shuffle_options),
+    probe = plan_batches(epoch_units(renderer, train_records, recipe.seed, 0, recipe.shuffle_options,
+                                     recipe.shuffle_fraction),
                          recipe.optim.batch_size, recipe.seed, 0)
     micro_per_epoch = len(probe) // world
     if micro_per_epoch == 0:
@@ -300,7 +301,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
             micro = update * accum + a
             epoch, j = divmod(micro, micro_per_epoch)
             if epoch != cached_epoch:
-                units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options)
+                units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options,
+                                    recipe.shuffle_fraction)
                 batches = plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
                 cached_epoch = epoch
             tb = make_batch(batches[j * world + rank], tokenizer.pad_token_id, shared_prefix).to(accelerator.device)

@@ -85,3 +85,12 @@ def test_length_buckets_reduce_padding(renderer: Renderer) -> None:
         return 1 - sum(b.n_tokens for b in made) / sum(b.n_padded for b in made)
 
     assert padding(True) < 0.5 * padding(False)
+
+
+def test_shuffle_fraction_keeps_the_given_order_for_the_rest() -> None:
+    records = [parse_record({**CHOICE, "id": f"c{i}"})[0] for i in range(400)]
+    kept = sum(shown_order(r, 5, 0, True, fraction=0.5) == [0, 1, 2, 3] for r in records)
+    # half keep the given order, plus the shuffled ones that land on the identity by chance (1/24 of the rest)
+    assert 0.4 < kept / 400 < 0.62
+    assert all(shown_order(r, 5, 0, True, fraction=0.0) == [0, 1, 2, 3] for r in records)
+    assert shown_order(records[0], 5, 0, True, fraction=1.0) == shown_order(records[0], 5, 0, True)
