@@ -22,6 +22,7 @@ HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "scoring": ("speedup", "shared-state speed-up"),
     "train": ("speedup", "bucketed+shared speed-up"),
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
+    "many_options": ("time_ratio", "time per question, 77 options / 10"),
 }
 
 
