@@ -95,7 +95,7 @@ def main() -> None:
                        str(run), *args.overrides]),
         "calibrate": step("3/5 fit temperatures on dev",
                           ["calibrate", "--model", args.model, "--adapter", str(run / "adapter"), "--data",
-                           str(data / "dev.jsonl"), "--out", str(temps)]),
+                           str(data / "dev.jsonl"), "--out", str(temps), "--min-rows", "20"]),
         "evaluate_test": step("4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
                               ["evaluate", "--model", args.model, "--adapter", str(run / "adapter"), "--temperatures",
                                str(temps), "--data", str(data / "test.jsonl"), "--out", str(out / "eval_test"),
@@ -108,7 +108,7 @@ def main() -> None:
     test = json.loads((out / "eval_test" / "report.json").read_text())
     heldout = json.loads((out / "eval_heldout" / "report.json").read_text())
     summary = {**blocks(test), "heldout": blocks(heldout), "by_task": test["by_task"],
-               "temperatures": json.loads(temps.read_text()).get("temperatures"),
+               "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
                "seconds": {k: round(v, 1) for k, v in seconds.items()},
                "total_seconds": round(time.perf_counter() - started, 1)}
     atomic_write_json(out / "summary.json", summary)

@@ -109,7 +109,7 @@ def test_demo_recipe_gives_the_demo_its_sizes(tmp_path: Path, monkeypatch: pytes
     assert set(trained) == {"vader_sentiment_score", "spam_detection", "rotten_tomatoes_kind"}
     assert all(200 <= n <= 300 for n in trained.values()), trained
     assert split["by_task"]["heldout"] == {"vader_sentiment_positive": 120}
-    assert 40 <= split["splits"]["dev"] <= 100 and split["splits"]["test"] >= 120
+    assert 100 <= split["splits"]["dev"] <= 160 and split["splits"]["test"] >= 120  # dev: enough per type to calibrate
     assert manifest["splits"]["train"]["type"].keys() == {"choice", "noul", "score"}
     c = manifest["conservation"]
     assert c["input"] == c["kept"] + c["rejected"] + c["removed"]
