@@ -36,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data" / "banking77_synthetic.csv")
-XX
+    parser.add_argument("--limit", type=int, default=24, help="questions (the file's first N rows)")
     parser.add_argument("--distractors", type=int, default=9)
     parser.add_argument("--alone", type=int, default=5, help="questions timed one by one, per mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's own choice)")
