@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 HEADLINES = {  # benchmark → (key, label) of its headline ratio
-    "prepare": ("near_dup_recall", "near-dup recall"),
+    "prepare": ("near_dedup_recall", "near-dup recall"),
     "scoring": ("speedup", "shared-state speed-up"),
     "train": ("speedup", "bucketed+shared speed-up"),
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
