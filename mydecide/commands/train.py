@@ -35,5 +35,8 @@ def register(app: typer.Typer) -> None:
             extra.append(f"objective.kind={objective}")
         if out is not None:
             extra.append(f"out={out}")
+        import os
+
         run = run_training(load_recipe(recipe, extra, model=TrainRecipe), resume=resume)
-        typer.echo(str(run))
+        if os.environ.get("RANK", "0") == "0":  # under `accelerate launch`, print once
+            typer.echo(str(run))
