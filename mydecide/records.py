@@ -379,16 +379,21 @@ class Reject:
         return {"where": self.where, "reason": self.reason, "raw": self.raw}
 
 
-class _DuplicateKey(ValueError):
-    pass
+class DuplicateKeyError(ValueError):
+    """A JSON object repeats a key (``str(err)`` is ``duplicate key 'name'``)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"duplicate key {key!r}")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` keeps the last of two equal keys, so an option would vanish silently: refuse instead."""
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads``: it keeps the last of two equal keys, so an option or a question
+    would vanish silently; refuse instead."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(f"duplicate key {key!r}")
+            raise DuplicateKeyError(key)
         out[key] = value
     return out
 
@@ -400,10 +405,10 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line, object_pairs_hook=_unique_keys), None
+                yield number, json.loads(line, object_pairs_hook=unique_keys), None
             except json.JSONDecodeError as err:
                 yield number, line.rstrip("\n"), f"invalid JSON ({err.msg} at column {err.colno})"
-            except _DuplicateKey as err:
+            except DuplicateKeyError as err:
                 yield number, line.rstrip("\n"), f"invalid JSON ({err})"
 
 

@@ -20,9 +20,11 @@ from mydecide.records import (
     MAX_SCORE_LEVELS,
     MIN_CHOICE_OPTIONS,
     MIN_SCORE_LEVELS,
+    DuplicateKeyError,
     Question,
     RecordError,
     parse_question,
+    unique_keys,
 )
 
 if TYPE_CHECKING:
@@ -65,20 +67,6 @@ def state_size(state: Any) -> int:
     return len(state) if isinstance(state, str) else len(json.dumps(state, ensure_ascii=False))
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """json.loads keeps the last of two equal keys, which would drop a question or an option silently."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -88,11 +76,11 @@ def decode_body(raw: bytes | str) -> Any:
     import json
 
     try:
-        return json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        return json.loads(raw, object_pairs_hook=unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise RequestError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
-    except _DuplicateKey as err:
-        raise RequestError(f"invalid JSON: duplicate key {err.args[0]!r}") from None
+    except DuplicateKeyError as err:
+        raise RequestError(f"invalid JSON: duplicate key {err.key!r}") from None
     except UnicodeDecodeError:
         raise RequestError("invalid JSON: the body is not UTF-8 text") from None
     except RecursionError:
