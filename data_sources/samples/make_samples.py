@@ -22,6 +22,8 @@ import zipfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from data_sources.vader import level as vader_level  # the converter's own 5-level bins
+
 SEED = 13
 HERE = Path(__file__).resolve().parent
 
@@ -34,19 +36,6 @@ RT_PER_CLASS = 500  # fresh / rotten / plot → 1500 texts
 RT_MAX_CHARS = {"fresh": 200, "rotten": 200, "plot": 600}
 CONVENTION_PER_PARTY = 750  # democrat / republican → 1500 paragraphs
 CONVENTION_CHARS = (80, 400)
-
-
-def vader_level(mean: float) -> int:
-    """The 5-level bin of a mean rating (the same bins as data_sources/vader.py)."""
-    if mean <= -2.0:
-        return 0
-    if mean <= -0.5:
-        return 1
-    if mean < 0.5:
-        return 2
-    if mean < 2.0:
-        return 3
-    return 4
 
 
 def make_vader(archive: Path) -> None:
