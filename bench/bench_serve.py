@@ -69,17 +69,7 @@ TICKETS = [
     "I paid, the sales page says it works with all common readers. Please confirm the cancellation by email. "
     "If I do not hear back this week I will dispute the charge with my bank. Tom",
 ]
-QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket first?",
-             "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                          "support": "How-to and account questions", "sales": "Plans, upgrades and quotes"}},
-    "outage": {"type": "noul", "instructions": "Is a production system down?"},
-    "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
-                "criteria": ["not urgent", "this week", "today", "within the hour", "blocking right now"]},
-    "sentiment": {"type": "choice", "instructions": "What is the customer's mood?",
-                  "criteria": {"calm": "Neutral, factual", "worried": "Concerned but polite",
-                               "angry": "Hostile or threatening to leave"}},
-}
+from bench_scoring import QUESTIONS  # noqa: E402  (the same four questions as the scoring benchmark)
 
 
 class Requests:
