@@ -72,6 +72,21 @@ def shown_order(record: Record, seed: int, epoch: int, shuffle: bool, fraction: 
     return order
 
 
+def rotated_orders(record: Record, order: Sequence[int], count: int) -> list[list[int]]:
+    """``count`` rotations of ``order`` spread evenly over its positions (all of them when ``count`` ≥ K).
+
+    Shown together, the rotations put every option on ``count`` different letters with the same target, so a letter
+    on its own predicts nothing and only the options' text tells the answers apart. Score levels keep their order
+    and choices with more than 26 options are sampled instead (one order each).
+    """
+    q = record.question
+    if count <= 1 or q.type not in ("choice", "noul") or q.k > GROUP_SIZE:
+        return [list(order)]
+    count = min(count, q.k)
+    shifts = sorted({round(i * q.k / count) for i in range(count)})
+    return [list(order[s:]) + list(order[:s]) for s in shifts]
+
+
 def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
                     size: int = GROUP_SIZE) -> list[int]:
     """The ≤ ``size`` options (canonical indices, in ``order``) a record with more options shows in one epoch.
@@ -107,11 +122,14 @@ def record_units(renderer: Renderer, record: Record, index: int, order: Sequence
 
 
 def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
-                shuffle_options: bool, shuffle_fraction: float = 1.0) -> list[Unit]:
+                shuffle_options: bool, shuffle_fraction: float = 1.0, orders_per_record: int = 1) -> list[Unit]:
+    """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice / yes-no record yields one unit
+    per rotation of its shown order (:func:`rotated_orders`), kept in one batch by :func:`plan_batches`."""
     units: list[Unit] = []
     for index, record in enumerate(records):
         order = shown_order(record, seed, epoch, shuffle_options, shuffle_fraction)
-        units.extend(record_units(renderer, record, index, order, seed=seed, epoch=epoch))
+        for rotated in rotated_orders(record, order, orders_per_record):
+            units.extend(record_units(renderer, record, index, rotated, seed=seed, epoch=epoch))
     return units
 
 
@@ -146,6 +164,34 @@ def plan_batches(units: Sequence[Unit], batch_size: int, seed: int, epoch: int,
     batches = [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
     rng.shuffle(batches)
     return batches
+
+
+@dataclass(frozen=True)
+class OrderSchedule:
+    """Where each micro-batch falls when training starts with options in their given order.
+
+    Phase 0 (micro-batches before ``switch``) shows every option in its given order, one order per record; phase 1
+    uses the recipe's shuffling and rotations. Phase 1 starts inside the epoch phase 0 stopped in, at the same share
+    of that epoch, so records are not repeated early. ``per_epoch`` is the number of micro-batches per epoch per
+    process in each phase (rotations change it). A pure function of the micro-batch number, so resuming replays it.
+    """
+
+    switch: int
+    per_epoch: tuple[int, int]
+
+    def locate(self, micro: int) -> tuple[int, int, int]:
+        """(phase, epoch, index of the micro-batch in that epoch's plan, per process)."""
+        n0, n1 = self.per_epoch
+        if micro < self.switch:
+            epoch, j = divmod(micro, n0)
+            return 0, epoch, j
+        epoch0, j0 = divmod(self.switch, n0) if self.switch else (0, 0)
+        epochs, j = divmod(micro - self.switch + j0 * n1 // n0, n1)
+        return 1, epoch0 + epochs, j
+
+    def epoch_float(self, micro: int) -> float:
+        phase, epoch, j = self.locate(micro)
+        return epoch + j / self.per_epoch[phase]
 
 
 def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool) -> TrainBatch:

@@ -160,7 +160,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     from transformers import get_scheduler
 
     from mydecide.modeling import LoadedModel, load_model, save_render_config
-    from mydecide.training.batches import epoch_units, make_batch, plan_batches
+    from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
 
     # ---- set up
     if recipe.data is None:
@@ -205,14 +205,23 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
 
     # ---- schedule
     world, rank = accelerator.num_processes, accelerator.process_index
-    probe = plan_batches(epoch_units(renderer, train_records, recipe.seed, 0, recipe.shuffle_options,
-                                     recipe.shuffle_fraction),
-                         recipe.optim.batch_size, recipe.seed, 0)
-    micro_per_epoch = len(probe) // world
-    if micro_per_epoch == 0:
+
+    def plan(epoch: int, phase: int) -> list[list[Any]]:
+        """Phase 0: every option in its given order; phase 1: the recipe's shuffling and rotations."""
+        if phase == 0:
+            units = epoch_units(renderer, train_records, recipe.seed, epoch, False)
+        else:
+            units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options,
+                                recipe.shuffle_fraction, recipe.orders_per_record)
+        return plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
+
+    per_epoch = (len(plan(0, 0)) // world, len(plan(0, 1)) // world)
+    if min(per_epoch) == 0:
         raise ValueError(f"{len(train_records)} training records make fewer batches than processes ({world})")
+    micro_per_epoch = per_epoch[1]
     accum = recipe.optim.grad_accum
     total_updates = recipe.optim.max_steps or math.ceil(micro_per_epoch * recipe.optim.epochs / accum)
+    schedule = OrderSchedule(round(recipe.shuffle_start * total_updates) * accum, per_epoch)
     optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr,
                                   weight_decay=recipe.optim.weight_decay)
     scheduler = get_scheduler(recipe.optim.schedule, optimizer,
@@ -291,7 +300,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
 
     # ---- train
     module.train()
-    cached_epoch, batches = -1, []
+    cached, batches = (-1, -1), []
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
     if update == 0:
         evaluate_dev(0.0)
@@ -299,12 +308,11 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
         losses = []
         for a in range(accum):
             micro = update * accum + a
-            epoch, j = divmod(micro, micro_per_epoch)
-            if epoch != cached_epoch:
-                units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options,
-                                    recipe.shuffle_fraction)
-                batches = plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
-                cached_epoch = epoch
+            phase, epoch, j = schedule.locate(micro)
+            if (phase, epoch) != cached:
+                if phase == 1 and cached[0] == 0 and is_main:
+                    log(f"update {update}: options shuffled from now on (shuffle_start {recipe.shuffle_start})")
+                batches, cached = plan(epoch, phase), (phase, epoch)
             tb = make_batch(batches[j * world + rank], tokenizer.pad_token_id, shared_prefix).to(accelerator.device)
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
@@ -330,9 +338,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
                 log(f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
                     f"elapsed {elapsed:.0f}s eta {eta:.0f}s")
                 last_log = time.perf_counter()
-        epoch_end = (update * accum) // micro_per_epoch != ((update - 1) * accum) // micro_per_epoch
+        epoch_end = schedule.locate(update * accum)[1] != schedule.locate(update * accum - 1)[1]
         if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
-            evaluate_dev(update * accum / micro_per_epoch)
+            evaluate_dev(schedule.epoch_float(update * accum))
         if update % recipe.save_every == 0 or update == total_updates:
             save_checkpoint()
             accelerator.wait_for_everyone()

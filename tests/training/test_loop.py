@@ -101,7 +101,9 @@ def test_killed_run_resumes_to_the_same_weights(tiny_llama_dir: Path, tmp_path: 
     from mydecide.training import loop
 
     data = write_task(tmp_path / "data", 64, 8)
-    args = ("optim.max_steps=10", "save_every=4", "eval_every=100", "lora.dropout=0.1")
+    # resumed at update 4, before options start being shuffled and rotated (update 5): both phases are replayed
+    args = ("optim.max_steps=10", "save_every=4", "eval_every=100", "lora.dropout=0.1", "shuffle_start=0.5",
+            "orders_per_record=2")
     straight = loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "straight", *args))
 
     real_write = loop.write_metrics
