@@ -34,6 +34,8 @@ class LoraConfig(Strict):
     # "all-linear": every linear layer of the language model (attention, MLP, Gated DeltaNet projections),
     # never the output head or a vision tower. Or an explicit list of module-name suffixes.
     target_modules: str | list[str] = "all-linear"
+    # adapt only the last N decoder layers (all-linear only): the backward pass stops there, so updates are cheaper
+    last_layers: int | None = Field(None, ge=1)
 
 
 class ProperObjective(Strict):

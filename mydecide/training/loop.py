@@ -35,12 +35,15 @@ def log(message: str) -> None:
 # ------------------------------------------------------------------------------------------------ model pieces
 
 
-def lora_targets(lm: Any, spec: str | list[str]) -> str | list[str]:
+def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None) -> str | list[str]:
     """A regex naming every linear layer of the language model's decoder (attention, MLP, Gated DeltaNet
-    projections), never the output head or a vision tower."""
+    projections), never the output head or a vision tower; with ``last_layers``, only those of the last N decoder
+    layers (the backward pass then stops at the lowest adapted layer)."""
     import torch
 
     if spec != "all-linear":
+        if last_layers:
+            raise ValueError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
         return spec
     decoder = lm.get_decoder()
     prefix = next(name for name, module in lm.named_modules() if module is decoder)
@@ -48,7 +51,13 @@ def lora_targets(lm: Any, spec: str | list[str]) -> str | list[str]:
                      if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)})
     if not leaves:
         raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
-    return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)).*\.({'|'.join(map(re.escape, leaves))})$"
+    layers = ""
+    if last_layers:
+        n = len(decoder.layers)
+        if last_layers > n:
+            raise ValueError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
+        layers = rf"layers\.(?:{'|'.join(str(i) for i in range(n - last_layers, n))})\."
+    return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
 
 
 def build_module(lm: Any, label_ids: Any) -> Any:
@@ -189,7 +198,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     base = load_model(recipe.model, render=recipe.prompt, device=str(accelerator.device),
                       dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
     renderer, tokenizer = base.renderer, base.tokenizer
-    targets = lora_targets(base.lm, recipe.lora.target_modules)
+    targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(r=recipe.lora.r, lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
                       lora_dropout=recipe.lora.dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM")
     lm = get_peft_model(base.lm, lora)

@@ -85,6 +85,25 @@ def test_all_linear_targets_cover_gated_deltanet_projections(tiny_qwen_dir: Path
     assert not any("lm_head" in n for n in peft_model.targeted_module_names)
 
 
+def test_last_layers_adapts_only_the_top_of_the_decoder(tiny_llama_dir: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mydecide.training.loop import lora_targets
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    n = len(lm.get_decoder().layers)
+    every = get_peft_model(lm, LoraConfig(r=2, target_modules=lora_targets(lm, "all-linear"))).targeted_module_names
+    lm = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    top = get_peft_model(lm, LoraConfig(r=2, target_modules=lora_targets(lm, "all-linear", 1))).targeted_module_names
+    assert top and {t.split(".layers.")[1].split(".")[0] for t in top} == {str(n - 1)}
+    assert len(top) * n == len(every)  # the same linear layers, in one layer of n
+    with pytest.raises(ValueError, match="decoder layers"):
+        lora_targets(lm, "all-linear", n + 1)
+    with pytest.raises(ValueError, match="all-linear"):
+        lora_targets(lm, ["q_proj"], 1)
+
+
 def test_hybrid_model_trains(tiny_qwen_dir: Path, tmp_path: Path) -> None:
     from mydecide.training.loop import train
 
