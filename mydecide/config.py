@@ -85,9 +85,9 @@ class TrainRecipe(Strict):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     prompt: RenderConfig = Field(default_factory=RenderConfig)
     shuffle_options: bool = True
-    # share of choice / yes-no records shown in a random order each epoch (the rest keep the given order)
+    # share of choice records shown in a random order each epoch (the rest keep the given order)
     shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
-    # each choice / yes-no record shown in this many rotations of its order, together in one batch (sharing its state)
+    # each choice record shown in this many rotations of its order, together in one batch (sharing its state)
     orders_per_record: int = Field(1, ge=1, le=26)
     # share of the updates trained with every option in its given order before shuffling (and rotations) start
     shuffle_start: float = Field(0.0, ge=0.0, lt=1.0)

@@ -4,7 +4,7 @@ The steps, in the order :func:`run_evaluation` runs them:
 
 1. score every record (batched, questions on one state share the state's computation; progress on stderr)
    and turn the logits into probabilities with the fitted temperatures;
-2. score every choice / noul question again with its options shown in other orders (the reversed order plus
+2. score every choice question again with its options shown in other orders (the reversed order plus
    ``permutations`` random ones) to measure the option-order flip rate;
 3. metrics for all questions, per type, per task and per slice (language, option count, state length,
    confidence bin), from one flat list of scored rows;
@@ -149,14 +149,15 @@ def probabilities(qtype: str, logits: np.ndarray, temperature: float = 1.0) -> n
 def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> list[tuple[int, tuple[int, ...]]]:
     """(record index, shown order) pairs for the flip-rate pass: reversed + ``permutations`` random orders.
 
-    Only choice and noul questions (score levels are always shown in order; set labels are separate yes/no
-    questions). Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
+    Only choice questions: a client gives their options in some order, while yes / no questions (and set labels)
+    are always rendered "A. yes, B. no" and score levels in their order (SPEC §3), so no request can reorder those.
+    Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
     """
     rng = np.random.default_rng(seed)
     pairs: list[tuple[int, tuple[int, ...]]] = []
     for n, record in enumerate(records):
         q = record.question
-        if q.type not in ("choice", "noul") or q.k < 2:
+        if q.type != "choice" or q.k < 2:
             continue
         identity = tuple(range(q.k))
         seen = {identity}
@@ -416,8 +417,8 @@ def majority_rows(records: Sequence[Record], prior: LabelPrior | None) -> tuple[
     rows: list[Row] = []
     for n, record in enumerate(records):
         source = prior if prior is not None and prior.knows(record) else in_sample
-        rows += question_rows(n, record, source.predict(record), flipped=False if record.question.type in (
-            "choice", "noul") else None)
+        flipped = False if record.question.type == "choice" else None
+        rows += question_rows(n, record, source.predict(record), flipped=flipped)
     info = {"source": prior.source if prior is not None else "in-sample majority",
             "in_sample_tasks": in_sample_tasks}
     if prior is not None and in_sample_tasks:

@@ -245,11 +245,11 @@ def test_flip_rate_with_an_order_dependent_scorer(tiny_llama_dir: Path) -> None:
     model = load_model(str(tiny_llama_dir))
     recs = records(record_rows(3))
     biased = run_evaluation(model, recs, scorer=first_position_scorer, permutations=3, progress=False).report
-    assert biased["choice"]["flip_rate"] == 1.0 and biased["noul"]["flip_rate"] == 1.0
+    assert biased["choice"]["flip_rate"] == 1.0 and biased["noul"]["flip_rate"] is None  # yes / no: one order
     assert biased["choice"]["flip_n"] == 3 and biased["score"]["flip_rate"] is None
     assert biased["set"]["flip_rate"] is None and biased["all"]["flip_rate"] == 1.0
     steady = run_evaluation(model, recs, scorer=content_scorer, permutations=3, progress=False).report
-    assert steady["all"]["flip_rate"] == 0.0 and steady["all"]["flip_n"] == 6
+    assert steady["all"]["flip_rate"] == 0.0 and steady["all"]["flip_n"] == 3  # the choice questions
     assert steady["slices"]["state_tokens"]  # state lengths come from the model's renderer
 
 
@@ -266,17 +266,19 @@ def test_permuted_orders_are_distinct_non_identity_and_seeded() -> None:
     recs = records(record_rows(1))
     four = records([{"task": "t", "state": "s", "question": {"type": "choice", "instructions": "Pick",
                                                               "criteria": ["a", "b", "c", "d"]}, "answer": "a"}])
-    pairs = permuted_orders(recs + four, permutations=4, seed=3)
+    two = records([{"task": "t", "state": "s", "question": {"type": "choice", "instructions": "Pick",
+                                                             "criteria": ["a", "b"]}, "answer": "b"}])
+    pairs = permuted_orders(recs + four + two, permutations=4, seed=3)
     by_record: dict[int, list[tuple[int, ...]]] = {}
     for n, order in pairs:
         by_record.setdefault(n, []).append(order)
-    assert set(by_record) == {0, 1, 4}  # choice, noul, the 4-option choice; not score or set
-    assert by_record[1] == [(1, 0)]  # K = 2: only the reversed order exists
+    assert set(by_record) == {0, 4, 5}  # the choices; not noul (always yes / no), score or set
+    assert by_record[5] == [(1, 0)]  # K = 2: only the reversed order exists
     assert by_record[0][0] == (2, 1, 0) and by_record[4][0] == (3, 2, 1, 0)  # reversed first
     for orders in by_record.values():
         assert len(set(orders)) == len(orders) and all(o != tuple(range(len(o))) for o in orders)
     assert 2 <= len(by_record[4]) <= 5
-    assert permuted_orders(recs + four, permutations=4, seed=3) == pairs
+    assert permuted_orders(recs + four + two, permutations=4, seed=3) == pairs
 
 
 # -------------------------------------------------------------------------------------------------- baselines

@@ -1,8 +1,9 @@
 """Training examples → batches: shared renderer, per-epoch option shuffling, length-aware batching.
 
-Each record becomes one or more *units* (a set question: one yes/no unit per label). A unit is rendered with its
-options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target stays
-attached to its option. Score levels are never shuffled.
+Each record becomes one or more *units* (a set question: one yes/no unit per label). A choice unit is rendered with
+its options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target
+stays attached to its option. As SPEC §3 renders them everywhere, yes / no questions are always shown as "A. yes,
+B. no" and score levels in their order: no client can reorder those, so training does not either.
 
 A choice with more than 26 options (one prompt shows at most 26, labels A–Z) is trained as its gold option among
 25 distractors sampled afresh every epoch (every option with target mass is kept, up to 26): over the epochs the
@@ -60,11 +61,11 @@ def _rng(seed: int, epoch: int, key: str) -> random.Random:
 def shown_order(record: Record, seed: int, epoch: int, shuffle: bool, fraction: float = 1.0) -> list[int]:
     """The option order of one record in one epoch.
 
-    Choice and yes/no options are shuffled (so no answer letter carries a prior); score levels keep their order.
+    Choice options are shuffled (so no answer letter carries a prior); yes / no and score levels keep their order.
     """
     k = record.question.k
     order = list(range(k))
-    if shuffle and record.question.type in ("choice", "noul"):
+    if shuffle and record.question.type == "choice":
         # ``fraction`` < 1 keeps the given order for the other records this epoch (a coin per record and epoch)
         if fraction < 1.0 and _rng(seed, epoch, f"coin:{record.id}").random() >= fraction:
             return order
@@ -76,11 +77,11 @@ def rotated_orders(record: Record, order: Sequence[int], count: int) -> list[lis
     """``count`` rotations of ``order`` spread evenly over its positions (all of them when ``count`` ≥ K).
 
     Shown together, the rotations put every option on ``count`` different letters with the same target, so a letter
-    on its own predicts nothing and only the options' text tells the answers apart. Score levels keep their order
-    and choices with more than 26 options are sampled instead (one order each).
+    on its own predicts nothing and only the options' text tells the answers apart. Choice questions only (yes / no
+    and score keep their one order), and not those with more than 26 options (sampled instead, one order each).
     """
     q = record.question
-    if count <= 1 or q.type not in ("choice", "noul") or q.k > GROUP_SIZE:
+    if count <= 1 or q.type != "choice" or q.k > GROUP_SIZE:
         return [list(order)]
     count = min(count, q.k)
     shifts = sorted({round(i * q.k / count) for i in range(count)})

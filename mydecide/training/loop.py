@@ -126,8 +126,15 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
     logits = score_questions(model, items + [(r.state, r.question) for r in sets], batch_size=batch_size)
     set_logits = logits[len(single):]
     logits = logits[: len(single)]
+    # the collapse check's second pass: choice options in another order (yes / no and score are always in order)
     orders = [shown_order(r, seed, 10_000, shuffle=True) for r in single]
-    shuffled = score_questions(model, items, orders=orders, batch_size=batch_size) if single else []
+    reordered = [i for i, r in enumerate(single) if r.question.type == "choice"]
+    shuffled = list(logits)
+    if reordered:
+        again = score_questions(model, [items[i] for i in reordered], orders=[orders[i] for i in reordered],
+                                batch_size=batch_size)
+        for i, z in zip(reordered, again, strict=True):
+            shuffled[i] = z
     probs = [to_probabilities(r.question.type, z) for r, z in zip(single, logits, strict=True)]
     targets = [np.array(r.target) for r in single]
     for r, z in zip(sets, set_logits, strict=True):  # one binary row per label
@@ -141,7 +148,7 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
         predicted_pos.append(position_of[int(np.argmax(zs))])
         gold_pos.append(position_of[r.gold_index])
-        if r.question.type != "score":
+        if r.question.type == "choice":
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
     majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single])) if single else 0.0
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
