@@ -124,8 +124,8 @@ def record_units(renderer: Renderer, record: Record, index: int, order: Sequence
 
 def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
                 shuffle_options: bool, shuffle_fraction: float = 1.0, orders_per_record: int = 1) -> list[Unit]:
-    """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice / yes-no record yields one unit
-    per rotation of its shown order (:func:`rotated_orders`), kept in one batch by :func:`plan_batches`."""
+    """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice record yields one unit per
+    rotation of its shown order (:func:`rotated_orders`), kept in one batch by :func:`plan_batches`."""
     units: list[Unit] = []
     for index, record in enumerate(records):
         order = shown_order(record, seed, epoch, shuffle_options, shuffle_fraction)
@@ -186,7 +186,7 @@ class OrderSchedule:
         if micro < self.switch:
             epoch, j = divmod(micro, n0)
             return 0, epoch, j
-        epoch0, j0 = divmod(self.switch, n0) if self.switch else (0, 0)
+        epoch0, j0 = divmod(self.switch, n0)
         epochs, j = divmod(micro - self.switch + j0 * n1 // n0, n1)
         return 1, epoch0 + epochs, j
 

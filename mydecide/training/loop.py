@@ -231,7 +231,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
                                 recipe.shuffle_fraction, recipe.orders_per_record)
         return plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
 
-    per_epoch = (len(plan(0, 0)) // world, len(plan(0, 1)) // world)
+    # epoch 0's plans, kept for the first pass of the loop; the ordered one only when there is an ordered phase
+    first_plans = {(phase, 0): plan(0, phase) for phase in ((0, 1) if recipe.shuffle_start else (1,))}
+    shuffled_per_epoch = len(first_plans[(1, 0)]) // world
+    per_epoch = (len(first_plans[(0, 0)]) // world if (0, 0) in first_plans else shuffled_per_epoch, shuffled_per_epoch)
     if min(per_epoch) == 0:
         raise ValueError(f"{len(train_records)} training records make fewer batches than processes ({world})")
     micro_per_epoch = per_epoch[1]
@@ -328,7 +331,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
             if (phase, epoch) != cached:
                 if phase == 1 and cached[0] == 0 and is_main:
                     log(f"update {update}: options shuffled from now on (shuffle_start {recipe.shuffle_start})")
-                batches, cached = plan(epoch, phase), (phase, epoch)
+                batches = first_plans.pop((phase, epoch), []) or plan(epoch, phase)
+                cached = (phase, epoch)
             tb = make_batch(batches[j * world + rank], tokenizer.pad_token_id, shared_prefix).to(accelerator.device)
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
