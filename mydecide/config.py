@@ -99,6 +99,7 @@ class TrainRecipe(Strict):
     save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
     keep_checkpoints: int = Field(2, ge=1)
     train_limit: int | None = Field(None, ge=1)
+    tasks: list[str] | None = None  # train and evaluate on these tasks of the data directory only
     eval_batch_size: int = Field(16, ge=1)
     collapse_after: float = Field(0.3, ge=0, le=1)  # fraction of training after which collapse warnings count
 

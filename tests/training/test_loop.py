@@ -170,3 +170,21 @@ def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Pat
     assert "× 2 process(es)" in result.stderr
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert (out / "last" / "adapter_model.safetensors").is_file()
+
+
+def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path) -> None:
+    from mydecide.records import load_records
+    from mydecide.training.loop import select_tasks
+
+    data = write_task(tmp_path / "data", 12, 4)
+    other = {"id": "s0", "task": "spam", "state": "win money", "question": {"type": "noul", "instructions": "Spam?"},
+             "answer": "yes"}
+    for name in ("train", "dev"):
+        with (data / f"{name}.jsonl").open("a") as f:
+            f.write(json.dumps({**other, "id": f"{name}-s0"}) + "\n")
+    train_records, dev_records = load_records(data / "train.jsonl"), load_records(data / "dev.jsonl")
+    kept_train, kept_dev = select_tasks(train_records, dev_records, ["route"], data)
+    assert (len(kept_train), len(kept_dev)) == (12, 4) and {r.task for r in kept_train + kept_dev} == {"route"}
+    expected = r"\['routing'\] have no records in .*train.jsonl; its tasks are \['route', 'spam'\]"
+    with pytest.raises(ValueError, match=expected):
+        select_tasks(train_records, dev_records, ["route", "routing"], data)
