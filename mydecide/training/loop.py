@@ -32,6 +32,21 @@ def log(message: str) -> None:
     print(f"[train] {message}", file=sys.stderr, flush=True)
 
 
+# -------------------------------------------------------------------------------------------------------- data
+
+
+def select_tasks(train_records: list[Record], dev_records: list[Record], tasks: list[str],
+                 data_dir: Path) -> tuple[list[Record], list[Record]]:
+    """The records of ``tasks`` only; a task with no training records is an error naming the tasks there are."""
+    present = Counter(r.task for r in train_records)
+    missing = [t for t in tasks if t not in present]
+    if missing:
+        raise ValueError(f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; "
+                         f"its tasks are {sorted(present)}")
+    wanted = set(tasks)
+    return [r for r in train_records if r.task in wanted], [r for r in dev_records if r.task in wanted]
+
+
 # ------------------------------------------------------------------------------------------------ model pieces
 
 
@@ -94,18 +109,6 @@ def objective_fn(recipe: TrainRecipe, progress: float) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------- dev metrics
-
-
-def select_tasks(train_records: list[Record], dev_records: list[Record], tasks: list[str],
-                 data_dir: Path) -> tuple[list[Record], list[Record]]:
-    """The records of ``tasks`` only; a task with no training records is an error naming the tasks there are."""
-    present = Counter(r.task for r in train_records)
-    missing = [t for t in tasks if t not in present]
-    if missing:
-        raise ValueError(f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; "
-                         f"its tasks are {sorted(present)}")
-    wanted = set(tasks)
-    return [r for r in train_records if r.task in wanted], [r for r in dev_records if r.task in wanted]
 
 
 def majority_by_task(records: list[Record]) -> dict[str, int]:
@@ -208,7 +211,11 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     train_records = load_records(data_dir / "train.jsonl")
     dev_records = load_records(data_dir / "dev.jsonl")
     if recipe.tasks:
+        counts = len(train_records), len(dev_records)
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
+        if is_main:
+            log(f"tasks {recipe.tasks}: {len(train_records)} of {counts[0]} train and {len(dev_records)} of "
+                f"{counts[1]} dev records kept")
     if recipe.train_limit:
         train_records = train_records[: recipe.train_limit]
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
