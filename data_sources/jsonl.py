@@ -1,4 +1,4 @@
-"""Decision records from a JSON Lines file in the SPEC §2 form (also multi-question wire-format records).
+"""Decision records from a JSON Lines file in the docs/records.md form (also multi-question wire-format records).
 
 Each line's object is passed through as it is, with ``_where`` added; validating it (and exploding a
 wire-format record with ``questions`` / ``expected`` into one record per question) is the validator's job, so

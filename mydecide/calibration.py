@@ -1,4 +1,4 @@
-"""Temperature scaling (SPEC §6).
+"""Temperature scaling.
 
 The pure part, at the top: ``fit_temperature`` finds the one temperature T that minimises the mean log
 loss of softmax(z / T) over a set of rows, and ``apply_temperature`` turns logits into calibrated
@@ -94,7 +94,7 @@ def apply_temperature(
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Per-type temperatures, temperatures.json, and the guard against fitting on a training split (SPEC §6).
+# Per-type temperatures, temperatures.json, and the guard against fitting on a training split.
 # Everything below works on (question type, option count K, option logits z, target y) rows: the logits come
 # from ``modeling.score_questions`` (set questions: one yes−no logit per label, read with a sigmoid).
 

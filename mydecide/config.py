@@ -28,9 +28,9 @@ class Strict(BaseModel):
 
 
 class LoraConfig(Strict):
-    r: int = Field(32, ge=1)
+    r: int = Field(32, ge=1)  # LoRA rank
     alpha: int | None = Field(None, ge=1)  # default 2·r
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)  # LoRA dropout
     # "all-linear": every linear layer of the language model (attention, MLP, Gated DeltaNet projections),
     # never the output head or a vision tower. Or an explicit list of module-name suffixes.
     target_modules: str | list[str] = "all-linear"
@@ -64,27 +64,29 @@ Objective = ProperObjective | CeObjective | RlcdObjective | CeThenProperObjectiv
 
 
 class OptimConfig(Strict):
-    lr: float = Field(1e-4, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_ratio: float = Field(0.03, ge=0, lt=1)
-    schedule: Literal["cosine", "linear", "constant"] = "cosine"
-    max_grad_norm: float = Field(1.0, gt=0)
-    batch_size: int = Field(4, ge=1)
-    grad_accum: int = Field(8, ge=1)
-    epochs: float = Field(2.0, gt=0)
+    lr: float = Field(1e-4, gt=0)  # peak learning rate (AdamW)
+    weight_decay: float = Field(0.0, ge=0)  # AdamW weight decay
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)  # share of the updates spent warming up the learning rate
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"  # learning-rate schedule after warm-up
+    max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping
+    batch_size: int = Field(4, ge=1)  # questions per micro-batch (per process)
+    grad_accum: int = Field(8, ge=1)  # micro-batches per optimizer update
+    epochs: float = Field(2.0, gt=0)  # passes over the training split (fractions allowed)
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
 
 
 class TrainRecipe(Strict):
-    model: str = "smollm2-135m"
+    model: str = "smollm2-135m"  # base model: a local HF directory, a hub name, a .gguf file or smollm2-135m
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
-    out: str = "runs/train"
-    seed: int = 13
+    out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
+    seed: int = 13  # seeds model init, option shuffling and batching
+    # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy;
+    # ce_then_proper: cross-entropy first, then proper
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
-    lora: LoraConfig = Field(default_factory=LoraConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    prompt: RenderConfig = Field(default_factory=RenderConfig)
-    shuffle_options: bool = True
+    lora: LoraConfig = Field(default_factory=LoraConfig)  # the LoRA adapter
+    optim: OptimConfig = Field(default_factory=OptimConfig)  # optimizer, schedule and batch sizes
+    prompt: RenderConfig = Field(default_factory=RenderConfig)  # how questions are rendered (saved with the adapter)
+    shuffle_options: bool = True  # reshuffle choice options every epoch (score levels and yes / no keep their order)
     # share of choice records shown in a random order each epoch (the rest keep the given order)
     shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
     # each choice record shown in this many rotations of its order, together in one batch (sharing its state)
@@ -92,15 +94,15 @@ class TrainRecipe(Strict):
     # share of the updates trained with every option in its given order before shuffling (and rotations) start
     shuffle_start: float = Field(0.0, ge=0.0, lt=1.0)
     shared_prefix: bool = True  # questions on one state share the state's computation in a batch
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, slower
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     eval_every: int = Field(50, ge=1)  # optimizer updates between dev evaluations
     dev_limit: int | None = Field(None, ge=1)  # score only the first N dev records during training
     save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
-    keep_checkpoints: int = Field(2, ge=1)
-    train_limit: int | None = Field(None, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept (the oldest are deleted)
+    train_limit: int | None = Field(None, ge=1)  # train on the first N training records only
     tasks: list[str] | None = None  # train and evaluate on these tasks of the data directory only
-    eval_batch_size: int = Field(16, ge=1)
+    eval_batch_size: int = Field(16, ge=1)  # prompts per forward pass in dev evaluation
     collapse_after: float = Field(0.3, ge=0, le=1)  # fraction of training after which collapse warnings count
 
 
@@ -176,27 +178,27 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
 
 
 # --- data recipes (prepare) ---------------------------------------------------------------------------------
-# The recipe of `mydecide prepare` (SPEC §4), owned by the data-preparation code.
+# The recipe of `mydecide prepare`, owned by the data-preparation code.
 
 
 
 class SourceSpec(Strict):
     """One converter run: ``kind`` names a module in ``data_sources/``; ``options`` go to its ``convert``."""
 
-    kind: str
+    kind: str  # a converter module in data_sources/ (`mydecide prepare --list-sources`)
     path: str | None = None  # None: the converter's default (its bundled sample, or the hub when online)
     name: str | None = None  # label in the manifest and rejects.jsonl; default: kind (kind#i when repeated)
-    limit: int | None = Field(None, ge=0)
-    seed: int = 13
-    options: dict[str, Any] = Field(default_factory=dict)
+    limit: int | None = Field(None, ge=0)  # read at most this many rows of the source
+    seed: int = 13  # for converters that sample
+    options: dict[str, Any] = Field(default_factory=dict)  # converter-specific keyword arguments
 
 
 class NearDedupConfig(Strict):
     """MinHash LSH near-duplicate removal on the state text of records that ask the same question."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: exact dedup only
     threshold: float = Field(0.8, gt=0.0, le=1.0)  # estimated Jaccard of word n-gram shingles
-    num_perm: int = Field(128, ge=16, le=1024)
+    num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations
     ngram: int = Field(5, ge=1, le=32)  # words per shingle
     seed: int = 1  # of the MinHash permutations
 
@@ -209,7 +211,7 @@ class DedupConfig(Strict):
 class DecontaminationConfig(Strict):
     """How training rows are matched against the ``decontaminate_against`` files (state text only)."""
 
-    exact: bool = True
+    exact: bool = True  # drop training rows whose normalised state equals an eval item's
     near: bool = True  # MinHash with dedup.near's num_perm / ngram; threshold below or dedup.near.threshold
     near_threshold: float | None = Field(None, gt=0.0, le=1.0)
     ngram: int = Field(13, ge=0, le=64)  # n-gram overlap length in words; 0 turns the check off
@@ -217,9 +219,9 @@ class DecontaminationConfig(Strict):
 
 class SplitConfig(Strict):
     heldout_tasks: list[str] = Field(default_factory=list)  # whole tasks → heldout_tasks.jsonl
-    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # share of each trained task's rows in dev.jsonl
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)  # > 0 also writes test.jsonl (trained tasks only)
-    seed: int = 13
+    seed: int = 13  # of the stable hash that assigns rows to splits
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
@@ -243,7 +245,7 @@ class AugmentConfig(Strict):
     negate_noul: float = Field(0.0, ge=0.0, le=1.0)  # noul: the negated question, target complemented
     rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
-    seed: int = 13
+    seed: int = 13  # which rows get augmented copies
 
     @model_validator(mode="after")
     def _paraphrases(self) -> AugmentConfig:
@@ -259,52 +261,52 @@ class AugmentConfig(Strict):
 
 
 class DataRecipe(Strict):
-    sources: list[SourceSpec] = Field(min_length=1)
+    sources: list[SourceSpec] = Field(min_length=1)  # the converter runs whose rows are prepared
     decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)  # duplicate removal within the sources
     cap_per_task: int | dict[str, int] | None = None  # one cap for every task, or {task: cap}
-    split: SplitConfig = Field(default_factory=SplitConfig)
+    split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
-    out: str = "runs/data"
+    out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------
-# The recipes of `mydecide calibrate` and `mydecide evaluate` (SPEC §6, §7), owned by calibration / evaluation.
+# The recipes of `mydecide calibrate` and `mydecide evaluate`, owned by calibration / evaluation.
 
 
 class CalibrateRecipe(Strict):
-    model: str = "smollm2-135m"
-    adapter: str | None = None
+    model: str = "smollm2-135m"  # base model, as in the training recipe
+    adapter: str | None = None  # a LoRA adapter directory (RUN/adapter)
     data: str | None = None  # dev JSONL (never the training split)
-    out: str = "runs/calibrate/temperatures.json"
+    out: str = "runs/calibrate/temperatures.json"  # where temperatures.json is written
     by_bucket: bool = False  # also one temperature per (type, option-count bucket)
     min_rows: int = Field(30, ge=1)  # questions a type or bucket needs for its own temperature
     limit: int | None = Field(None, ge=1)  # only the first N records
-    batch_size: int = Field(16, ge=1)
-    shared_prefix: bool = True
+    batch_size: int = Field(16, ge=1)  # prompts per forward pass
+    shared_prefix: bool = True  # questions on one state share its computation
 
 
 class Costs(Strict):
-    """Payoffs of an auto-acted right / wrong answer and of escalating to a human (SPEC §6)."""
+    """Payoffs of an auto-acted right / wrong answer and of escalating to a human."""
 
-    right: float = 1.0
-    wrong: float = -3.0
-    escalate: float = -0.5
+    right: float = 1.0  # payoff of an auto-acted right answer
+    wrong: float = -3.0  # payoff of an auto-acted wrong answer
+    escalate: float = -0.5  # payoff of handing the question to a human
 
 
 class EvalRecipe(Strict):
-    model: str = "smollm2-135m"
-    adapter: str | None = None
+    model: str = "smollm2-135m"  # base model, as in the training recipe
+    adapter: str | None = None  # a LoRA adapter directory (RUN/adapter)
     temperatures: str | None = None  # temperatures.json from `mydecide calibrate`
     data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
-    out: str = "runs/eval"
+    out: str = "runs/eval"  # report.json, report.md, reliability.png, predictions.jsonl
     permutations: int = Field(4, ge=0)  # random option orders per question, besides the reversed one
-    seed: int = 13
+    seed: int = 13  # of the option permutations
     costs: Costs = Field(default_factory=Costs)
-    thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])
+    thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])  # auto-act table rows
     coherence: bool = False  # negation, option renaming and context-independence checks
     base: bool = True  # also score the base model (adapter disabled) when an adapter is given
     limit: int | None = Field(None, ge=1)  # only the first N records of each file
-    batch_size: int = Field(16, ge=1)
-    shared_prefix: bool = True
+    batch_size: int = Field(16, ge=1)  # prompts per forward pass
+    shared_prefix: bool = True  # questions on one state share its computation

@@ -1,4 +1,4 @@
-"""Evaluation (SPEC §7): score decision records and say how good, how calibrated and how robust the answers are.
+"""Evaluation: score decision records and say how good, how calibrated and how robust the answers are.
 
 The steps, in the order :func:`run_evaluation` runs them:
 
@@ -150,7 +150,7 @@ def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> 
     """(record index, shown order) pairs for the flip-rate pass: reversed + ``permutations`` random orders.
 
     Only choice questions: a client gives their options in some order, while yes / no questions (and set labels)
-    are always rendered "A. yes, B. no" and score levels in their order (SPEC §3), so no request can reorder those.
+    are always rendered "A. yes, B. no" and score levels in their order (prompting.py), so no request can reorder those.
     Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
     """
     rng = np.random.default_rng(seed)

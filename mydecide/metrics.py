@@ -1,4 +1,4 @@
-"""Evaluation metrics over variable-K rows (SPEC §6, §7).
+"""Evaluation metrics over variable-K rows.
 
 ``probs`` and ``targets`` are lists of 1-D numpy arrays, one pair per question, each row its own number
 of options K (a noul is K = 2). ``probs[i]`` is the predicted distribution q, ``targets[i]`` the target

@@ -1,4 +1,4 @@
-"""Render a question as a chat prompt whose next token is the answer, and read option logits (SPEC §3).
+"""Render a question as a chat prompt whose next token is the answer, and read option logits.
 
 Training, evaluation and serving all go through this module, so a question is always tokenised the same way.
 

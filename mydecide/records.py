@@ -1,4 +1,4 @@
-"""The decision-record schema every stage shares (SPEC §2), and its validation errors.
+"""The decision-record schema every stage shares, and its validation errors (documented in docs/records.md).
 
 A record is one state and one typed question with a gold answer or a soft target. Everything downstream
 (prompting, training, evaluation, serving) works on :class:`Record` / :class:`Question`, never on raw JSON.

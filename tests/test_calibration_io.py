@@ -1,4 +1,4 @@
-"""Per-type temperatures, temperatures.json, and the refusal to fit on a training split (SPEC §6)."""
+"""Per-type temperatures, temperatures.json, and the refusal to fit on a training split."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`mydecide prepare`: converter plugins → validated, deduplicated, decontaminated, split JSONL (SPEC §4)."""
+"""`mydecide prepare`: converter plugins → validated, deduplicated, decontaminated, split JSONL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`mydecide train`: LoRA fine-tuning with a proper scoring rule, RLCD or cross-entropy (SPEC §5)."""
+"""`mydecide train`: LoRA fine-tuning with a proper scoring rule, RLCD or cross-entropy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data preparation (SPEC §4): converter discovery, dedup, decontamination, splits, augmentation, the pipeline.
+"""Data preparation: converter discovery, dedup, decontamination, splits, augmentation, the pipeline.
 
 ``prepare.prepare(recipe, out)`` runs the whole pipeline; the other modules are its steps, each a small set of
 functions over records or texts that can be used and tested alone.

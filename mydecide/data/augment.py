@@ -1,4 +1,4 @@
-"""Augmentation of the train split (SPEC §4), applied after splitting so dev, test and held-out stay untouched.
+"""Augmentation of the train split, applied after splitting so dev, test and held-out stay untouched.
 
 Each augmentation adds a copy of an eligible row (the original stays), chosen by a stable hash of the row id
 so a rerun makes the same copies. Copies carry their provenance in ``meta`` (``augmented``: what was done,

@@ -1,4 +1,4 @@
-"""Decontamination (SPEC §4): drop training rows whose state text overlaps an evaluation item.
+"""Decontamination: drop training rows whose state text overlaps an evaluation item.
 
 Three checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace
 collapsed), MinHash near match (word-shingle Jaccard ≥ a threshold, candidates from an LSH index), and a shared

@@ -1,4 +1,4 @@
-"""Exact and near-duplicate detection (SPEC §4): normalised keys, word n-gram shingles, MinHash + LSH.
+"""Exact and near-duplicate detection: normalised keys, word n-gram shingles, MinHash + LSH.
 
 Exact duplicates share the normalised key (case-folded, whitespace-collapsed state + question type +
 instructions + options). Near duplicates ask the same question (same type and instructions) about states whose

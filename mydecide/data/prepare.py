@@ -1,4 +1,4 @@
-"""The ``prepare`` pipeline (SPEC §4): sources → validated, deduplicated, decontaminated, split, augmented JSONL.
+"""The ``prepare`` pipeline: sources → validated, deduplicated, decontaminated, split, augmented JSONL.
 
 :func:`prepare` reads as the table of contents: convert → validate → exact dedup → near dedup → decontaminate →
 cap per task → split → augment → write. Every step counts rows in and out (per source and per question type)

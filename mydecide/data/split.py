@@ -1,4 +1,4 @@
-"""Splits by task (SPEC §4): held-out tasks go out whole; the rest goes to train / dev / test by a stable hash.
+"""Splits by task: held-out tasks go out whole; the rest goes to train / dev / test by a stable hash.
 
 The hash is taken over the seed and the normalised state text, not over a row's position, so adding rows to a
 source never moves an old row to another split, and every question asked about one state lands in the same

@@ -1,4 +1,4 @@
-"""The HTTP server: ``POST /v1/systemone`` (the Jev contract, SPEC §8) and ``GET /health``.
+"""The HTTP server: ``POST /v1/systemone`` (the Jev contract, docs/wire.md) and ``GET /health``.
 
 ``create_app`` builds a FastAPI app around one model, loaded in the app's lifespan (never at import), and one
 :class:`~mydecide.serving.batching.Scorer` thread that runs it. A request goes through, in order:

@@ -1,4 +1,4 @@
-"""Jev ``/v1/systemone`` requests and responses (SPEC §8), shared by ``predict`` and ``serve``.
+"""Jev ``/v1/systemone`` requests and responses (docs/wire.md), shared by ``predict`` and ``serve``.
 
 ``decode_body`` + ``parse_request`` validate a request body and name the question and the rule on any
 problem; ``answer_request`` scores every question of one request (sharing the state's computation) and

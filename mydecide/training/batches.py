@@ -2,7 +2,7 @@
 
 Each record becomes one or more *units* (a set question: one yes/no unit per label). A choice unit is rendered with
 its options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target
-stays attached to its option. As SPEC §3 renders them everywhere, yes / no questions are always shown as "A. yes,
+stays attached to its option. As prompting.py renders them everywhere, yes / no questions are always shown as "A. yes,
 B. no" and score levels in their order: no client can reorder those, so training does not either.
 
 A choice with more than 26 options (one prompt shows at most 26, labels A–Z) is trained as its gold option among

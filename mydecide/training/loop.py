@@ -1,4 +1,4 @@
-"""The training loop: one readable function, top to bottom (SPEC §5).
+"""The training loop: one readable function, top to bottom.
 
 set up (accelerator, data, model + LoRA, optimiser, schedule) → resume if asked → for each optimiser update:
 accumulate micro-batches, clip, step → every ``eval_every`` updates and at each epoch end: dev metrics + collapse

@@ -1,4 +1,4 @@
-"""Training objectives over option logits (SPEC §5).
+"""Training objectives over option logits.
 
 Every objective has the same signature, so the recipe's ``objective.kind`` picks one from ``OBJECTIVES``::
 

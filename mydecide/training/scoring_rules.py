@@ -1,4 +1,4 @@
-"""Scoring rules over a padded batch of option distributions (SPEC §5).
+"""Scoring rules over a padded batch of option distributions.
 
 Every function takes
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 SPHERICAL_WEIGHT = 0.5
-"""Weight of the spherical score inside the composite score (SPEC §5)."""
+"""Weight of the spherical score inside the composite score."""
 
 
 def _check_shapes(probs: Tensor, targets: Tensor, mask: Tensor) -> None:
