@@ -30,8 +30,12 @@ epoch — at inference time every prompt is also a choice among at most 26 of th
 on the group results); the state prefix is computed once per round. An answer still depends only on its own
 question: groups and the final round are separate prompts that never see other questions.
 
-Set questions are expanded here too (one yes/no prompt per label, read as yes − no logits), so every scorer —
-``modeling.score_questions``, the server's micro-batching worker — drives one :class:`ScoringPlan`.
+Set questions are expanded here too (one yes/no prompt per label, read as yes − no logits), and so are questions
+scored in the **per-option form** (``RenderConfig.option_form`` / ``score_form``: one yes/no prompt per option,
+continuing a prefix that holds the state and the question; the K yes − no logits go through one softmax). Neither
+needs groups: every option is its own prompt at any K. Every scorer — ``modeling.score_questions``, the server's
+micro-batching worker, evaluation, calibration — drives one :class:`ScoringPlan`, so all of them score a question
+the same way.
 """
 
 from __future__ import annotations
@@ -50,9 +54,9 @@ if TYPE_CHECKING:
 GROUP_SIZE = MAX_LETTER_OPTIONS
 
 
-def is_grouped(question: Question) -> bool:
-    """Whether a question has more options than one prompt can show (choice with K > 26)."""
-    return question.type != "set" and question.k > GROUP_SIZE
+def is_grouped(question: Question, form: str = "letters") -> bool:
+    """Whether a question has more options than one prompt can show (letters form, K > 26)."""
+    return question.type != "set" and form == "letters" and question.k > GROUP_SIZE
 
 
 def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[int, ...]]:
@@ -70,11 +74,12 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
     return groups
 
 
-def prompt_count(question: Question) -> int:
-    """Prompts scored for one question: 1; a set: one per label; K > 26 options: G groups + the final round."""
-    if question.type == "set":
+def prompt_count(question: Question, form: str = "letters") -> int:
+    """Prompts scored for one question: 1; a set or the per-option form: one per option; letters with K > 26
+    options: G groups + the final round."""
+    if question.type == "set" or form == "per_option":
         return question.k
-    if is_grouped(question):
+    if is_grouped(question, form):
         return len(option_groups(range(question.k))) + 1
     return 1
 
@@ -130,6 +135,7 @@ class _Item:
     question: Question
     order: tuple[int, ...] | None
     groups: list[tuple[int, ...]] = field(default_factory=list)  # canonical indices, grouped questions only
+    yes_no: bool = False  # one yes/no prompt per option or label (set, per-option form): logits are yes − no
     rows: list[np.ndarray] = field(default_factory=list)  # first-round logits, one per prompt of this item
     final: np.ndarray | None = None
 
@@ -159,9 +165,14 @@ class ScoringPlan:
             order = orders[n] if orders is not None else None
             item = _Item(state, question, tuple(order) if order is not None else None)
             self.items.append(item)
+            form = renderer.form(question)
             if question.type == "set":
                 units = [renderer.render(state, unit) for unit in question_units(question)]
-            elif is_grouped(question):
+                item.yes_no = True
+            elif form == "per_option":  # the shown order does not matter: every option is judged on its own
+                units = renderer.render_per_option(state, question)
+                item.yes_no = True
+            elif is_grouped(question, form):
                 shown = item.order if item.order is not None else tuple(range(question.k))
                 if sorted(shown) != list(range(question.k)):
                     raise ValueError(f"order {shown} is not a permutation of the {question.k} options")
@@ -212,15 +223,14 @@ class ScoringPlan:
         self._read = 0
 
     def logits(self) -> list[np.ndarray]:
-        """Per item: (K,) logits in canonical option order; set: (L,) yes − no; K > 26: log P(o)."""
-        import numpy as np
-
+        """Per item: (K,) logits in canonical option order; set and per-option form: (K,) yes − no; letters with
+        K > 26: log P(o)."""
         if self.pending:
             raise ValueError(f"{len(self.pending)} prompts are still to be scored")
         out = []
         for item in self.items:
-            if item.question.type == "set":
-                out.append(np.array([r[0] - r[1] for r in item.rows]))
+            if item.yes_no:
+                out.append(yes_minus_no(item.rows))
             elif item.groups:
                 assert item.final is not None
                 out.append(combine(item.groups, item.rows, item.final, item.question.k))
@@ -239,6 +249,13 @@ class ScoringPlan:
             else:
                 total += sum(len(p) for p in prompts)
         return total
+
+
+def yes_minus_no(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """(K,) log-odds of yes, one per yes/no prompt (each row is the prompt's (yes, no) logits)."""
+    import numpy as np
+
+    return np.array([row[0] - row[1] for row in rows], dtype=np.float64)
 
 
 def _argmax(z: np.ndarray) -> int:

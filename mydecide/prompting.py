@@ -19,7 +19,7 @@ import json
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,9 @@ _STATE_SLOT = "\x00STATE\x00"
 _QUESTION_SLOT = "\x00QUESTION\x00"
 
 
+OptionForm = Literal["letters", "per_option"]
+
+
 class RenderConfig(BaseModel):
     """How questions are shown to the model. Saved next to every adapter so serving renders as training did."""
 
@@ -46,6 +49,15 @@ class RenderConfig(BaseModel):
     show_option_ids: bool = True
     max_state_tokens: int = 3000
     label_form: str = "auto"  # "auto" picks "A" or " A", whichever the chat template makes a single token
+    # How a choice question's options are scored: "letters" = one next-token read over the labels A, B, … (one pass
+    # per question; needs a model that binds letters to options), "per_option" = every option its own yes / no
+    # continuation of a prefix holding the state and the question, the K yes − no logits through one softmax
+    # (order-invariant by construction; what small models can learn). Score questions have their own key.
+    option_form: OptionForm = "letters"
+    score_form: OptionForm = "letters"
+    # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
+    # score: levels lowest first) in the shared prefix, so each option is judged against the others
+    list_options: bool = False
 
 
 class LabelError(ValueError):
@@ -87,6 +99,35 @@ def option_lines(question: Question, order: Sequence[int], show_ids: bool) -> li
             text = option
         lines.append(f"{LETTERS[position]}. {text}")
     return lines
+
+
+def option_text(question: Question, index: int, show_ids: bool) -> str:
+    """How one option reads on its own (a per-option continuation): its id and description, or the level text."""
+    option, description = question.options[index], question.descriptions[index]
+    if question.type == "score":
+        return description or option
+    if description:
+        return f"{option} — {description}" if show_ids else description
+    return option
+
+
+def per_option_question_text(question: Question, show_ids: bool, list_options: bool) -> str:
+    """The shared part of a per-option prompt: the question, and (``list_options``) every option in an order the
+    client cannot change — choice options sorted by id, score levels lowest first."""
+    kind = {"choice": "Exactly one option is right. Is the option below the right one?",
+            "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?"}
+    lines = ["", "", f"Question: {question.instructions}", kind[question.type]]
+    if list_options:
+        indices = range(question.k) if question.type == "score" else sorted(range(question.k),
+                                                                            key=lambda i: question.options[i])
+        lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
+    return "\n".join(lines)
+
+
+def per_option_suffix_text(question: Question, index: int, show_ids: bool) -> str:
+    name = "Level" if question.type == "score" else "Option"
+    return "\n".join(["", f"{name}: {option_text(question, index, show_ids)}", "A. yes", "B. no",
+                      "Answer with the letter only."])
 
 
 def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
@@ -180,6 +221,36 @@ class Renderer:
             self._state_cache.clear()
         self._state_cache[text] = result
         return result
+
+    def form(self, question: Question) -> str:
+        """How this renderer scores the options of ``question``: ``letters`` or ``per_option``.
+
+        Choice and score questions follow the config; yes / no questions (and each label of a set) are one
+        yes / no read either way.
+        """
+        if question.type == "choice":
+            return self.config.option_form
+        if question.type == "score":
+            return self.config.score_form
+        return "letters"
+
+    def render_per_option(self, state: Any, question: Question,
+                          indices: Sequence[int] | None = None) -> list[Prompt]:
+        """One yes / no prompt per option (``indices``: canonical indices, default all), read as A = yes, B = no.
+
+        Every prompt has the same prefix (head, state, question and, with ``list_options``, the options in an order
+        the client cannot change), so the state and question are computed once; the suffix names one option. No
+        prompt depends on where its option stood in the request: permuting the options permutes the prompts.
+        """
+        if question.type not in ("choice", "score"):
+            raise ValueError(f"a {question.type} question has no per-option form")
+        state_ids, truncated = self.encode_state(state)
+        shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options)
+        prefix = state_ids + tuple(self._encode(shared))
+        indices = range(question.k) if indices is None else indices
+        return [Prompt(prefix, tuple(self._encode(per_option_suffix_text(question, i, self.config.show_option_ids)
+                                                  + self.tail)), (0, 1), truncated)
+                for i in indices]
 
     def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:
         """Render one single-answer question (use :func:`question_units` first for ``set``)."""

@@ -34,23 +34,67 @@ BUCKET_BATCHES = 32  # sort by length inside windows of this many batches, then 
 
 @dataclass(frozen=True)
 class Unit:
-    """One rendered single-answer question with its target in shown order."""
+    """One single-answer question to train on, with its target in shown order.
 
-    prompt: Prompt
-    target: tuple[float, ...]  # shown order
+    Letters form: one prompt whose K label logits are the answer. Per-option form (``yes_no``): one yes / no prompt
+    per option, all continuing one prefix; the K yes − no logits are the answer.
+    """
+
+    prompts: tuple[Prompt, ...]
+    target: tuple[float, ...]  # shown order (per-option form: the order of ``prompts``)
     is_score: bool
     record_index: int
+    yes_no: bool = False
+
+    @property
+    def prompt(self) -> Prompt:
+        """The first prompt (the only one in the letters form); every prompt of a unit has the same prefix."""
+        return self.prompts[0]
+
+    @property
+    def k(self) -> int:
+        return len(self.target)
 
 
 @dataclass
 class TrainBatch:
+    """``batch`` holds every prompt of the units (R rows); ``index`` (B, K) says where each unit's option logits
+    are in the flattened (R·Kp prompt logits, then R yes − no values) view (:func:`question_logits`)."""
+
     batch: Batch
     targets: torch.Tensor  # (B, K) target distributions in shown order
     is_score: torch.Tensor  # (B,)
     units: list[Unit]
+    index: torch.Tensor | None = None  # (B, K) long; None when every unit is one letters prompt (rows = units)
+    option_mask: torch.Tensor | None = None  # (B, K) bool; None: the batch's own option mask
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(B, K) the options of each unit."""
+        return self.batch.option_mask if self.option_mask is None else self.option_mask
 
     def to(self, device: torch.device) -> TrainBatch:
-        return TrainBatch(self.batch.to(device), self.targets.to(device), self.is_score.to(device), self.units)
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return TrainBatch(self.batch.to(device), self.targets.to(device), self.is_score.to(device), self.units,
+                          move(self.index), move(self.option_mask))
+
+    def logits(self, prompt_logits: torch.Tensor) -> torch.Tensor:
+        """(B, K) unit logits from the (R, Kp) prompt logits of the forward pass."""
+        if self.index is None:
+            return prompt_logits
+        return question_logits(prompt_logits, self.index, self.mask)
+
+
+def question_logits(prompt_logits: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Gather (B, K) option logits from (R, Kp) prompt logits: a letters unit takes its row, a per-option unit the
+    yes − no log-odds (column 0 − column 1) of its K prompts. Positions outside ``mask`` are −inf."""
+    import torch
+
+    finite = prompt_logits.masked_fill(~torch.isfinite(prompt_logits), 0.0)
+    flat = torch.cat([finite.reshape(-1), finite[:, 0] - finite[:, 1]])  # (R·Kp + R,)
+    return flat[index.clamp(min=0)].masked_fill(~mask, float("-inf"))
 
 
 def _rng(seed: int, epoch: int, key: str) -> random.Random:
@@ -73,15 +117,16 @@ def shown_order(record: Record, seed: int, epoch: int, shuffle: bool, fraction: 
     return order
 
 
-def rotated_orders(record: Record, order: Sequence[int], count: int) -> list[list[int]]:
+def rotated_orders(record: Record, order: Sequence[int], count: int, per_option: bool = False) -> list[list[int]]:
     """``count`` rotations of ``order`` spread evenly over its positions (all of them when ``count`` ≥ K).
 
     Shown together, the rotations put every option on ``count`` different letters with the same target, so a letter
     on its own predicts nothing and only the options' text tells the answers apart. Choice questions only (yes / no
-    and score keep their one order), and not those with more than 26 options (sampled instead, one order each).
+    and score keep their one order), and not those with more than 26 options (sampled instead, one order each) or
+    scored in the per-option form (which sees no order).
     """
     q = record.question
-    if count <= 1 or q.type != "choice" or q.k > GROUP_SIZE:
+    if count <= 1 or q.type != "choice" or q.k > GROUP_SIZE or per_option:
         return [list(order)]
     count = min(count, q.k)
     shifts = sorted({round(i * q.k / count) for i in range(count)})
@@ -108,18 +153,25 @@ def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
 def record_units(renderer: Renderer, record: Record, index: int, order: Sequence[int], *, seed: int = 0,
                  epoch: int = 0) -> list[Unit]:
     """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
-    more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch)."""
+    more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
+    per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order)."""
     q = record.question
     if q.type == "set":
-        return [Unit(renderer.render(record.state, unit), (p, 1.0 - p), False, index)
+        return [Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
                 for unit, p in zip(question_units(q), record.target, strict=True)]
+    per_option = renderer.form(q) == "per_option"
     if q.k > GROUP_SIZE:
-        shown = sampled_options(record, order, seed, epoch)
+        shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
         mass = sum(record.target[i] for i in shown)  # < 1 only when more than 26 options carry mass
-        prompt = renderer.render(record.state, sub_question(q, shown))
-        return [Unit(prompt, tuple(record.target[i] / mass for i in shown), False, index)]
+        target = tuple(record.target[i] / mass for i in shown)
+        if per_option:
+            return [Unit(tuple(renderer.render_per_option(record.state, q, shown)), target, False, index, True)]
+        return [Unit((renderer.render(record.state, sub_question(q, shown)),), target, False, index)]
+    if per_option:
+        return [Unit(tuple(renderer.render_per_option(record.state, q)), tuple(record.target), q.type == "score",
+                     index, True)]
     prompt = renderer.render(record.state, q, order)
-    return [Unit(prompt, tuple(record.target[i] for i in order), q.type == "score", index)]
+    return [Unit((prompt,), tuple(record.target[i] for i in order), q.type == "score", index)]
 
 
 def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
@@ -129,7 +181,8 @@ def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch:
     units: list[Unit] = []
     for index, record in enumerate(records):
         order = shown_order(record, seed, epoch, shuffle_options, shuffle_fraction)
-        for rotated in rotated_orders(record, order, orders_per_record):
+        per_option = renderer.form(record.question) == "per_option"
+        for rotated in rotated_orders(record, order, orders_per_record, per_option):
             units.extend(record_units(renderer, record, index, rotated, seed=seed, epoch=epoch))
     return units
 
@@ -160,7 +213,8 @@ def plan_batches(units: Sequence[Unit], batch_size: int, seed: int, epoch: int,
         if current:
             flat_windows.append(current)
         ordered = [g for w in flat_windows
-                   for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(u.prompt.suffix) for u in g))]
+                   for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(p.suffix) for u in g
+                                                                                   for p in u.prompts))]
     flat = [u for g in ordered for u in g]
     batches = [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
     rng.shuffle(batches)
@@ -196,12 +250,27 @@ class OrderSchedule:
 
 
 def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool) -> TrainBatch:
+    """Collate the units' prompts into one forward pass; per-option units get an index into its logits."""
     import torch
 
-    batch = collate([u.prompt for u in units], pad_id, shared_prefix)
-    k = batch.option_mask.shape[1]
+    prompts = [p for u in units for p in u.prompts]
+    batch = collate(prompts, pad_id, shared_prefix)
+    k = max(u.k for u in units)
     targets = torch.zeros(len(units), k)
     for i, unit in enumerate(units):
-        targets[i, : len(unit.target)] = torch.tensor(unit.target)
+        targets[i, : unit.k] = torch.tensor(unit.target)
     is_score = torch.tensor([u.is_score for u in units], dtype=torch.bool)
-    return TrainBatch(batch, targets, is_score, list(units))
+    if not any(u.yes_no for u in units):
+        return TrainBatch(batch, targets, is_score, list(units))
+    rows, width = len(prompts), batch.option_mask.shape[1]
+    index = torch.zeros(len(units), k, dtype=torch.long)
+    mask = torch.zeros(len(units), k, dtype=torch.bool)
+    row = 0
+    for i, unit in enumerate(units):
+        if unit.yes_no:  # option j's logit is the yes − no value of the unit's j-th prompt
+            index[i, : unit.k] = rows * width + torch.arange(row, row + unit.k)
+        else:  # the letters logits of the unit's one prompt
+            index[i, : unit.k] = row * width + torch.arange(unit.k)
+        mask[i, : unit.k] = True
+        row += len(unit.prompts)
+    return TrainBatch(batch, targets, is_score, list(units), index, mask)
