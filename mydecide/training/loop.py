@@ -358,9 +358,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
             with accelerator.no_sync(module) if not sync else _null():
-                logits = module(tb.batch)
+                logits = tb.logits(module(tb.batch))  # (B, K): per-option units gather their yes − no reads
                 loss = objective_fn(recipe, update / total_updates)(
-                    logits, tb.targets, tb.batch.option_mask, tb.is_score, progress=update / total_updates,
+                    logits, tb.targets, tb.mask, tb.is_score, progress=update / total_updates,
                     generator=generator)
                 accelerator.backward(loss / accum)
             losses.append(loss.detach())
