@@ -184,7 +184,31 @@ class Renderer:
         return head + "State:\n", tail
 
     def _encode(self, text: str) -> list[int]:
+        """Token ids of the template's own text (head, tail, labels): its special tokens are real."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _encode_user(self, text: str, tail: str = "") -> list[int]:
+        """Token ids of user text (a state, a question and its options), then the template's ``tail``.
+
+        A control token typed by a user (``<|im_end|>`` in a state, any added token of the tokenizer) is encoded as
+        the characters it is, never as the token, so user text cannot close its turn or open the assistant's; only
+        ``tail`` keeps its special tokens. Text holding no control token's string is encoded exactly as
+        ``_encode(text + tail)``, so ordinary prompts tokenise as they always did.
+        """
+        whole = text + tail
+        controls = [t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if t.content]
+        if all((at := whole.find(c)) == -1 or at >= len(text) for c in controls):
+            return self._encode(whole)
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:  # a slow tokenizer: at least its special tokens are split into plain text
+            plain = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            return list(plain) + self._encode(tail)
+        # the fast tokenizer's pipeline without its added-token step (which would match "<think>" even with
+        # split_special_tokens=True, since Qwen's <think> is an added token but not a special one)
+        normalized = backend.normalizer.normalize_str(text) if backend.normalizer is not None else text
+        pieces = ([p for p, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
+                  if backend.pre_tokenizer is not None else [normalized])
+        return [t.id for piece in pieces for t in backend.model.tokenize(piece)] + self._encode(tail)
 
     def _label_tokens(self) -> tuple[str, tuple[int, ...]]:
         """Pick the label form ("A" or " A") whose tokens continue the prompt as single tokens."""
@@ -211,7 +235,7 @@ class Renderer:
         cached = self._state_cache.get(text)
         if cached is not None:
             return cached
-        state_ids = self._encode(text)
+        state_ids = self._encode_user(text)
         truncated = len(state_ids) > self.config.max_state_tokens
         if truncated:
             mark = self._encode(TRUNCATION_MARK)
@@ -262,7 +286,7 @@ class Renderer:
         if question.k > MAX_LETTER_OPTIONS:
             raise ValueError(f"question shows {question.k} options; at most {MAX_LETTER_OPTIONS} (A–Z) per prompt")
         prefix, truncated = self.encode_state(state)
-        suffix = self._encode(question_text(question, order, self.config.show_option_ids) + self.tail)
+        suffix = self._encode_user(question_text(question, order, self.config.show_option_ids), self.tail)
         return Prompt(prefix, tuple(suffix), order, truncated)
 
 
