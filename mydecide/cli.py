@@ -17,6 +17,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+def show_version(value: bool) -> None:
+    if value:
+        from mydecide import __version__
+
+        typer.echo(f"mydecide {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """Train, calibrate, evaluate and serve your own decision model."""
+
+
 for module in (prepare, train, calibrate, evaluate, predict, serve, merge):
     module.register(app)
 

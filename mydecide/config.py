@@ -6,9 +6,10 @@ validation (``lora.r=16``, ``objective.kind=rlcd``). Values are parsed as YAML s
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -158,16 +159,100 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), *, model: type[R]) -> R:
-    """Read, override and validate a recipe; errors name the file and the offending key."""
-    data = read_yaml(path) if path is not None else {}
-    data = merge(data, parse_overrides(overrides))
+    """Read, override and validate a recipe; errors name the file or the command-line override, and the key."""
+    from_file = read_yaml(path) if path is not None else {}
+    data = merge(from_file, parse_overrides(overrides))
     try:
         return model.model_validate(data)
     except ValidationError as err:
         where = str(path) if path is not None else "recipe"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in err.errors())
-        raise RecipeError(f"{where}: {problems}") from None
+        other = recipe_kind(from_file, exclude=model) if path is not None else None
+        if other is not None and any(len(e["loc"]) == 1 and e["type"] in ("extra_forbidden", "missing")
+                                     for e in err.errors()):
+            kind, verb = other
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise RecipeError(f"{where}: this is {article} {kind} recipe: use `mydecide {verb}`") from None
+        raise RecipeError(describe_errors(err, model, where, overrides)) from None
+
+
+def validate_recipe(model: type[R], data: dict[str, Any], where: str = "command line") -> R:
+    """Validate ``data`` (a recipe updated by command-line options) with the messages of :func:`load_recipe`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise RecipeError(describe_errors(err, model, where)) from None
+
+
+# recipe model name → (what the recipe is, the command that takes it); filled in below the recipe models
+RECIPE_COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def recipe_kind(data: dict[str, Any], *, exclude: type[BaseModel]) -> tuple[str, str] | None:
+    """(kind, command) of the first other recipe model that ``data`` is valid for, or None."""
+    for name, kind in RECIPE_COMMANDS.items():
+        other = globals()[name]
+        if other is exclude:
+            continue
+        try:
+            other.model_validate(data)
+        except ValidationError:
+            continue
+        return kind
+    return None
+
+
+def describe_errors(err: ValidationError, model: type[BaseModel], where: str, overrides: Sequence[str] = ()) -> str:
+    """One line for all of a validation error's problems, each blamed on the override that set the key (when
+    one did) or on ``where``; an unknown key gets a did-you-mean among the keys of its section."""
+    typed = [(item, item.split("=", 1)[0].strip()) for item in overrides if "=" in item]
+    problems = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        keys, parent = section_keys(model, loc[:-1])
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = "unknown key"
+            close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {'.'.join([*parent, close[0]])}?)"
+        written = ".".join(parent + ([str(loc[-1])] if loc and not isinstance(loc[-1], int) else []))
+        key = written or "(top)"
+        blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
+        problems.append(f"command-line override {blamed}: {key}: {message}" if blamed else
+                        f"{where}: {key}: {message}")
+    return "; ".join(problems)
+
+
+def _same_key(dotted: str, written: str) -> bool:
+    """Whether an override of ``dotted`` set the key ``written`` (itself, a section holding it, or a key below a
+    value that is not a section)."""
+    return bool(written) and (written == dotted or written.startswith(dotted + ".") or dotted.startswith(written + "."))
+
+
+def section_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], list[str]]:
+    """The keys of the recipe section at a validation error's ``loc`` ([] when unknown), and ``loc`` as the user
+    writes it: without list indices and union tags."""
+    current: Any = model
+    written: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if isinstance(current, list):  # a tagged union: the part is the tag
+            current = next((m for m in current if m.model_fields["kind"].default == part), None)
+            continue
+        written.append(str(part))
+        is_model = isinstance(current, type) and issubclass(current, BaseModel)
+        field = current.model_fields.get(part) if is_model else None
+        members = _models_in(field.annotation) if field is not None else []
+        current = members[0] if len(members) == 1 else members or None
+    is_model = isinstance(current, type) and issubclass(current, BaseModel)
+    return (list(current.model_fields) if is_model else []), written
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
 
 
 def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
@@ -310,3 +395,7 @@ class EvalRecipe(Strict):
     limit: int | None = Field(None, ge=1)  # only the first N records of each file
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation
+
+
+RECIPE_COMMANDS.update({"DataRecipe": ("data", "prepare"), "TrainRecipe": ("training", "train"),
+                        "CalibrateRecipe": ("calibration", "calibrate"), "EvalRecipe": ("evaluation", "evaluate")})

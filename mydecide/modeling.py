@@ -13,7 +13,9 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,7 +103,55 @@ def resolve_model_path(name: str) -> tuple[str, dict[str, Any]]:
         return str(path), {}
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise FileNotFoundError(f"{name}: no such model directory")
-    return name, {}  # a hub name, e.g. Qwen/Qwen3.5-4B (needs a network or a filled HF cache)
+    return hub_model(name), {}  # a hub name, e.g. Qwen/Qwen3.5-4B (needs a network or a filled HF cache)
+
+
+MODEL_ALIASES = (DEFAULT_MODEL,)
+HUB_PROBE_TIMEOUT_S = 4.0
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model name that is no local path, no alias, not in the local Hugging Face cache and not on the hub."""
+
+
+def hub_model(name: str) -> str:
+    """``name`` when the local Hugging Face cache holds it or the hub knows it; else :class:`ModelNotFoundError`
+    saying what was tried. The hub is asked once with a short timeout, so a typo never spends a minute retrying an
+    unreachable hub inside ``from_pretrained``."""
+    import difflib
+
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+
+    close = difflib.get_close_matches(name.lower(), MODEL_ALIASES, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    tried = f"{name}: not a local model directory, not an alias ({', '.join(MODEL_ALIASES)}{hint})"
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return name
+    except HFValidationError:
+        raise ModelNotFoundError(f"{tried}, and not a valid hub model id") from None
+    cache = f"not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if offline or constants.HF_HUB_OFFLINE:
+        raise ModelNotFoundError(f"{tried}, {cache}, and the hub is off (HF_HUB_OFFLINE is set)")
+    try:
+        model_info(name, timeout=HUB_PROBE_TIMEOUT_S)
+    except (RepositoryNotFoundError, RevisionNotFoundError):
+        raise ModelNotFoundError(f"{tried}, {cache}, and the hub has no model {name!r} (or it is private)") from None
+    except Exception as err:  # the hub cannot be reached: no network, a proxy, a timeout, a server error
+        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        raise ModelNotFoundError(f"{tried}, {cache}, and the hub cannot be reached ({reason})") from None
+    return name
+
+
+@contextmanager
+def peft_warnings_silenced() -> Iterator[None]:
+    """Wrapping a model in LoRA (peft) calls a transformers method that transformers has deprecated, which prints
+    a FutureWarning at every model load; it is peft's to fix and says nothing to a user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 @dataclass
@@ -131,11 +181,11 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
     directory (``mydecide merge`` writes it there), then the defaults.
     """
+    path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    path, kwargs = resolve_model_path(name)
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     tokenizer.padding_side = "left"
@@ -151,7 +201,8 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
         adapter_path = Path(adapter)
         if not (adapter_path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter directory (no adapter_config.json)")
-        lm = PeftModel.from_pretrained(lm, str(adapter_path))
+        with peft_warnings_silenced():
+            lm = PeftModel.from_pretrained(lm, str(adapter_path))
         saved = adapter_path / RENDER_CONFIG_FILE
         if saved.is_file():
             render = RenderConfig.model_validate_json(saved.read_text())

@@ -13,12 +13,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error for the user and exit (no traceback for expected problems)."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
     raise typer.Exit(code)
 
 
 def friendly_errors(fn: F) -> F:
-    """Turn expected user errors (bad files, recipes, records) into a clear message and exit code 2."""
+    """Turn expected user errors (bad files and directories, recipes, records, models) into one line and exit code 2.
+
+    Recipe validation errors, unknown models, an existing run directory or a file where a directory belongs all
+    raise one of the caught types with a message naming what and where; anything else is a bug and keeps its
+    traceback."""
     import functools
 
     @functools.wraps(fn)
@@ -28,7 +32,8 @@ def friendly_errors(fn: F) -> F:
 
         try:
             return fn(*args, **kwargs)
-        except (FileNotFoundError, RecipeError, RecordError, ValueError) as err:
+        except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, RecipeError, RecordError,
+                ValueError) as err:
             if isinstance(err, typer.Exit):
                 raise
             fail(str(err))

@@ -52,7 +52,7 @@ def parse_costs(text: str) -> dict[str, float]:
 
 def resolve(recipe_type: type[R], args: list[str] | None, cli: dict[str, Any]) -> R:
     """Recipe file, then dotted overrides, then explicit command-line options (None = not given)."""
-    from mydecide.config import load_recipe
+    from mydecide.config import load_recipe, validate_recipe
 
     recipe_path, overrides, files = split_args(args)
     recipe = load_recipe(recipe_path, overrides, model=recipe_type)
@@ -62,7 +62,20 @@ def resolve(recipe_type: type[R], args: list[str] | None, cli: dict[str, Any]) -
         if not isinstance(current, list):
             raise ValueError(f"unexpected argument(s) {files}: pass the data file with --data")
         updates["data"] = [*(updates.get("data") or current), *files]
-    return recipe_type.model_validate({**recipe.model_dump(), **updates})
+    recipe = validate_recipe(recipe_type, {**recipe.model_dump(), **updates})
+    data = recipe.model_dump().get("data")
+    for path in data if isinstance(data, list) else [data]:
+        check_records_file(path)
+    return recipe
+
+
+def check_records_file(path: str | None) -> None:
+    """A --data that names a directory (a `mydecide prepare` output) where a JSONL file is expected."""
+    if isinstance(path, str) and Path(path).is_dir():
+        found = sorted(p.name for p in Path(path).glob("*.jsonl"))
+        hint = f": give one of its files ({', '.join(found)})" if found else ""
+        raise IsADirectoryError(f"--data {path} is a directory; this command reads a JSONL file of decision "
+                                f"records{hint}")
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
         adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
         temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
                                                  "`mydecide calibrate`."),
-        no_shared_prefix: bool = typer.Option(False, help="Score each question with its own full prompt."),
+        no_shared_prefix: bool = typer.Option(False, "--no-shared-prefix",
+                                              help="Score each question with its own full prompt."),
     ) -> None:
         """Answer one request file and print the Jev-format response JSON on stdout."""
         import json
@@ -27,6 +28,8 @@ def register(app: typer.Typer) -> None:
         from mydecide.modeling import load_model
         from mydecide.serving.wire import Limits, RequestError, answer_request, decode_body, parse_request
 
+        if request.is_dir():
+            raise IsADirectoryError(f"{request} is a directory; give a JSON file holding one /v1/systemone request")
         if not request.is_file():
             raise FileNotFoundError(f"{request}: no such request file")
         try:  # the server's checks, without its body-size limit

@@ -35,6 +35,24 @@ def log(message: str) -> None:
 # -------------------------------------------------------------------------------------------------------- data
 
 
+def prepared_data(data: str | None) -> Path:
+    """The `mydecide prepare` output directory named by ``data``; a missing one, a file (``DIR/train.jsonl``) or a
+    directory without train.jsonl and dev.jsonl is an error that says which."""
+    if data is None:
+        raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
+    path = Path(data)
+    if path.is_file():
+        raise NotADirectoryError(f"--data {path} is a file; train reads the directory `mydecide prepare` wrote, "
+                                 f"with train.jsonl and dev.jsonl in it (here: --data {path.parent})")
+    if not path.is_dir():
+        raise FileNotFoundError(f"--data {path}: no such directory (give the output directory of `mydecide prepare`)")
+    missing = [name for name in ("train.jsonl", "dev.jsonl") if not (path / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"--data {path}: no {' or '.join(missing)} in it; it is not an output directory of "
+                                "`mydecide prepare`")
+    return path
+
+
 def select_tasks(train_records: list[Record], dev_records: list[Record], tasks: list[str],
                  data_dir: Path) -> tuple[list[Record], list[Record]]:
     """The records of ``tasks`` only; a task with no training records is an error naming the tasks there are."""
@@ -181,6 +199,12 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
 
 def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     """Train a LoRA adapter as the recipe says; returns the run directory."""
+    # a wrong --data or --model fails here: before the heavy imports, and before the run directory is created
+    from mydecide.modeling import resolve_model_path
+
+    data_dir = prepared_data(recipe.data)
+    resolve_model_path(recipe.model)
+
     import random
 
     import numpy as np
@@ -190,13 +214,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from transformers import get_scheduler
 
-    from mydecide.modeling import LoadedModel, load_model, save_render_config
+    from mydecide.modeling import LoadedModel, load_model, peft_warnings_silenced, save_render_config
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
 
     # ---- set up
-    if recipe.data is None:
-        raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
-    data_dir = Path(recipe.data)
     run = Path(recipe.out)
     on_gpu = torch.cuda.is_available()
     precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
@@ -229,7 +250,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(r=recipe.lora.r, lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
                       lora_dropout=recipe.lora.dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM")
-    lm = get_peft_model(base.lm, lora)
+    with peft_warnings_silenced():
+        lm = get_peft_model(base.lm, lora)
     # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
     # drops the cache) and not with recurrent layers (Gated DeltaNet updates its cached state in place).
     recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
