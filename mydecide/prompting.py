@@ -270,10 +270,10 @@ class Renderer:
             raise ValueError(f"a {question.type} question has no per-option form")
         state_ids, truncated = self.encode_state(state)
         shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options)
-        prefix = state_ids + tuple(self._encode(shared))
+        prefix = state_ids + tuple(self._encode_user(shared))
         indices = range(question.k) if indices is None else indices
-        return [Prompt(prefix, tuple(self._encode(per_option_suffix_text(question, i, self.config.show_option_ids)
-                                                  + self.tail)), (0, 1), truncated)
+        return [Prompt(prefix, tuple(self._encode_user(per_option_suffix_text(question, i, self.config.show_option_ids),
+                                                       self.tail)), (0, 1), truncated)
                 for i in indices]
 
     def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:
