@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mydecide.prompting import RenderConfig
 
@@ -62,6 +62,7 @@ class CeThenProperObjective(Strict):
 
 
 Objective = ProperObjective | CeObjective | RlcdObjective | CeThenProperObjective
+Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
 
 
 class OptimConfig(Strict):
@@ -105,6 +106,21 @@ class TrainRecipe(Strict):
     tasks: list[str] | None = None  # train and evaluate on these tasks of the data directory only
     eval_batch_size: int = Field(16, ge=1)  # prompts per forward pass in dev evaluation
     collapse_after: float = Field(0.3, ge=0, le=1)  # fraction of training after which collapse warnings count
+    # experiment trackers (through Accelerate), one or a list: none, tensorboard, wandb, mlflow. They get the loss,
+    # learning rate, gradient norm, throughput, dev metrics and collapse signals; TensorBoard writes to RUN/logs/
+    report_to: list[Tracker] = ["none"]
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("report_to")
+    @classmethod
+    def _none_alone(cls, value: list[str]) -> list[str]:
+        if "none" in value and len(value) > 1:
+            raise ValueError(f"none cannot be combined with other trackers: {value}")
+        return list(dict.fromkeys(value)) or ["none"]
 
 
 # ------------------------------------------------------------------------------------------------------ loading

@@ -204,13 +204,14 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
 
     data_dir = prepared_data(recipe.data)
     resolve_model_path(recipe.model)
+    trackers = check_trackers(recipe.report_to)
 
     import random
 
     import numpy as np
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import ProjectConfiguration, set_seed
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
     from transformers import get_scheduler
 
@@ -221,7 +222,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
     run = Path(recipe.out)
     on_gpu = torch.cuda.is_available()
     precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
-    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=not on_gpu)
+    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=not on_gpu,
+                              log_with=trackers or None, project_config=ProjectConfiguration(
+                                  project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None)
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
     if is_main:
@@ -229,6 +232,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
             raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, provenance()))
+        if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
+            accelerator.init_trackers("mydecide", config=tracker_config(recipe),
+                                      init_kwargs={"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}})
     train_records = load_records(data_dir / "train.jsonl")
     dev_records = load_records(data_dir / "dev.jsonl")
     if recipe.tasks:
@@ -346,8 +352,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
             metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
             module.train()
             row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics,
-                   "seconds": round(time.perf_counter() - started, 1)}
+                   "seconds": round(time.perf_counter() - started, 1), "time": round(time.time(), 3)}
             write_metrics(run, row)
+            accelerator.log(tracked("dev", {**row, "collapse_warnings": len(metrics["warnings"])}), step=update)
             log(f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
                 f"{metrics['majority_accuracy']:.3f}), log loss {metrics['log_loss']:.3f}, ECE {metrics['ece']:.3f}, "
                 f"flip rate {metrics['flip_rate']:.2f}, top letter {metrics['top_letter']} "
@@ -368,6 +375,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
         evaluate_dev(0.0)
     while update < total_updates:
         losses = []
+        update_started, questions = time.perf_counter(), 0
         for a in range(accum):
             micro = update * accum + a
             phase, epoch, j = schedule.locate(micro)
@@ -386,15 +394,23 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
                     generator=generator)
                 accelerator.backward(loss / accum)
             losses.append(loss.detach())
-        accelerator.clip_grad_norm_(module.parameters(), recipe.optim.max_grad_norm)
+            questions += tb.targets.shape[0]
+        grad_norm = accelerator.clip_grad_norm_(module.parameters(), recipe.optim.max_grad_norm)  # before clipping
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         update += 1
         mean_loss = accelerator.reduce(torch.stack(losses).mean(), "mean").item()
+        seconds = time.perf_counter() - update_started  # this update's forward + backward + step, all processes
+        all_questions = accelerator.reduce(torch.tensor(float(questions), device=accelerator.device), "sum").item()
         if is_main:
-            write_metrics(run, {"kind": "train", "update": update, "loss": mean_loss,
-                                "lr": scheduler.get_last_lr()[0]})
+            row = {"kind": "train", "update": update, "epoch": round(schedule.epoch_float(update * accum), 4),
+                   "loss": mean_loss, "lr": scheduler.get_last_lr()[0],
+                   "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                   "updates_per_s": round(1.0 / seconds, 4), "questions_per_s": round(all_questions / seconds, 2),
+                   "time": round(time.time(), 3)}
+            write_metrics(run, row)
+            accelerator.log(tracked("train", row), step=update)
             if time.perf_counter() - last_log > 10 or update == total_updates:
                 elapsed = time.perf_counter() - started
                 eta = elapsed / max(update - start_update, 1) * (total_updates - update)
@@ -415,6 +431,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
         log(f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
             f"last → {run / 'last'}")
+    for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
+        tracker.finish()
     accelerator.wait_for_everyone()
     return run
 
@@ -430,3 +448,43 @@ class _null:
 def write_metrics(run: Path, row: dict[str, Any]) -> None:
     with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps(row) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ experiment trackers
+
+TRACKER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",)}
+
+
+def check_trackers(report_to: list[Any]) -> list[str]:
+    """The trackers to start; one whose package is missing is an error (Accelerate would skip it silently)."""
+    import importlib.util
+
+    wanted = [t for t in report_to if t != "none"]
+    for tracker in wanted:
+        packages = TRACKER_PACKAGES[tracker]
+        if not any(importlib.util.find_spec(p) for p in packages):
+            raise ValueError(f"report_to: {tracker} needs the {packages[0]} package, which is not installed "
+                             f"(pip install {packages[0]}), or drop it from report_to")
+    return wanted
+
+
+def tracker_config(recipe: TrainRecipe) -> dict[str, Any]:
+    """The recipe as flat ``section.key`` hyperparameters (trackers take numbers, strings and booleans only)."""
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}{key}.", inner)
+        else:
+            flat[prefix[:-1]] = value if isinstance(value, (int, float, str, bool)) else json.dumps(value)
+
+    walk("", recipe.model_dump(mode="json"))
+    return flat
+
+
+def tracked(section: str, row: dict[str, Any]) -> dict[str, float]:
+    """The numbers of a metrics.jsonl row as ``section/name`` scalars for the trackers."""
+    skip = {"kind", "update", "time"}
+    return {f"{section}/{key}": float(value) for key, value in row.items()
+            if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool)}
