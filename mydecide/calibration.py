@@ -390,7 +390,7 @@ def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket
     ``scorer`` replaces the model's scoring (see ``evaluation.Scorer``). Returns what :func:`fit_temperatures`
     returns.
     """
-    from mydecide.evaluation import model_scorer, score_records
+    from mydecide.evaluation import model_scorer, prompt_counter, score_records
 
     if not records:
         raise ValueError("cannot calibrate on zero records")
@@ -399,7 +399,8 @@ def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket
             raise ValueError("calibrate needs a model or a scorer")
         scorer = model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)
     logits, _ = score_records(scorer, [(r.state, r.question) for r in records],
-                              chunk_prompts=batch_size, desc="calibrate: scoring", progress=progress)
+                              chunk_prompts=batch_size, desc="calibrate: scoring", progress=progress,
+                              prompts_of=prompt_counter(model))
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
     return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
 
@@ -423,7 +424,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     records = load_records(data)
     if recipe.limit is not None:
         records = records[: recipe.limit]
-    model = load_model(recipe.model, recipe.adapter)
+    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
     fit = calibrate(model, records, by_bucket=recipe.by_bucket, min_rows=recipe.min_rows,
                     batch_size=recipe.batch_size, shared_prefix=recipe.shared_prefix, progress=progress)
     document = {

@@ -93,6 +93,16 @@ def _prompt_count(question: Question) -> int:
     return prompt_count(question)
 
 
+def prompt_counter(model: LoadedModel | None) -> Callable[[Question], int]:
+    """Prompts one question costs with ``model``'s scoring form (letters without a model)."""
+    if model is None:
+        return _prompt_count
+    from mydecide.many_options import prompt_count
+
+    renderer = model.renderer
+    return lambda question: prompt_count(question, renderer.form(question))
+
+
 def score_records(
     scorer: Scorer,
     items: Sequence[tuple[Any, Question]],
@@ -101,12 +111,14 @@ def score_records(
     chunk_prompts: int = 64,
     desc: str = "scoring",
     progress: bool = True,
+    prompts_of: Callable[[Question], int] = _prompt_count,
 ) -> tuple[list[np.ndarray], list[float]]:
     """Logits and per-question latency (seconds) for each (state, question).
 
     Questions are scored in chunks of about ``chunk_prompts`` prompts, questions on one state kept together so
     the state is computed once. A question's latency is its share of its chunk's wall time (set questions
-    count one prompt per label): the amortised cost of a question in a batched server.
+    count one prompt per label, per-option questions one per option: ``prompts_of``): the amortised cost of a
+    question in a batched server.
     """
     from tqdm import tqdm
 
@@ -120,7 +132,7 @@ def score_records(
         stop, prompts = start, 0
         while stop < len(index) and (prompts < chunk_prompts or (stop > start and keys[index[stop]] ==
                                                                  keys[index[stop - 1]])):
-            prompts += _prompt_count(items[index[stop]][1])
+            prompts += prompts_of(items[index[stop]][1])
             stop += 1
         chunk = index[start:stop]
         started = time.perf_counter()
@@ -128,7 +140,7 @@ def score_records(
         elapsed = time.perf_counter() - started
         for i, z in zip(chunk, out, strict=True):
             logits[i] = np.asarray(z, dtype=float)
-            latency[i] = elapsed * _prompt_count(items[i][1]) / prompts
+            latency[i] = elapsed * prompts_of(items[i][1]) / prompts
         bar.update(len(chunk))
         start = stop
     bar.close()
@@ -635,12 +647,15 @@ def run_evaluation(
     state_tokens = _state_tokens(model, records)
     items = [(r.state, r.question) for r in records]
 
+    prompts_of = prompt_counter(model)
+
     def scored(score: Scorer, label: str) -> tuple[list[np.ndarray], list[float], list[bool | None]]:
-        logits, latency = score_records(score, items, chunk_prompts=batch_size, desc=label, progress=progress)
+        logits, latency = score_records(score, items, chunk_prompts=batch_size, desc=label, progress=progress,
+                                        prompts_of=prompts_of)
         pairs = permuted_orders(records, permutations, seed)
         permuted, _ = score_records(score, [items[n] for n, _ in pairs], [o for _, o in pairs],
                                     chunk_prompts=batch_size, desc=f"{label}: option orders",
-                                    progress=progress)
+                                    progress=progress, prompts_of=prompts_of)
         return logits, latency, flip_flags(records, logits, pairs, permuted)
 
     def rows_and_predictions(logits: list[np.ndarray], latency: list[float] | None, flips: list[bool | None],
@@ -667,7 +682,9 @@ def run_evaluation(
         "temperatures": temperature_path or ("(given)" if calibrated else None),
         "records": len(records),
         "settings": {"permutations": permutations, "seed": seed, "batch_size": batch_size,
-                     "shared_prefix": shared_prefix, "coherence": coherence, "base": base},
+                     "shared_prefix": shared_prefix, "coherence": coherence, "base": base,
+                     **({"option_form": model.renderer.config.option_form,
+                         "score_form": model.renderer.config.score_form} if model is not None else {})},
         **metric_blocks(rows),
     }
     raw_rows = None
@@ -938,7 +955,7 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
         raise FileNotFoundError(f"{recipe.temperatures}: no such temperatures file")
     train = training_split_beside(recipe.data)
     prior = LabelPrior.from_file(train) if train is not None else None
-    model = load_model(recipe.model, recipe.adapter)
+    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
     evaluation = run_evaluation(
         model, records, recipe.temperatures, permutations=recipe.permutations, seed=recipe.seed,
         costs=recipe.costs.model_dump(), thresholds=recipe.thresholds, coherence=recipe.coherence,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide.prompting import (
+    OPTION_FORMS,
     Batch,
     Prompt,
     RenderConfig,
@@ -174,14 +175,50 @@ def default_dtype(device: str) -> torch.dtype:
     return torch.bfloat16 if device.startswith("cuda") else torch.float32
 
 
+def read_render_config(path: Path) -> RenderConfig:
+    """A saved render config. One written before the scoring forms existed was scored with letters: it says so."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable render config ({err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a render config is a JSON object")
+    return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
+
+
+def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[RenderConfig | None, Path | None]:
+    """The render config saved with the adapter, else with a (merged) model directory, and the file it came from."""
+    for where in ([Path(adapter) / RENDER_CONFIG_FILE] if adapter is not None else []) + [
+            Path(model_path) / RENDER_CONFIG_FILE]:
+        if where.is_file():
+            return read_render_config(where), where
+    return None, None
+
+
+def check_option_form(model_path: str, adapter: str | Path | None, option_form: str | None) -> RenderConfig | None:
+    """The saved render config, after checking that ``option_form`` (if asked) is a form and the one it was
+    trained with: scoring an adapter in a form it was not trained in would give meaningless probabilities."""
+    if option_form is not None and option_form not in OPTION_FORMS:
+        raise ValueError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
+    saved, where = saved_render_config(model_path, adapter)
+    if option_form is not None and saved is not None and where is not None and saved.option_form != option_form:
+        raise ValueError(f"{where.parent}: trained to score choice options with option_form={saved.option_form}; "
+                         f"it cannot score with option_form={option_form} (leave it unset to score as trained)")
+    return saved
+
+
 def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, render: RenderConfig | None = None,
-               device: str | None = None, dtype: torch.dtype | None = None) -> LoadedModel:
+               device: str | None = None, dtype: torch.dtype | None = None,
+               option_form: str | None = None) -> LoadedModel:
     """Load base model + tokenizer (+ adapter).
 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
-    directory (``mydecide merge`` writes it there), then the defaults.
+    directory (``mydecide merge`` writes it there), then the defaults. ``option_form`` asks for a way of scoring
+    choice options: applied to a model without a saved config, and an error when it contradicts the form an
+    adapter (or a merged model) was trained with.
     """
     path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
+    saved = check_option_form(path, adapter, option_form)  # and so does a form the adapter was not trained with
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -194,7 +231,7 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
     in_model_dir = Path(path) / RENDER_CONFIG_FILE  # a merged model carries its adapter's render config
     if render is None and in_model_dir.is_file():
-        render = RenderConfig.model_validate_json(in_model_dir.read_text())
+        render = saved
     if adapter is not None:
         from peft import PeftModel
 
@@ -203,9 +240,10 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
             raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter directory (no adapter_config.json)")
         with peft_warnings_silenced():
             lm = PeftModel.from_pretrained(lm, str(adapter_path))
-        saved = adapter_path / RENDER_CONFIG_FILE
-        if saved.is_file():
-            render = RenderConfig.model_validate_json(saved.read_text())
+        if (adapter_path / RENDER_CONFIG_FILE).is_file():
+            render = saved
+    if option_form is not None:
+        render = (render or RenderConfig()).model_copy(update={"option_form": option_form})
     lm.to(device).eval()
     renderer = Renderer(tokenizer, render)
     print(f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "

@@ -265,3 +265,39 @@ def test_serve_answers_permuted_options_with_permuted_probabilities(tiny_qwen_di
     assert list(b) == [list(CRITERIA)[i] for i in order]  # keyed in the request's order
     assert max(abs(a[o] - b[o]) for o in a) <= 1e-5
     assert got[0]["answers"]["urgent"]["noul"] == pytest.approx(got[1]["answers"]["urgent"]["noul"], abs=1e-6)
+
+
+def test_a_form_the_model_was_not_trained_with_and_an_unknown_form_are_one_line_errors(
+        tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    model_dir = per_option_model_dir(tiny_llama_dir, tmp_path / "model")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"state": STATE, "questions": {"team": choice(CRITERIA).to_json()}}))
+    for form, message in (("letters", "trained to score choice options with option_form=per_option"),
+                          ("per-option", "is not one of letters, per_option")):
+        result = CliRunner().invoke(app, ["predict", "--model", str(model_dir), "--option-form", form,
+                                          str(request)])
+        assert result.exit_code != 0 and message in result.output, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    data = tmp_path / "dev.jsonl"
+    data.write_text(json.dumps({"id": "r", "task": "t", "state": STATE, "question": choice(CRITERIA).to_json(),
+                                "answer": "billing"}) + "\n")
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(model_dir), "--data", str(data),
+                                      "--out", str(tmp_path / "eval"), "option_form=letters", "-q"])
+    assert result.exit_code != 0 and "option_form=per_option" in result.output, result.output
+
+
+def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(tiny_llama_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model_dir)
+    (model_dir / RENDER_CONFIG_FILE).write_text(json.dumps({"system_prompt": None, "show_option_ids": True,
+                                                            "max_state_tokens": 64, "label_form": "auto"}))
+    model = load_model(str(model_dir), device="cpu")
+    assert model.renderer.config.option_form == "letters" and model.renderer.config.max_state_tokens == 64
+    assert load_model(str(model_dir), device="cpu", option_form="letters").renderer.form(choice(CRITERIA)) == "letters"

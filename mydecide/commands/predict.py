@@ -19,6 +19,8 @@ def register(app: typer.Typer) -> None:
         adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
         temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
                                                  "`mydecide calibrate`."),
+        option_form: str | None = typer.Option(None, "--option-form", help="How choice options are scored: "
+                                               "letters or per_option (default: as the adapter was trained)."),
         no_shared_prefix: bool = typer.Option(False, "--no-shared-prefix",
                                               help="Score each question with its own full prompt."),
     ) -> None:
@@ -41,6 +43,6 @@ def register(app: typer.Typer) -> None:
             from mydecide.calibration import load_temperatures
 
             temperature = load_temperatures(temperatures)
-        loaded = load_model(model, adapter)
+        loaded = load_model(model, adapter, option_form=option_form)
         response = answer_request(loaded, parsed, temperature, shared_prefix=not no_shared_prefix)
         typer.echo(json.dumps(response, indent=2, ensure_ascii=False))

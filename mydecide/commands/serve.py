@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
         temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
                                                  "`mydecide calibrate`."),
+        option_form: str | None = typer.Option(None, "--option-form", help="How choice options are scored: "
+                                               "letters or per_option (default: as the adapter was trained)."),
         host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
         port: int = typer.Option(8741, min=0, max=65535, help="TCP port."),
         api_key: str | None = typer.Option(None, "--api-key", envvar="MYDECIDE_API_KEY", show_envvar=True,
@@ -60,11 +62,12 @@ def register(app: typer.Typer) -> None:
         if not is_loopback(host) and not api_key and not no_auth:
             fail(f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                  "or pass --no-auth to serve without one")
-        from mydecide.modeling import resolve_model_path
+        from mydecide.modeling import check_option_form, resolve_model_path
 
-        resolve_model_path(model)  # a missing model fails here with one line, not inside the server's startup
+        path, _ = resolve_model_path(model)  # a missing model fails here with one line, not in the server's startup
         if adapter is not None and not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
+        check_option_form(path, adapter, option_form)  # so does a form the adapter was not trained with
         temperature = None
         if temperatures is not None:
             from mydecide.calibration import load_temperatures
@@ -85,7 +88,7 @@ def register(app: typer.Typer) -> None:
         from mydecide.serving.app import create_app
 
         def loader():  # runs in the app's lifespan, after uvicorn has started
-            return load_model(model, adapter, device=device)
+            return load_model(model, adapter, device=device, option_form=option_form)
 
         server = create_app(loader, temperature=temperature, limits=limits, api_key=api_key,
                             batching=options, model_name=name or model, request_timeout_s=request_timeout)
