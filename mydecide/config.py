@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mydecide.prompting import RenderConfig
+from mydecide.prompting import OptionForm, RenderConfig
 
 
 class RecipeError(ValueError):
@@ -391,6 +391,9 @@ class CalibrateRecipe(Strict):
 class Costs(Strict):
     """Payoffs of an auto-acted right / wrong answer and of escalating to a human."""
 
+    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
+    # contradicts the adapter's saved form)
+    option_form: OptionForm | None = None
     right: float = 1.0  # payoff of an auto-acted right answer
     wrong: float = -3.0  # payoff of an auto-acted wrong answer
     escalate: float = -0.5  # payoff of handing the question to a human
@@ -415,3 +418,6 @@ class EvalRecipe(Strict):
 
 RECIPE_COMMANDS.update({"DataRecipe": ("data", "prepare"), "TrainRecipe": ("training", "train"),
                         "CalibrateRecipe": ("calibration", "calibrate"), "EvalRecipe": ("evaluation", "evaluate")})
+    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
+    # contradicts the adapter's saved form)
+    option_form: OptionForm | None = None

@@ -36,6 +36,7 @@ _QUESTION_SLOT = "\x00QUESTION\x00"
 
 
 OptionForm = Literal["letters", "per_option"]
+OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
 
 
 class RenderConfig(BaseModel):
