@@ -346,6 +346,9 @@ class AugmentConfig(Strict):
     negate_noul: float = Field(0.0, ge=0.0, le=1.0)  # noul: the negated question, target complemented
     rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
+    reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
+    # schema resampling (Vela 2.0): anonymize_options, drop_distractors and reword_instructions at once
+    schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 13  # which rows get augmented copies
 
     @model_validator(mode="after")

@@ -11,6 +11,11 @@ choice options every epoch. Score levels are never reordered, renamed or dropped
 - ``drop_distractors``: a choice question with more than two options loses 1 … K − 2 options that carry no
   target mass; the gold option and every option with mass stay.
 - ``paraphrase_instructions``: the instructions are swapped for one of the recipe's variants for them.
+- ``reword_instructions``: the instructions are wrapped in one of a few generic rewordings (``REWORDINGS``:
+  "Task: …", "Based on the state: …"), for any question type, so that no one wording carries the task.
+
+``schema_resampling`` in the recipe turns on anonymised ids, dropped distractors and reworded instructions at once
+(the three ways Vela 2.0 resamples a question's schema so that a model learns to read the options it is shown).
 
 Consistency copies (JevBench's coherence laws, taught by example; ``augment.consistency`` turns both on):
 
@@ -37,7 +42,14 @@ from typing import Any
 from mydecide.data.split import unit_interval
 from mydecide.records import Question, Record
 
-AUGMENTATIONS = ("anonymize_options", "drop_distractors", "paraphrase_instructions", "negate_noul", "rename_options")
+AUGMENTATIONS = ("anonymize_options", "drop_distractors", "paraphrase_instructions", "reword_instructions",
+                 "negate_noul", "rename_options")
+REWORDINGS = (
+    "Task: {instructions}",
+    "Based on the state: {instructions}",
+    "{instructions} Judge from the state alone.",
+    "Read the state, then decide. {instructions}",
+)
 NEGATION_TEMPLATES = (
     "Is the answer to the following question no? {instructions}",
     "Answer the opposite: would it be wrong to say yes to this question? {instructions}",
@@ -101,6 +113,15 @@ def paraphrase_instructions(record: Record, variants: Sequence[str], rng: random
                  {"instructions_from": q.instructions})
 
 
+def reword_instructions(record: Record, templates: Sequence[str], rng: random.Random) -> Record | None:
+    """The copy whose instructions are wrapped in one generic rewording (any question type)."""
+    if not templates:
+        return None
+    template = rng.choice(list(templates))
+    question = replace(record.question, instructions=template.format(instructions=record.question.instructions))
+    return _copy(record, "reword_instructions", question, record.target, {"template": template})
+
+
 def negate_noul(record: Record, templates: Sequence[str], rng: random.Random) -> Record | None:
     """The copy asking the negated noul question with the complementary target (None for other types)."""
     q = record.question
@@ -135,6 +156,8 @@ class AugmentSettings:
     drop_distractors: float = 0.0
     paraphrase_instructions: float = 0.0
     paraphrases: Mapping[str, Sequence[str]] | None = None
+    reword_instructions: float = 0.0
+    rewordings: Sequence[str] = REWORDINGS
     negate_noul: float = 0.0
     rename_options: float = 0.0
     negation_templates: Sequence[str] = NEGATION_TEMPLATES
@@ -152,6 +175,9 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
     if variants and chosen(record, "paraphrase_instructions", settings.paraphrase_instructions, settings.seed):
         made.append(paraphrase_instructions(record, variants, _rng(record, "paraphrase_instructions",
                                                                    settings.seed)))
+    if chosen(record, "reword_instructions", settings.reword_instructions, settings.seed):
+        made.append(reword_instructions(record, settings.rewordings, _rng(record, "reword_instructions",
+                                                                           settings.seed)))
     if record.question.type == "noul" and chosen(record, "negate_noul", settings.negate_noul, settings.seed):
         made.append(negate_noul(record, settings.negation_templates, _rng(record, "negate_noul", settings.seed)))
     if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options,

@@ -348,9 +348,11 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
 def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
     """Add augmented copies of train rows (after the split, so no other split is touched)."""
     cfg = recipe.augment
+    schema = cfg.schema_resampling
     settings = augmenting.AugmentSettings(
-        anonymize_options=cfg.anonymize_options, drop_distractors=cfg.drop_distractors,
+        anonymize_options=max(cfg.anonymize_options, schema), drop_distractors=max(cfg.drop_distractors, schema),
         paraphrase_instructions=cfg.paraphrase_instructions, paraphrases=cfg.paraphrases,
+        reword_instructions=max(cfg.reword_instructions, schema),
         negate_noul=max(cfg.negate_noul, cfg.consistency), rename_options=max(cfg.rename_options, cfg.consistency),
         negation_templates=cfg.negation_templates or augmenting.NEGATION_TEMPLATES, seed=cfg.seed)
     out: list[Row] = []
@@ -363,6 +365,8 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
     ledger.augmented = sum(added.values())
     ledger.steps.append({"step": "augment", "in": len(train), "out": len(out), "removed": 0,
                          "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
+                         "share": {kind: round(added[kind] / len(train), 4) if train else 0.0
+                                   for kind in augmenting.AUGMENTATIONS},
                          "shuffle_options": "by the training collator, every epoch"
                          if cfg.shuffle_options else "off", "seconds": ledger.lap()})
     return out

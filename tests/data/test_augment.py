@@ -78,3 +78,35 @@ def test_paraphrase_and_selection_are_stable() -> None:
     para = [r for r in out if r.meta.get("augmented") == "paraphrase_instructions"]
     assert all(r.question.instructions == "Who owns this ticket?" and r.to_json()["answer"] == "engineering"
                for r in para)
+
+
+def test_reworded_instructions_keep_the_question_and_its_answer_for_every_type() -> None:
+    settings = augment.AugmentSettings(reword_instructions=1.0)
+    for record in (choice_record(), parse_record(make(1, question=SCORE))[0], parse_record(make(1, question=NOUL))[0]):
+        [copy] = augment.copies(record, settings)
+        assert copy.meta["augmented"] == "reword_instructions" and copy.meta["source_id"] == record.id
+        assert record.question.instructions in copy.question.instructions != record.question.instructions
+        assert copy.question.options == record.question.options and copy.target == record.target
+        assert copy.meta["template"] in augment.REWORDINGS
+
+
+def test_schema_resampling_turns_on_its_three_copies_and_the_manifest_gives_their_shares(tmp_path) -> None:
+    import json
+
+    from prepare_builders import write_jsonl
+
+    from mydecide.config import DataRecipe
+    from mydecide.data.prepare import prepare
+
+    rows = [make(i, question=CHOICE, answer="engineering") for i in range(40)]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    recipe = DataRecipe.model_validate({
+        "sources": [{"kind": "jsonl", "path": str(source)}], "out": str(tmp_path / "out"),
+        "split": {"dev_fraction": 0.0, "test_fraction": 0.0}, "augment": {"schema_resampling": 0.5},
+        "dedup": {"near": {"enabled": False}}})
+    prepare(recipe)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    step = next(s for s in manifest["steps"] if s["step"] == "augment")
+    for kind in ("anonymize_options", "drop_distractors", "reword_instructions"):
+        assert step["added"][kind] > 0 and step["share"][kind] == round(step["added"][kind] / step["in"], 4)
+    assert step["added"]["negate_noul"] == 0 and step["share"]["rename_options"] == 0.0
