@@ -23,6 +23,7 @@ HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "train": ("speedup", "bucketed+shared speed-up"),
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
     "many_options": ("time_ratio", "time per question, 77 options / 10"),
+    "option_forms": ("time_ratio_k4", "per-option / letters time, 4 options"),
 }
 
 
