@@ -217,6 +217,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
 
     from mydecide.modeling import LoadedModel, load_model, peft_warnings_silenced, save_render_config
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
+    from mydecide.training.model_card import record_base_model, write_model_card
 
     # ---- set up
     run = Path(recipe.out)
@@ -341,6 +342,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         accelerator.unwrap_model(module).lm.save_pretrained(tmp)
         save_render_config(tmp, recipe.prompt)
+        record_base_model(tmp, recipe.model)  # its portable name, not the path of a cache
+        write_model_card(tmp, recipe, "best on dev" if name == "adapter" else "last", update,
+                         {"train": train_records, "dev": dev_records}, run / "metrics.jsonl")
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
 

@@ -1,0 +1,106 @@
+"""What travels with a saved adapter: the base model by a name that works on another machine, and a model card.
+
+PEFT records the base model as ``config.name_or_path``, which for the embedded default is the directory it was
+converted into (``~/.cache/mydecide/...``): a path that means nothing elsewhere. ``record_base_model`` writes the
+name the recipe used instead (a hub id, an alias such as ``smollm2-135m``, or the absolute path of a local
+directory), which ``mydecide.modeling.resolve_model_path`` turns back into a model wherever the cache now is.
+``write_model_card`` replaces PEFT's empty template with the training data, the recipe and the dev metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mydecide.config import TrainRecipe, dump_recipe
+from mydecide.io import atomic_write_text
+from mydecide.records import Record
+
+ADAPTER_CONFIG = "adapter_config.json"
+DEV_COLUMNS = ("update", "epoch", "n", "accuracy", "chance_corrected", "log_loss", "brier", "ece", "flip_rate",
+               "majority_accuracy")
+
+
+def portable_name(model: str) -> str:
+    """The base model as it can be named on another machine: a hub id or alias as given; a local directory or
+    GGUF file by its absolute path (a relative one would depend on the working directory)."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def record_base_model(adapter_dir: Path, model: str) -> None:
+    """Write the portable base name into ``adapter_config.json`` (``base_model_name_or_path``)."""
+    config_path = adapter_dir / ADAPTER_CONFIG
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = portable_name(model)
+    atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def data_table(splits: dict[str, Sequence[Record]]) -> str:
+    """Records per task and question type, one column per split."""
+    counts = {name: Counter((r.task, r.question.type) for r in records) for name, records in splits.items()}
+    keys = sorted(set().union(*counts.values()))
+    lines = ["| task | type | " + " | ".join(splits) + " |", "|---|---|" + "---|" * len(splits)]
+    lines += [f"| {task} | {qtype} | " + " | ".join(str(counts[name][(task, qtype)]) for name in splits) + " |"
+              for task, qtype in keys]
+    lines.append("| **all** | | " + " | ".join(str(len(records)) for records in splits.values()) + " |")
+    return "\n".join(lines)
+
+
+def dev_table(metrics_file: Path) -> str:
+    rows = []
+    if metrics_file.is_file():
+        rows = [r for r in map(json.loads, metrics_file.read_text(encoding="utf-8").splitlines()) if r["kind"] == "dev"]
+    if not rows:
+        return "No dev evaluation yet."
+
+    def cell(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else "—" if value is None else str(value)
+
+    lines = ["| " + " | ".join(DEV_COLUMNS) + " |", "|" + "---|" * len(DEV_COLUMNS)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in DEV_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_model_card(adapter_dir: Path, recipe: TrainRecipe, which: str, update: int,
+                     splits: dict[str, Sequence[Record]], metrics_file: Path) -> None:
+    """README.md of the adapter: what it is, how to load it, the data it saw, its dev metrics and its recipe."""
+    base = portable_name(recipe.model)
+    card = f"""---
+library_name: peft
+base_model: {base}
+tags: [mydecide, lora, decision-model]
+---
+
+# Decision-model adapter ({which})
+
+A LoRA adapter trained by `mydecide train` on `{base}` with the `{recipe.objective.kind}` objective: given a state
+and typed questions (choice, noul, score, set), it returns a probability for every allowed answer. This is the
+{"adapter with the best dev log loss" if which == "best on dev" else "adapter of the last update"}, saved at
+update {update}. The render config it was trained with is `mydecide_render.json` beside it; serving reads it.
+
+```bash
+mydecide evaluate --model {base} --adapter ADAPTER_DIR --data test.jsonl --out eval/
+mydecide serve --model {base} --adapter ADAPTER_DIR
+```
+
+## Training data
+
+{data_table(splits)}
+
+## Dev metrics during training
+
+{dev_table(metrics_file)}
+
+Test metrics are not known at training time: `mydecide evaluate` writes them (report.md) for the files you give it.
+
+## Recipe
+
+```yaml
+{dump_recipe(recipe).rstrip()}
+```
+"""
+    atomic_write_text(adapter_dir / "README.md", card)
