@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from pathlib import Path
 
 import typer
 
 from mydecide.commands import fail, friendly_errors
+from mydecide.serving.wire import Limits
+
+DEFAULT_LIMITS = Limits()
 
 
 def is_loopback(host: str) -> bool:
@@ -17,6 +21,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def parse_limits(overrides: list[str], **flags: int) -> Limits:
+    """``Limits`` from the dedicated flags (``max_questions=…``) and ``--limit NAME=VALUE`` overrides, which win."""
+    names = [f.name for f in dataclasses.fields(Limits)]
+    values = dict(flags)
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in names:
+            raise ValueError(f"--limit {item!r}: use NAME=VALUE with NAME one of {', '.join(names)}")
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"--limit {item!r}: the value must be a whole number ≥ 1")
+        values[name] = int(value)
+    return Limits(**values)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,11 +55,16 @@ def register(app: typer.Typer) -> None:
                                            help="Require 'Authorization: Bearer KEY' on /v1/systemone."),
         no_auth: bool = typer.Option(False, "--no-auth", help="Allow a non-loopback --host without an API key."),
         name: str | None = typer.Option(None, help="Model name reported when a request names none."),
-        max_questions: int = typer.Option(32, min=1, help="Questions per request."),
-        max_prompts: int = typer.Option(128, min=1, help="Scored prompts per request (a set question "
-                                        "counts one per label)."),
-        max_state_chars: int = typer.Option(100_000, min=1, help="Characters of state per request."),
-        max_body_bytes: int = typer.Option(1_000_000, min=1, help="Request body size in bytes."),
+        max_questions: int = typer.Option(DEFAULT_LIMITS.max_questions, min=1, help="Questions per request."),
+        max_prompts: int = typer.Option(DEFAULT_LIMITS.max_prompts, min=1, help="Scored prompts per request (a "
+                                        "set question counts one per label)."),
+        max_state_chars: int = typer.Option(DEFAULT_LIMITS.max_state_chars, min=1, help="Characters of state per "
+                                            "request."),
+        max_body_bytes: int = typer.Option(DEFAULT_LIMITS.max_body_bytes, min=1, help="Request body size in "
+                                           "bytes."),
+        limit: list[str] = typer.Option([], "--limit", help="Any request limit as NAME=VALUE (repeatable): "
+                                        + ", ".join(f"{f.name}={getattr(DEFAULT_LIMITS, f.name)}"
+                                                    for f in dataclasses.fields(Limits)) + " (docs/wire.md)."),
         batch_window_ms: float = typer.Option(5.0, min=0.0, help="How long a request waits for others to "
                                               "share its forward pass."),
         max_batch_requests: int = typer.Option(16, min=1, help="Requests per micro-batch."),
@@ -57,7 +81,6 @@ def register(app: typer.Typer) -> None:
         import logging
 
         from mydecide.serving.batching import BatchOptions
-        from mydecide.serving.wire import Limits
 
         if not is_loopback(host) and not api_key and not no_auth:
             fail(f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
@@ -73,8 +96,8 @@ def register(app: typer.Typer) -> None:
             from mydecide.calibration import load_temperatures
 
             temperature = load_temperatures(temperatures)  # read now: a bad file fails before the model loads
-        limits = Limits(max_questions=max_questions, max_prompts=max_prompts, max_state_chars=max_state_chars,
-                        max_body_bytes=max_body_bytes)
+        limits = parse_limits(limit, max_questions=max_questions, max_prompts=max_prompts,
+                              max_state_chars=max_state_chars, max_body_bytes=max_body_bytes)
         options = BatchOptions.baseline() if baseline else BatchOptions(
             window_ms=batch_window_ms, max_requests=max_batch_requests, max_pending=max_pending)
         level = getattr(logging, log_level.upper(), None)

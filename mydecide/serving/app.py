@@ -102,7 +102,7 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = model if not callable(model) else await asyncio.to_thread(model)
-        scorer = Scorer(loaded, batching, temperature, model_name).start()
+        scorer = Scorer(loaded, batching, temperature, model_name, limits.max_input_tokens).start()
         if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
             await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST, limits))
         app.state.scorer = scorer
@@ -172,6 +172,8 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         except TimeoutError:
             raise ApiError(503, f"no answer within {request_timeout_s:g} s; the server is overloaded",
                            {"Retry-After": "5"}) from None
+        except RequestError as err:  # a limit only the tokenised prompts show (max_input_tokens)
+            raise ApiError(422, str(err)) from None
         return JSONResponse(answer)
 
     return app

@@ -42,12 +42,22 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Configurable request limits (documented in the README)."""
+    """Request limits: the one place their defaults live (``mydecide serve`` options and docs/wire.md read them).
+
+    Everything but ``max_input_tokens`` is a count of bytes or characters checked by :func:`parse_request` before
+    anything is tokenised, so an oversized part is refused in milliseconds; ``max_input_tokens`` is checked on the
+    rendered prompts (:func:`render_request`), before any forward pass.
+    """
 
     max_questions: int = 32
     max_prompts: int = 128  # prompts scored per request: one per question, one per label of a set question
-    max_state_chars: int = 100_000
+    max_state_chars: int = 100_000  # the state as the model reads it (a JSON object: its indented JSON)
     max_body_bytes: int = 1_000_000
+    max_name_chars: int = 200  # the model name, each question name
+    max_instructions_chars: int = 4_000  # each question's instructions
+    max_option_chars: int = 1_000  # each option id, option description, score level and yes / no text
+    max_prompt_chars: int = 128_000  # question text over the request's prompts (instructions count once per prompt)
+    max_input_tokens: int = 32_000  # tokens of the rendered prompts: the state once plus every question's suffix
     min_choice_options: int = MIN_CHOICE_OPTIONS
     max_choice_options: int = MAX_CHOICE_OPTIONS  # > 26: scored in groups + a final round (many_options)
     min_score_levels: int = MIN_SCORE_LEVELS
@@ -61,14 +71,51 @@ class Request:
     questions: dict[str, Question]
 
 
-def state_size(state: Any) -> int:
-    import json
-
-    return len(state) if isinstance(state, str) else len(json.dumps(state, ensure_ascii=False))
+def state_size(state: Any, stop: int | None = None) -> int:
+    """About how many characters the model reads for ``state`` (``prompting.render_state``: a string as it is, a
+    list of strings one per line, a JSON object as indented JSON), counted without building the text, where deep
+    nesting costs two spaces per level on every line; counting stops once past ``stop``."""
+    if isinstance(state, str):
+        return len(state)
+    total = 0
+    stack: list[tuple[Any, int]] = [(state, 0)]
+    while stack and (stop is None or total <= stop):
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            total += 2 * depth + 3  # the braces, the closing line's indent and a newline
+            for key, value in node.items():
+                total += 2 * depth + len(key) + 7  # indent, the quoted key, ": " and ",\n"
+                stack.append((value, depth + 1))
+        elif isinstance(node, list):
+            total += 2 * depth + 3
+            for value in node:
+                total += 2 * depth + 4
+                stack.append((value, depth + 1))
+        elif isinstance(node, str):
+            total += len(node) + 2
+        else:
+            total += len(repr(node))
+    return total
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+MAX_NUMBER_DIGITS = 100
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if len(text) > MAX_NUMBER_DIGITS or value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:30]}{'…' if len(text) > 30 else ''} is out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number has {len(text)} digits, more than {MAX_NUMBER_DIGITS}")
+    return int(text)
 
 
 def decode_body(raw: bytes | str) -> Any:
@@ -76,7 +123,8 @@ def decode_body(raw: bytes | str) -> Any:
     import json
 
     try:
-        return json.loads(raw, object_pairs_hook=unique_keys, parse_constant=_no_constant)
+        return json.loads(raw, object_pairs_hook=unique_keys, parse_constant=_no_constant,
+                          parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as err:
         raise RequestError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except DuplicateKeyError as err:
@@ -119,6 +167,8 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
     model = body.get("model", "")
     if not isinstance(model, str):
         raise RequestError("model must be a string")
+    if len(model) > limits.max_name_chars:
+        raise RequestError(f"model is longer than the limit of {limits.max_name_chars} characters")
     state = body.get("state")
     if state is None:
         raise RequestError("state is required")
@@ -130,8 +180,10 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
             raise RequestError("state given as a list must be a non-empty list of strings")
     elif not isinstance(state, dict) or not state:
         raise RequestError("state must be a non-empty string, JSON object or list of strings")
-    if state_size(state) > limits.max_state_chars:
-        raise RequestError(f"state is longer than the limit of {limits.max_state_chars} characters")
+    if state_size(state, stop=limits.max_state_chars) > limits.max_state_chars:
+        raise RequestError(f"state is longer than the limit of {limits.max_state_chars} characters"
+                           + ("" if isinstance(state, str) else " (as the model reads it: a JSON object as indented "
+                              "JSON, a list one string per line)"))
     questions = body.get("questions")
     if not isinstance(questions, dict) or not questions:
         raise RequestError("questions must be a non-empty object mapping a name to a question")
@@ -140,13 +192,22 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
                            "per request")
     parsed: dict[str, Question] = {}
     n_prompts = 0
+    prompt_chars = 0
     for name, obj in questions.items():
         if not name.strip():
             raise RequestError("question names must be non-empty")
+        if len(name) > limits.max_name_chars:
+            raise RequestError(f"question {name[:40]!r}…: its name is longer than the limit of "
+                               f"{limits.max_name_chars} characters")
         try:
             question = parse_question(_noul_without_criteria(obj), name)
         except RecordError as err:
             raise RequestError(str(err)) from None
+        prompt_chars += _check_text_limits(name, question, limits)
+        if prompt_chars > limits.max_prompt_chars:
+            raise RequestError(f"question {name!r}: the request's prompts hold more than {limits.max_prompt_chars} "
+                               "characters of question text, the limit per request (instructions count once per "
+                               "prompt: per label of a set, per group of 26 options)")
         k = question.k
         if question.type == "choice" and not limits.min_choice_options <= k <= limits.max_choice_options:
             raise RequestError(f"question {name!r}: choice needs {limits.min_choice_options} to "
@@ -161,6 +222,19 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
                                "26 options + 1 for a larger choice), the limit per request")
         parsed[name] = question
     return Request(model, state, parsed)
+
+
+def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
+    """Refuse an oversized part of one question; return the characters of question text its prompts hold."""
+    if len(question.instructions) > limits.max_instructions_chars:
+        raise RequestError(f"question {name!r}: instructions are longer than the limit of "
+                           f"{limits.max_instructions_chars} characters")
+    for option, description in zip(question.options, question.descriptions, strict=True):
+        if len(option) > limits.max_option_chars or len(description) > limits.max_option_chars:
+            raise RequestError(f"question {name!r}: option {option[:40]!r} is longer than the limit of "
+                               f"{limits.max_option_chars} characters")
+    options = sum(len(o) + len(d) for o, d in zip(question.options, question.descriptions, strict=True))
+    return prompt_count(question) * len(question.instructions) + options
 
 
 def jev_confidence(p_max: float, k: int) -> float:
@@ -211,10 +285,27 @@ class RenderedRequest:
         return self.plan.tokens(self.shared_prefix)
 
 
-def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True) -> RenderedRequest:
-    """Tokenise every question of a request (the first round of its scoring plan)."""
+def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True,
+                   max_input_tokens: int | None = None) -> RenderedRequest:
+    """Tokenise every question of a request (the first round of its scoring plan).
+
+    Raises :class:`RequestError` when the prompts hold more than ``max_input_tokens`` tokens (the state prefix once
+    plus every prompt's suffix, whatever ``shared_prefix``), naming the question that holds the most.
+    """
     items = [(request.state, q) for q in request.questions.values()]
-    return RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix)
+    rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix)
+    if max_input_tokens is not None:
+        tokens = rendered.plan.tokens(shared_prefix=True)
+        if tokens > max_input_tokens:
+            per_question = [0] * len(items)
+            for n, prompt in zip(rendered.owner, rendered.prompts, strict=True):
+                per_question[n] += len(prompt.suffix)
+            names = list(request.questions)
+            largest = max(range(len(names)), key=per_question.__getitem__)
+            raise RequestError(f"the request's prompts hold {tokens} tokens, over the limit of {max_input_tokens} "
+                               f"input tokens (question {names[largest]!r} holds the most: "
+                               f"{per_question[largest]}, the state {len(rendered.prompts[0].prefix)})")
+    return rendered
 
 
 def build_response(rendered: RenderedRequest, logits: list[np.ndarray] | None = None,

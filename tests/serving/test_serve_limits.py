@@ -1,0 +1,177 @@
+"""Request limits on every part of a request, checked before anything is tokenised, and hostile but well-formed
+requests: each gets a 4xx naming the limit (or field) and the question, quickly, and never a 5xx."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mydecide.serving.wire import Limits, RequestError, parse_request
+
+fastapi_testclient = pytest.importorskip("fastapi.testclient")
+TestClient = fastapi_testclient.TestClient
+
+URL = "/v1/systemone"
+NOUL = {"type": "noul", "instructions": "Is a production system down?"}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_dir: Path):
+    from mydecide.modeling import load_model
+
+    return load_model(str(tiny_llama_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def client(model):
+    from mydecide.serving.app import create_app
+
+    with TestClient(create_app(model, model_name="tiny"), raise_server_exceptions=False) as c:
+        yield c
+
+
+def post(client, body: Any) -> Any:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(URL, content=raw, headers={"content-type": "application/json"})
+
+
+def request(question: dict[str, Any], name: str = "q", state: Any = "The checkout fails.") -> dict[str, Any]:
+    return {"state": state, "questions": {name: question}}
+
+
+LIMIT_CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("instructions", request({"type": "noul", "instructions": "x" * 4001}),
+     "question 'q': instructions are longer than the limit of 4000 characters"),
+    ("option description", request({"type": "choice", "instructions": "Which?",
+                                    "criteria": {"a": "y" * 1001, "b": ""}}),
+     "question 'q': option 'a' is longer than the limit of 1000 characters"),
+    ("option id", request({"type": "choice", "instructions": "Which?", "criteria": ["z" * 1001, "b"]}),
+     "is longer than the limit of 1000 characters"),
+    ("score level", request({"type": "score", "instructions": "How?", "criteria": ["low", "h" * 1001]}),
+     "question 'q': option '1' is longer than the limit of 1000 characters"),
+    ("noul text", request({"type": "noul", "instructions": "Up?", "criteria": {"true": "t" * 1001, "false": ""}}),
+     "question 'q': option 'yes' is longer than the limit of 1000 characters"),
+    ("set label", request({"type": "set", "instructions": "Which?", "criteria": {"bug": "d" * 1001}}),
+     "question 'q': option 'bug' is longer than the limit of 1000 characters"),
+    ("question name", request(NOUL, name="n" * 201), "name is longer than the limit of 200 characters"),
+    ("model name", {"model": "m" * 201, **request(NOUL)}, "model is longer than the limit of 200 characters"),
+    ("prompt text", {"state": "s", "questions": {f"q{i}": {"type": "set", "instructions": "i" * 4000,
+                                                           "criteria": {f"l{j}": "" for j in range(4)}}
+                                                 for i in range(9)}},
+     "question 'q7': the request's prompts hold more than 128000 characters of question text"),
+    ("deep state", request(NOUL, state={"a": json.loads("[" * 400 + "]" * 400)}),
+     "state is longer than the limit of 100000 characters"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "message"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_every_part_of_a_request_has_a_limit_that_names_it(client, case: str, body: dict[str, Any],
+                                                          message: str) -> None:
+    with pytest.raises(RequestError, match="limit"):
+        parse_request(body)
+    r = post(client, body)
+    assert r.status_code == 422, (case, r.text)
+    assert message in r.json()["error"], (case, r.json())
+
+
+def test_the_limits_are_the_serve_defaults_and_can_be_changed(client) -> None:
+    body = request({"type": "noul", "instructions": "x" * 5000})
+    parse_request(body, Limits(max_instructions_chars=5000))
+    with pytest.raises(RequestError, match="limit of 4999 characters"):
+        parse_request(body, Limits(max_instructions_chars=4999))
+
+
+def test_a_300_kB_instruction_is_refused_in_under_50_ms(client) -> None:
+    body = json.dumps(request({"type": "noul", "instructions": "x" * 300_000})).encode()
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        r = post(client, body)
+        timings.append(time.perf_counter() - started)
+        assert r.status_code == 422 and "limit of 4000 characters" in r.json()["error"]
+    print(f"300 kB instruction refused in {min(timings) * 1000:.1f} ms (best of 5)")
+    assert min(timings) < 0.050
+
+
+def test_the_token_limit_is_checked_on_the_rendered_prompts(model) -> None:
+    from mydecide.serving.app import create_app
+
+    long_state = "The checkout page returns an error for every customer since this morning. " * 40
+    with TestClient(create_app(model, limits=Limits(max_input_tokens=300))) as c:
+        r = post(c, request(NOUL, state=long_state))
+        assert r.status_code == 422, r.text
+        message = r.json()["error"]
+        assert "over the limit of 300 input tokens" in message and "question 'q'" in message
+        assert post(c, request(NOUL)).status_code == 200  # a small one still passes
+
+
+HOSTILE: list[tuple[str, bytes, int, str]] = [
+    ("number out of range", b'{"state": {"a": 1e999}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+     400, "out of range"),
+    ("integer of 5000 digits", b'{"state": {"a": ' + b"9" * 5000 + b'}, "questions": {"q": '
+     b'{"type": "noul", "instructions": "x"}}}', 400, "digits"),
+    ("deep state", json.dumps(request(NOUL, state=[json.loads("[" * 900 + "]" * 900)] * 50)).encode(), 422,
+     "state given as a list must be a non-empty list of strings"),
+    ("many deep objects", json.dumps(request(NOUL, state={f"k{i}": json.loads("[" * 900 + "]" * 900)
+                                                          for i in range(50)})).encode(), 422, "limit"),
+    ("question name a control char", json.dumps(request(NOUL, name="\x00")).encode(), 200, ""),
+    ("criteria null", json.dumps(request({"type": "choice", "instructions": "x", "criteria": None})).encode(), 422,
+     "question 'q': choice criteria must be"),
+    ("instructions a list", json.dumps(request({"type": "noul", "instructions": ["x"]})).encode(), 422,
+     "question 'q': instructions"),
+    ("type a number", json.dumps(request({"type": 1, "instructions": "x"})).encode(), 422, "question 'q': type 1"),
+    ("state a huge float", b'{"state": 1e308, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422,
+     "state must be"),
+    ("empty option id", json.dumps(request({"type": "choice", "instructions": "x", "criteria": {"": "a", "b": ""}}))
+     .encode(), 422, "option ids must be non-empty"),
+    ("255 options of 1000 characters", json.dumps(request({
+        "type": "choice", "instructions": "x", "criteria": {f"o{i}": "d" * 990 for i in range(255)}})).encode(),
+     422, "characters of question text"),
+]
+
+
+@pytest.mark.parametrize(("case", "raw", "status", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_requests_get_a_quick_4xx_naming_the_field(client, case: str, raw: bytes, status: int,
+                                                           message: str) -> None:
+    started = time.perf_counter()
+    r = post(client, raw)
+    elapsed = time.perf_counter() - started
+    assert r.status_code == status, (case, r.text[:300])
+    if message:
+        assert message in r.json()["error"], (case, r.json())
+        assert "sys.set_int_max_str_digits" not in r.json()["error"]
+    assert elapsed < 2.0, (case, elapsed)
+
+
+def test_serve_takes_any_limit_as_name_value(tiny_llama_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+    from mydecide.commands.serve import parse_limits
+
+    assert parse_limits([]) == Limits()
+    assert parse_limits(["max_input_tokens=500", "max-option-chars=20"], max_questions=3) == Limits(
+        max_input_tokens=500, max_option_chars=20, max_questions=3)
+    for bad, message in [("max_instruction_chars=9", "NAME one of max_questions"), ("max_questions=0", "≥ 1"),
+                         ("max_questions", "NAME=VALUE")]:
+        with pytest.raises(ValueError, match=message):
+            parse_limits([bad])
+    result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--limit", "max_tokens=9"])
+    assert result.exit_code == 2 and "--limit 'max_tokens=9'" in result.output
+
+
+def test_docs_list_every_limit_with_its_default() -> None:
+    import dataclasses
+
+    table = (Path(__file__).parents[2] / "docs" / "wire.md").read_text()
+    limits = Limits()
+    for field in dataclasses.fields(Limits):
+        if field.name.endswith(("_choice_options", "_score_levels")):
+            continue
+        assert f"| `{field.name}` | {getattr(limits, field.name):,} |" in table, field.name
+    assert f"| choice options | {limits.min_choice_options} to {limits.max_choice_options} |" in table
+    assert f"| score levels | {limits.min_score_levels} to {limits.max_score_levels} |" in table
