@@ -139,10 +139,8 @@ def merge_adapter(model: str | None, adapter: str | Path, out: str | Path, *, dt
     Returns the report; ``report.ok`` is False (and ``out`` is not written) when merged and unmerged option
     probabilities differ by more than ``tolerance`` on any sample question.
     """
-    import torch
-
     from mydecide.io import atomic_write_json, provenance
-    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+    from mydecide.modeling import RENDER_CONFIG_FILE, load_model, resolve_model_path
 
     adapter, out = Path(adapter), Path(out)
     if dtype not in SAVE_DTYPES:
@@ -154,6 +152,10 @@ def merge_adapter(model: str | None, adapter: str | Path, out: str | Path, *, dt
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise MergeError(f"{out}: already exists and is not empty (pass --overwrite to replace it)")
     model = model or base_model_of(adapter)
+    resolve_model_path(model)  # a wrong or unreachable name fails here, before torch is imported
+
+    import torch
+
     if dtype == "auto":
         dtype = stored_dtype(model)
     items = list(items) if items is not None else sample_items()

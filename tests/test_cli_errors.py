@@ -73,6 +73,29 @@ def test_a_misspelt_model_fails_fast_offline_and_names_the_alias(tmp_path: Path)
     assert not run.exists()  # the typo left no run directory behind, so the corrected command just works
 
 
+@pytest.mark.parametrize("verb", ["predict", "calibrate", "evaluate", "serve", "merge"])
+def test_every_command_fails_fast_on_a_misspelt_model(verb: str, tmp_path: Path) -> None:
+    (tmp_path / "request.json").write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul",
+                                                                                      "instructions": "ok?"}}}))
+    (tmp_path / "dev.jsonl").write_text(json.dumps({**RECORD, "id": "d"}) + "\n")
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    args = {"predict": [str(tmp_path / "request.json")],
+            "calibrate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "t.json")],
+            "evaluate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "eval")],
+            "serve": [], "merge": ["--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "merged")]}[verb]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "mydecide.cli", verb, "--model", "smollm2-136m", *args],
+                            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: smollm2-136m: not a local model directory"), lines
+    assert "did you mean smollm2-135m?" in lines[0]
+    assert elapsed < 5, f"{elapsed:.1f}s"
+
+
 class Unreachable(Exception):
     pass
 
