@@ -1,11 +1,18 @@
-"""Atomic file writes and run provenance (resolved recipe, package versions, git commit)."""
+"""Atomic file and directory writes, output checks against a manifest, and run provenance (resolved recipe,
+package versions, git commit)."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,101 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+@contextmanager
+def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Path]:
+    """A new directory beside ``target`` to fill; when the block ends without error it replaces ``target`` whole.
+
+    An error or an interrupt (even kill -9) at any point leaves ``target`` as it was or, once swapped, complete:
+    never a mix of two runs. ``target`` may hold only the ``owned`` names (and hidden ``*.tmp`` leftovers), so
+    nothing else is ever deleted. Directories that a killed run left beside ``target`` are removed first.
+    """
+    target = Path(target)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.exists():
+        if not target.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
+        foreign = sorted(p.name for p in target.iterdir()
+                         if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+        if foreign:
+            raise FileExistsError(f"{target}: holds {', '.join(foreign[:5])}, which this command did not write; "
+                                  "choose an empty or new output directory")
+    above = next(p for p in target.parents if p.exists())
+    if not above.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"not a directory, so {target} cannot be made there", str(above))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{target.name}.staging-"
+    for stale in target.parent.glob(prefix + "*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=prefix))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp creates 0700; outputs get the usual permissions
+        yield staging
+        if target.exists():
+            _swap(staging, target)  # staging now holds the previous outputs
+        else:
+            os.rename(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap(new: Path, target: Path) -> None:
+    """Exchange two directories in one step (Linux renameat2); elsewhere, two renames close together."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = getattr(libc, "renameat2", None)
+        if renameat2 is not None:
+            renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+            at_fdcwd, rename_exchange = -100, 2
+            if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(target), rename_exchange) == 0:
+                return
+            code = ctypes.get_errno()
+            if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # else: the file system cannot swap
+                raise OSError(code, os.strerror(code), str(target))
+    aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-old-"))
+    os.rename(target, aside / target.name)
+    os.rename(new, target)
+    os.rename(aside / target.name, new)
+    aside.rmdir()
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_against_manifest(path: str | Path) -> None:
+    """Refuse a file that the ``manifest.json`` beside it records with another sha256: its directory mixes the
+    outputs of two ``prepare`` runs, or the file was changed after. Files with no manifest beside them (data
+    written by hand), or not listed in it, are not checked."""
+    path = Path(path)
+    manifest = path.parent / "manifest.json"
+    if not manifest.is_file():
+        return
+    try:
+        outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs")
+    except (ValueError, AttributeError):
+        raise ValueError(f"{manifest}: unreadable, so {path.name} cannot be checked against it; "
+                         "re-run `mydecide prepare`") from None
+    entry = outputs.get(path.name) if isinstance(outputs, dict) else None
+    if not isinstance(entry, dict) or "sha256" not in entry:
+        return
+    if sha256_file(path) != entry["sha256"]:
+        raise ValueError(f"{path}: does not match the sha256 that {manifest} records for it (the directory mixes "
+                         "two prepare runs, or the file was changed after); re-run `mydecide prepare`")
 
 
 def package_versions() -> dict[str, str | None]:

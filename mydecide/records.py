@@ -424,11 +424,15 @@ def validate(items: Iterable[tuple[str, Any]], rejects: list[Reject]) -> Iterato
 def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record], list[Reject]]:
     """Read a decision-record JSONL file. Returns (valid records, rejects); ``strict`` raises on the first reject.
 
-    Raises ``FileNotFoundError`` naming the path, and :class:`RecordError` for an empty file.
+    Raises ``FileNotFoundError`` naming the path, :class:`RecordError` for an empty file, and ``ValueError`` for a
+    file that the ``manifest.json`` beside it records with another sha256 (a mixed or changed prepare output).
     """
+    from mydecide.io import check_against_manifest
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    check_against_manifest(path)
     rejects: list[Reject] = []
     records: list[Record] = []
     for number, obj, error in iter_jsonl(path):

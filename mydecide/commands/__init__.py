@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -9,6 +10,8 @@ from typing import Any, TypeVar
 import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
+ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOTDIR,
+                      errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EMFILE, errno.EXDEV, errno.EIO}
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -37,6 +40,10 @@ def friendly_errors(fn: F) -> F:
             if isinstance(err, typer.Exit):
                 raise
             fail(str(err))
+        except OSError as err:  # the file system said no: read-only, full, no permission, a file in the way
+            if err.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            fail(f"{err.filename}: {err.strerror}" if err.filename else str(err))
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
             sys.exit(130)

@@ -27,7 +27,7 @@ from mydecide.data import augment as augmenting
 from mydecide.data import dedup, split
 from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
 from mydecide.data.sources import UnknownSourceError, load_source
-from mydecide.io import atomic_write_json, atomic_write_text, provenance
+from mydecide.io import atomic_write_json, atomic_write_text, provenance, staged_directory
 from mydecide.records import Record, RecordError, parse_record, write_jsonl
 
 if TYPE_CHECKING:
@@ -427,8 +427,21 @@ def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
                            f"{c['rejected']} rejected + {c['removed']} removed")
 
 
+# what prepare writes; an existing --out may hold only these (anything else is the user's and stays untouched)
+OUTPUT_FILES = ("train.jsonl", "dev.jsonl", "test.jsonl", "heldout_tasks.jsonl", "rejects.jsonl", "near_pairs.jsonl",
+                "recipe.yaml", "manifest.json")
+
+
 def write_outputs(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],
                   recipe: DataRecipe) -> None:
+    """Write every output into a new directory beside ``out`` that then replaces ``out`` whole, so an interrupted
+    re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest."""
+    with staged_directory(out, OUTPUT_FILES) as staging:
+        write_files(staging, splits, ledger, manifest, recipe)
+
+
+def write_files(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],
+                recipe: DataRecipe) -> None:
     """Each file is written atomically; the manifest (with every output's sha256) comes last."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"train.jsonl": splits["train"], "dev.jsonl": splits["dev"], "heldout_tasks.jsonl": splits["heldout"]}
