@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 LOG_T_BOUNDS = (-4.0, 4.0)
 """Search interval of log T: T from e^-4 ≈ 0.018 to e^4 ≈ 54.6."""
+TEMPERATURE_RANGE = (math.exp(LOG_T_BOUNDS[0]) * (1 - 1e-9), math.exp(LOG_T_BOUNDS[1]) * (1 + 1e-9))
+"""The temperatures a temperatures.json may hold: the interval ``fit_temperature`` searches (≈ 0.018 to 54.6), so
+every file ``calibrate`` writes loads, and a value no fit can give (``5e-324``, which turns every logit into
+±inf and every answer into NaN) is refused when the file is read, not on every request."""
 
 
 def _padded(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -289,20 +293,40 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
         raise ValueError(f"{path}: a temperatures file needs a 'types' object (see mydecide calibrate)")
 
+    from mydecide.records import QUESTION_TYPES
+
+    low, high = TEMPERATURE_RANGE
+    bucket_names = list(dict.fromkeys(option_bucket(k) for k in range(BUCKET_STARTS[0], 256)))
+
     def value(entry: object, key: str) -> float:
         t = entry.get("temperature") if isinstance(entry, dict) else entry
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
             raise ValueError(f"{path}: {key}: temperature must be a finite number > 0, got {t!r}")
+        if not low <= t <= high:
+            raise ValueError(f"{path}: {key}: temperature {t!r} is outside the range {low:.4g} to {high:.4g} that "
+                             "mydecide calibrate fits in")
         return float(t)
 
-    types = {qtype: value(entry, f"types.{qtype}") for qtype, entry in data["types"].items()}
+    def known_type(qtype: str, key: str) -> str:
+        if qtype not in QUESTION_TYPES:
+            raise ValueError(f"{path}: {key}: unknown question type {qtype!r} (the types are "
+                             f"{', '.join(QUESTION_TYPES)})")
+        return qtype
+
+    types = {known_type(qtype, f"types.{qtype}"): value(entry, f"types.{qtype}")
+             for qtype, entry in data["types"].items()}
     buckets: dict[str, dict[str, float]] = {}
     raw_buckets = data.get("buckets") or {}
     if not isinstance(raw_buckets, dict):
         raise ValueError(f"{path}: buckets must be an object type → bucket → entry")
     for qtype, entries in raw_buckets.items():
+        known_type(qtype, f"buckets.{qtype}")
         if not isinstance(entries, dict):
             raise ValueError(f"{path}: buckets.{qtype} must be an object bucket → entry")
+        for name in entries:
+            if name not in bucket_names:
+                raise ValueError(f"{path}: buckets.{qtype}.{name}: unknown option-count bucket {name!r} (the "
+                                 f"buckets are {', '.join(bucket_names)})")
         buckets[qtype] = {
             name: value(entry, f"buckets.{qtype}.{name}")
             for name, entry in entries.items()

@@ -51,7 +51,7 @@ def build_tokenizer(out: Path, template: str, specials: list[str], plain_added: 
     return AutoTokenizer.from_pretrained(out)  # as a model directory loads it
 
 
-FORMS = {"letters": RenderConfig(),
+FORMS = {"letters": RenderConfig(option_form="letters", score_form="letters"),
          "per_option": RenderConfig(option_form="per_option", score_form="per_option", list_options=True)}
 
 

@@ -23,6 +23,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
+
+
+def default_allowed_hosts(host: str, api_key: str | None) -> list[str]:
+    """The Host headers answered by default: any with an API key; else the loopback names and the bound address
+    (not a wildcard one), so a web page cannot reach a keyless server through DNS rebinding."""
+    if api_key:
+        return ["*"]
+    extra = [] if host in ("0.0.0.0", "::", "") or host in LOOPBACK_NAMES else [host]
+    return LOOPBACK_NAMES + extra
+
+
 def parse_limits(overrides: list[str], **flags: int) -> Limits:
     """``Limits`` from the dedicated flags (``max_questions=…``) and ``--limit NAME=VALUE`` overrides, which win."""
     names = [f.name for f in dataclasses.fields(Limits)]
@@ -54,7 +66,11 @@ def register(app: typer.Typer) -> None:
         api_key: str | None = typer.Option(None, "--api-key", envvar="MYDECIDE_API_KEY", show_envvar=True,
                                            help="Require 'Authorization: Bearer KEY' on /v1/systemone."),
         no_auth: bool = typer.Option(False, "--no-auth", help="Allow a non-loopback --host without an API key."),
-        name: str | None = typer.Option(None, help="Model name reported when a request names none."),
+        name: str | None = typer.Option(None, help="Model name reported when a request names none (default: "
+                                        "--model, a local path cut to its last part)."),
+        allowed_hosts: list[str] = typer.Option([], "--allowed-hosts", help="A Host header name to answer "
+                                                "(repeatable; '*' for any). Default: any with an API key, else "
+                                                "localhost, 127.0.0.1, ::1 and --host."),
         max_questions: int = typer.Option(DEFAULT_LIMITS.max_questions, min=1, help="Questions per request."),
         max_prompts: int = typer.Option(DEFAULT_LIMITS.max_prompts, min=1, help="Scored prompts per request (a "
                                         "set question counts one per label)."),
@@ -113,8 +129,11 @@ def register(app: typer.Typer) -> None:
         def loader():  # runs in the app's lifespan, after uvicorn has started
             return load_model(model, adapter, device=device, option_form=option_form)
 
+        from mydecide.serving.app import public_name
+
         server = create_app(loader, temperature=temperature, limits=limits, api_key=api_key,
-                            batching=options, model_name=name or model, request_timeout_s=request_timeout)
+                            batching=options, model_name=name or public_name(model), request_timeout_s=request_timeout,
+                            allowed_hosts=allowed_hosts or default_allowed_hosts(host, api_key))
         typer.echo(f"mydecide serve: http://{host}:{port}/v1/systemone (model {model}"
                    f"{', adapter ' + str(adapter) if adapter else ''}; auth {'on' if api_key else 'off'}"
                    f"{'; baseline: no batching, no shared prefix' if baseline else ''})", err=True)

@@ -3,7 +3,8 @@
 ``create_app`` builds a FastAPI app around one model, loaded in the app's lifespan (never at import), and one
 :class:`~mydecide.serving.batching.Scorer` thread that runs it. A request goes through, in order:
 
-1. bearer-token check (when an API key is set; constant-time compare) → 401;
+0. the Host header must be one of ``allowed_hosts`` (when given; against DNS rebinding) → 400, on every path;
+1. bearer-token check (when an API key is set; exactly one Authorization header; constant-time compare) → 401;
 2. body size: the Content-Length header, then the bytes actually received → 413;
 3. strict JSON decoding → 400; the wire-format rules and limits → 422 naming the question and the rule;
 4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
@@ -18,7 +19,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +55,37 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def check_bearer(header: str | None, api_key: str) -> None:
-    """Require ``Authorization: Bearer <api_key>``; compare in constant time."""
+def public_name(name: str) -> str:
+    """A model name fit to show anyone: a local path becomes its last part (``/srv/models/m`` → ``m``)."""
+    from pathlib import Path
+
+    return Path(name).name if ("/" in name or "\\" in name) and Path(name).exists() else name
+
+
+def host_of(header: str) -> str:
+    """The host name of a Host header, without its port: ``[::1]:8741`` → ``::1``, ``Localhost:80`` → ``localhost``."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def check_host(header: str | None, allowed: Sequence[str]) -> None:
+    if "*" in allowed:
+        return
+    host = host_of(header or "")
+    if not host or host not in {a.lower() for a in allowed}:
+        shown = (header or "")[:60]
+        raise ApiError(400, f"Host header {shown!r} is not allowed; this server answers {', '.join(allowed)} "
+                            f"(start it with --allowed-hosts to add a name)")
+
+
+def check_bearer(headers: list[str], api_key: str) -> None:
+    """Require exactly one ``Authorization: Bearer <api_key>`` header; compare in constant time."""
     challenge = {"WWW-Authenticate": "Bearer"}
+    if len(headers) > 1:  # proxies and frameworks disagree on which one counts: trust none
+        raise ApiError(401, f"send one Authorization header, not {len(headers)}", challenge)
+    header = headers[0] if headers else None
     if not header:
         raise ApiError(401, "missing Authorization header: send 'Authorization: Bearer <api key>'", challenge)
     scheme, _, token = header.strip().partition(" ")
@@ -92,17 +121,21 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: TemperatureFn | None = None,
                limits: Limits = Limits(), api_key: str | None = None,
                batching: BatchOptions = BatchOptions(), model_name: str | None = None,
-               request_timeout_s: float = 120.0, body_timeout_s: float = 30.0, warm_up: bool = True) -> FastAPI:
+               request_timeout_s: float = 120.0, body_timeout_s: float = 30.0, warm_up: bool = True,
+               allowed_hosts: Sequence[str] | None = None) -> FastAPI:
     """Build the app. ``model`` is a loaded model or a function that loads one (called at startup).
 
-    ``model_name`` is reported when a request names no model; ``api_key`` (when set) is required as a bearer
-    token on ``/v1/systemone``. ``batching`` chooses micro-batching and shared-prefix scoring.
+    ``model_name`` is reported when a request names no model (default: the model's name, a path cut to its last
+    part); ``api_key`` (when set) is required as a bearer token on ``/v1/systemone``. ``batching`` chooses
+    micro-batching and shared-prefix scoring. ``allowed_hosts`` (host names, ``*`` for any; ``None``: no check) are
+    the Host headers answered; ``mydecide serve`` passes the loopback names when there is no API key.
     """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = model if not callable(model) else await asyncio.to_thread(model)
-        scorer = Scorer(loaded, batching, temperature, model_name, limits.max_input_tokens).start()
+        scorer = Scorer(loaded, batching, temperature, model_name or public_name(loaded.name),
+                        limits.max_input_tokens).start()
         if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
             await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST, limits))
         app.state.scorer = scorer
@@ -137,6 +170,12 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         request.state.questions = 0
         status = 500
         try:
+            if allowed_hosts is not None:
+                try:
+                    check_host(request.headers.get("host"), allowed_hosts)
+                except ApiError as err:
+                    status = err.status
+                    return error_response(err.status, err.message)
             response = await call_next(request)
             status = response.status_code
             return response
@@ -147,13 +186,14 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         scorer: Scorer = request.app.state.scorer
-        return {"status": "ok", "model": scorer.model_name, "pending": scorer.pending, "packed": scorer.packed,
+        return {"status": "ok", "model": public_name(scorer.model_name), "pending": scorer.pending,
+                "packed": scorer.packed,
                 "batching": scorer.options.batching, "stats": scorer.stats.as_dict()}
 
     @app.post(ENDPOINT)
     async def systemone(request: Request) -> JSONResponse:
         if api_key:
-            check_bearer(request.headers.get("authorization"), api_key)
+            check_bearer(request.headers.getlist("authorization"), api_key)
         raw = await read_body(request, limits.max_body_bytes, body_timeout_s)
         try:
             body = decode_body(raw)

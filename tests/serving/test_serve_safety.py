@@ -1,0 +1,128 @@
+"""What the server shows and whom it trusts: temperatures checked at startup, no paths in /health, the Host
+header, ambiguous Authorization headers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mydecide.calibration import TEMPERATURE_RANGE, load_temperatures
+from mydecide.cli import app
+
+fastapi_testclient = pytest.importorskip("fastapi.testclient")
+TestClient = fastapi_testclient.TestClient
+
+URL = "/v1/systemone"
+BODY = {"state": "The checkout fails.", "questions": {"q": {"type": "noul", "instructions": "Is it down?"}}}
+
+
+@pytest.fixture(scope="module")
+def model(tiny_llama_dir: Path):
+    from mydecide.modeling import load_model
+
+    return load_model(str(tiny_llama_dir), device="cpu")
+
+
+# ------------------------------------------------------------------------------------------------ temperatures
+
+BAD_TEMPERATURES = [
+    ('{"types": {"choice": 5e-324}}', "types.choice: temperature 5e-324 is outside"),
+    ('{"types": {"noul": {"temperature": 1e6}}}', "types.noul: temperature 1000000.0 is outside"),
+    ('{"types": {"choise": {"temperature": 1.5}}}', "types.choise: unknown question type 'choise'"),
+    ('{"types": {}, "buckets": {"chioce": {"3-4": 1.2}}}', "buckets.chioce: unknown question type 'chioce'"),
+    ('{"types": {}, "buckets": {"choice": {"3-5": 1.2}}}', "buckets.choice.3-5: unknown option-count bucket '3-5'"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), BAD_TEMPERATURES, ids=[m for _, m in BAD_TEMPERATURES])
+def test_a_temperature_out_of_range_or_a_misspelt_type_is_an_error_naming_it(tmp_path: Path, content: str,
+                                                                            message: str) -> None:
+    path = tmp_path / "temperatures.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as err:
+        load_temperatures(path)
+    assert str(path) in str(err.value)
+
+
+def test_the_range_is_the_one_calibrate_fits_in(tmp_path: Path) -> None:
+    """Whatever `mydecide calibrate` can write (T at the edges of its search), serve accepts."""
+    from mydecide.calibration import LOG_T_BOUNDS
+
+    low, high = TEMPERATURE_RANGE
+    assert low == pytest.approx(math.exp(LOG_T_BOUNDS[0]), rel=1e-6) and high == pytest.approx(
+        math.exp(LOG_T_BOUNDS[1]), rel=1e-6)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"types": {"choice": math.exp(LOG_T_BOUNDS[0]), "noul": math.exp(LOG_T_BOUNDS[1])},
+                                "buckets": {"choice": {"27+": 2.0, "5-8": {"fallback": "too few"}}}}))
+    table = load_temperatures(path)
+    assert table("choice", 3) == pytest.approx(low) and table("choice", 40) == 2.0
+
+
+def test_serve_refuses_a_bad_temperatures_file_at_startup_in_one_line(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "temperatures.json"
+    path.write_text('{"types": {"choice": 5e-324}}')
+    result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--temperatures", str(path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "types.choice: temperature 5e-324 is outside" in lines[0]
+
+
+# ----------------------------------------------------------------------------------------------------- /health
+
+
+def test_health_shows_no_filesystem_path(model, tiny_llama_dir: Path) -> None:
+    from mydecide.serving.app import create_app
+
+    with TestClient(create_app(model)) as c:  # no name given: the model's own name is its directory
+        health = c.get("/health").json()
+        answer = c.post(URL, json=BODY).json()
+    assert health["status"] == "ok"
+    assert str(tiny_llama_dir) not in json.dumps(health) and "/" not in health["model"]
+    assert health["model"] == tiny_llama_dir.name
+    assert answer["model"] == tiny_llama_dir.name
+
+
+# ------------------------------------------------------------------------------------------------- Host header
+
+
+def test_only_allowed_host_headers_are_answered(model) -> None:
+    from mydecide.serving.app import create_app
+
+    with TestClient(create_app(model, allowed_hosts=["localhost", "127.0.0.1", "::1"])) as c:
+        for host in ("localhost", "localhost:8741", "127.0.0.1:8741", "[::1]:8741", "LOCALHOST"):
+            assert c.post(URL, json=BODY, headers={"host": host}).status_code == 200, host
+        for host in ("evil.example", "evil.example:8741", "localhost.evil.example", ""):
+            r = c.post(URL, json=BODY, headers={"host": host})
+            assert r.status_code == 400, host
+            assert "Host header" in r.json()["error"] and "--allowed-hosts" in r.json()["error"]
+            assert c.get("/health", headers={"host": host}).status_code == 400  # a rebound page reads nothing
+    with TestClient(create_app(model, allowed_hosts=["*"])) as c:
+        assert c.post(URL, json=BODY, headers={"host": "anything.example"}).status_code == 200
+
+
+def test_serve_defaults_to_loopback_hosts_without_an_api_key() -> None:
+    from mydecide.commands.serve import default_allowed_hosts
+
+    assert set(default_allowed_hosts("127.0.0.1", api_key=None)) == {"localhost", "127.0.0.1", "::1"}
+    assert "192.168.1.5" in default_allowed_hosts("192.168.1.5", api_key=None)
+    assert default_allowed_hosts("0.0.0.0", api_key=None) == ["localhost", "127.0.0.1", "::1"]
+    assert default_allowed_hosts("0.0.0.0", api_key="k") == ["*"]
+
+
+# ----------------------------------------------------------------------------------------------- Authorization
+
+
+def test_duplicate_authorization_headers_are_refused(model) -> None:
+    from mydecide.serving.app import create_app
+
+    with TestClient(create_app(model, api_key="s3cret")) as c:
+        good = ("authorization", "Bearer s3cret")
+        assert c.post(URL, json=BODY, headers=[good]).status_code == 200
+        for headers in ([good, ("authorization", "Bearer wrong")], [("authorization", "Bearer wrong"), good],
+                        [good, good]):
+            r = c.post(URL, json=BODY, headers=headers)
+            assert r.status_code == 401 and "one Authorization header" in r.json()["error"], headers
