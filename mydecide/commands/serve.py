@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -21,6 +22,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def server_config(app: Any, host: str, port: int, *, request_timeout_s: float, body_timeout_s: float = 30.0,
+                  log_level: str = "info") -> Any:
+    """The uvicorn settings ``serve`` runs with.
+
+    On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the requests in flight; it cancels them
+    (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within its body timeout plus its
+    request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains every one of them.
+    """
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), access_log=False,
+                          timeout_keep_alive=5, timeout_graceful_shutdown=int(body_timeout_s + request_timeout_s) + 5)
 
 
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
@@ -121,8 +136,6 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--log-level {log_level!r}: use debug, info, warning or error")
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-        import uvicorn
-
         from mydecide.modeling import load_model
         from mydecide.serving.app import create_app
 
@@ -137,5 +150,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"mydecide serve: http://{host}:{port}/v1/systemone (model {model}"
                    f"{', adapter ' + str(adapter) if adapter else ''}; auth {'on' if api_key else 'off'}"
                    f"{'; baseline: no batching, no shared prefix' if baseline else ''})", err=True)
-        uvicorn.run(server, host=host, port=port, log_level=log_level.lower(), access_log=False,
-                    timeout_keep_alive=5, timeout_graceful_shutdown=5)
+        import uvicorn
+
+        uvicorn.Server(server_config(server, host, port, request_timeout_s=request_timeout,
+                                     log_level=log_level)).run()
