@@ -53,8 +53,9 @@ class RenderConfig(BaseModel):
     # How a choice question's options are scored: "letters" = one next-token read over the labels A, B, … (one pass
     # per question; needs a model that binds letters to options), "per_option" = every option its own yes / no
     # continuation of a prefix holding the state and the question, the K yes − no logits through one softmax
-    # (order-invariant by construction; what small models can learn). Score questions have their own key.
-    option_form: OptionForm = "letters"
+    # (order-invariant by construction; what small models can learn; the default). Score questions have their own
+    # key. A render config saved before these keys existed means letters (modeling.read_render_config).
+    option_form: OptionForm = "per_option"
     score_form: OptionForm = "letters"
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others

@@ -90,7 +90,8 @@ def test_forms_follow_the_question_type(renderer: Renderer) -> None:
     assert renderer.form(noul) == "letters"  # a yes / no question is one yes / no read in either form
     with pytest.raises(ValueError, match="no per-option form"):
         renderer.render_per_option(STATE, noul)
-    assert Renderer(renderer.tokenizer).form(choice(CRITERIA)) == "letters"  # the default
+    assert Renderer(renderer.tokenizer).form(choice(CRITERIA)) == "per_option"  # the default for choice
+    assert Renderer(renderer.tokenizer).form(score) == "letters"  # score levels: one read over their letters
 
 
 def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> None:

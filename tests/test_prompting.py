@@ -55,7 +55,7 @@ def sharpen(model: LoadedModel, seed: int = 0) -> LoadedModel:
 @pytest.fixture(scope="module", params=["llama", "qwen3_5"])
 def model(request: pytest.FixtureRequest) -> LoadedModel:
     directory = request.getfixturevalue("tiny_llama_dir" if request.param == "llama" else "tiny_qwen_dir")
-    return sharpen(load_model(str(directory), device="cpu"))
+    return sharpen(load_model(str(directory), render=RenderConfig(option_form="letters"), device="cpu"))
 
 
 def probs(model: LoadedModel, items: list[tuple[Any, Question]], **kwargs: Any) -> list[np.ndarray]:
@@ -144,7 +144,8 @@ def test_an_answer_does_not_depend_on_the_other_questions(model: LoadedModel) ->
 
 @pytest.fixture(scope="module")
 def short_state_model(tiny_llama_dir: Path) -> LoadedModel:
-    return sharpen(load_model(str(tiny_llama_dir), render=RenderConfig(max_state_tokens=24), device="cpu"))
+    return sharpen(load_model(str(tiny_llama_dir), render=RenderConfig(max_state_tokens=24,
+                                                                       option_form="letters"), device="cpu"))
 
 
 def test_truncation_cuts_only_the_state_and_marks_the_cut(short_state_model: LoadedModel) -> None:

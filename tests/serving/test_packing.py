@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mydecide.prompting import RenderConfig
 from mydecide.serving.wire import parse_request, render_request
 
 REQUESTS = [
@@ -26,7 +27,7 @@ REQUESTS = [
 def llama(tiny_llama_dir: Path):
     from mydecide.modeling import load_model
 
-    return load_model(str(tiny_llama_dir), device="cpu")
+    return load_model(str(tiny_llama_dir), render=RenderConfig(option_form="letters"), device="cpu")
 
 
 def prompts_of(model, requests=REQUESTS):
@@ -96,5 +97,5 @@ def test_only_plain_attention_models_pack(llama, tiny_qwen_dir: Path) -> None:
 
     assert supports_packing(llama.lm)
     assert packing_agrees(llama, prompts_of(llama))
-    qwen = load_model(str(tiny_qwen_dir), device="cpu")
+    qwen = load_model(str(tiny_qwen_dir), render=RenderConfig(option_form="letters"), device="cpu")
     assert not supports_packing(qwen.lm)  # Gated DeltaNet layers run through every token in order

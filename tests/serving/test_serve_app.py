@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mydecide.prompting import RenderConfig
 from mydecide.records import parse_question
 from mydecide.serving.batching import BatchOptions, Scorer
 from mydecide.serving.wire import Limits, answer_request, parse_request
@@ -41,7 +42,7 @@ QUESTIONS: dict[str, Any] = {
 def model(tiny_llama_dir: Path):
     from mydecide.modeling import load_model
 
-    return load_model(str(tiny_llama_dir), device="cpu")
+    return load_model(str(tiny_llama_dir), render=RenderConfig(option_form="letters"), device="cpu")
 
 
 @pytest.fixture(scope="module")

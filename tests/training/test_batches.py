@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.prompting import Renderer
+from mydecide.prompting import RenderConfig, Renderer
 from mydecide.records import parse_record
 from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches, shown_order
 
@@ -23,7 +23,7 @@ SCORE = {"id": "s1", "task": "urgency", "state": "Checkout returns HTTP 500.",
 def renderer(tiny_llama_dir: Path) -> Renderer:
     from transformers import AutoTokenizer
 
-    return Renderer(AutoTokenizer.from_pretrained(tiny_llama_dir))
+    return Renderer(AutoTokenizer.from_pretrained(tiny_llama_dir), RenderConfig(option_form="letters"))
 
 
 def test_shuffled_targets_stay_attached_to_their_options(renderer: Renderer) -> None:
