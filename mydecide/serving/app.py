@@ -134,10 +134,10 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = model if not callable(model) else await asyncio.to_thread(model)
-        scorer = Scorer(loaded, batching, temperature, model_name or public_name(loaded.name),
-                        limits.max_input_tokens).start()
+        scorer = Scorer(loaded, batching, temperature, model_name or public_name(loaded.name)).start()
         if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
-            await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST, limits))
+            await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST))  # whatever the limits
+        scorer.max_input_tokens = limits.max_input_tokens
         app.state.scorer = scorer
         log.info("serving %s (batching=%s, shared_prefix=%s, auth=%s)", scorer.model_name, batching.batching,
                  batching.shared_prefix, "on" if api_key else "off")

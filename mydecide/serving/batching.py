@@ -9,6 +9,11 @@ the model is busy new requests pile
 up in the queue, so under load batches fill without any waiting. Every answer depends only on its own request
 (each question continues from its own state's prefix, padding is masked), which the tests check.
 
+One large request cannot hold small ones back for long: a batch of more than ``slice_tokens`` tokens is scored in
+slices of at most that many, and between two slices the worker answers the requests that arrived meanwhile and fit
+in one slice. A small request therefore waits for one slice at most, not for the whole large request; the large one
+pays for it with its state prefix computed once per slice instead of once.
+
 One model instance per process: only this thread touches the model.
 """
 
@@ -18,6 +23,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +55,7 @@ class BatchOptions:
     forward_batch: int = 64  # prompts per forward pass inside a micro-batch (unpacked scoring)
     max_batch_tokens: int = 8192  # padded tokens per forward pass (packed scoring)
     max_pending: int = 256  # queued requests beyond which the server answers 503 (busy)
+    slice_tokens: int = 8192  # tokens scored in one go while other requests wait (a larger batch is sliced)
 
     @classmethod
     def baseline(cls) -> BatchOptions:
@@ -82,6 +89,36 @@ class _Job:
 _STOP = object()
 
 
+def prompt_tokens(prompts: list[Prompt]) -> int:
+    """Tokens a forward call processes for these prompts: each distinct state prefix once, every suffix."""
+    return sum(len(p) for p in {p.prefix: p.prefix for p in prompts}.values()) + sum(len(p.suffix) for p in prompts)
+
+
+def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
+    """Cut prompt indices into slices of at most ``budget`` tokens (:func:`prompt_tokens`; one prompt longer than
+    the budget is a slice of its own), keeping the prompts of one state together as far as the budget allows."""
+    by_prefix: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_prefix.setdefault(p.prefix, []).append(i)
+    slices: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    seen: set[tuple[int, ...]] = set()
+    for prefix, members in by_prefix.items():
+        for i in members:
+            cost = len(prompts[i].suffix) + (0 if prefix in seen else len(prefix))
+            if current and size + cost > budget:
+                slices.append(current)
+                current, size, seen = [], 0, set()
+                cost = len(prompts[i])
+            current.append(i)
+            size += cost
+            seen.add(prefix)
+    if current:
+        slices.append(current)
+    return slices
+
+
 class Scorer:
     """Owns the model and its worker thread; ``submit`` returns a future with the Jev response."""
 
@@ -97,7 +134,8 @@ class Scorer:
         self.packed = False  # decided in start(): packing is used only where it reproduces score_prompts
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._held: _Job | None = None  # a job taken from the queue that did not fit the previous batch
+        self._backlog: deque[Any] = deque()  # jobs taken from the queue that start the next batches, oldest first
+        self._interleaving = False  # answering small requests between two slices of a large batch
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> Scorer:
@@ -130,7 +168,18 @@ class Scorer:
         return False
 
     def score(self, prompts: list[Prompt]) -> list[np.ndarray]:
-        """Option logits for prompts of any number of requests, in one go (the worker's forward passes)."""
+        """Option logits for prompts of any number of requests (the worker's forward passes): in one go, or in
+        slices of ``slice_tokens`` with the requests that arrived meanwhile answered between two slices."""
+        if self._interleaving or prompt_tokens(prompts) <= self.options.slice_tokens:
+            return self._score_now(prompts)
+        out: list[np.ndarray | None] = [None] * len(prompts)
+        for part in token_slices(prompts, self.options.slice_tokens):
+            for i, row in zip(part, self._score_now([prompts[i] for i in part]), strict=True):
+                out[i] = row
+            self._answer_waiting()
+        return out  # type: ignore[return-value]
+
+    def _score_now(self, prompts: list[Prompt]) -> list[np.ndarray]:
         from mydecide.modeling import score_prompts
         from mydecide.serving.packing import score_packed
 
@@ -139,9 +188,46 @@ class Scorer:
         return score_prompts(self.model, prompts, batch_size=self.options.forward_batch,
                              shared_prefix=self.options.shared_prefix)
 
+    def _answer_waiting(self) -> None:
+        """Between two slices of a large batch: answer the requests queued since that fit in one slice (the
+        others wait in the backlog for the next batch)."""
+        waiting: list[_Job] = []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                self._backlog.append(job)
+                break
+            waiting.append(job)
+        if not waiting:
+            return
+        small: list[tuple[_Job, int]] = []
+        for job in self._render(waiting):
+            assert job.rendered is not None
+            tokens = job.rendered.plan.tokens()
+            if tokens <= self.options.slice_tokens:
+                small.append((job, tokens))
+            else:
+                self._backlog.append(job)
+        self._interleaving = True
+        try:
+            part: list[_Job] = []
+            size = 0
+            for job, tokens in small:  # in slices too: a crowd of small requests is scored in bounded passes
+                if part and size + tokens > self.options.slice_tokens:
+                    self._score_and_answer(part)
+                    part, size = [], 0
+                part.append(job)
+                size += tokens
+            self._score_and_answer(part)
+        finally:
+            self._interleaving = False
+
     @property
     def pending(self) -> int:
-        return self._queue.qsize()
+        return self._queue.qsize() + len(self._backlog)
 
     def submit(self, request: Request) -> Future[dict[str, Any]]:
         """Queue one parsed request; the future resolves to its response (or the scoring error)."""
@@ -157,8 +243,7 @@ class Scorer:
     # -- worker ------------------------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            first = self._held if self._held is not None else self._queue.get()
-            self._held = None
+            first = self._backlog.popleft() if self._backlog else self._queue.get()
             if first is _STOP:
                 return
             jobs = self._collect(first)
@@ -179,16 +264,19 @@ class Scorer:
         n_prompts = first.n_prompts
         deadline = time.monotonic() + opts.window_ms / 1000.0
         while len(jobs) < opts.max_requests:
-            wait = deadline - time.monotonic()
-            try:
-                job = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
+            if self._backlog:
+                job = self._backlog.popleft()
+            else:
+                wait = deadline - time.monotonic()
+                try:
+                    job = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
             if job is _STOP:
                 jobs.append(job)
                 break
             if n_prompts + job.n_prompts > opts.max_prompts:
-                self._held = job  # starts the next batch
+                self._backlog.appendleft(job)  # starts the next batch
                 break
             jobs.append(job)
             n_prompts += job.n_prompts
@@ -196,8 +284,15 @@ class Scorer:
 
     def _run(self, jobs: list[_Job]) -> None:
         """Render, score and answer a micro-batch; a failure is confined to the request that caused it."""
+        self._score_and_answer(self._render(jobs))
+
+    def _render(self, jobs: list[_Job]) -> list[_Job]:
+        """Tokenise each job's prompts (once: a job from the backlog already is); the jobs that can be scored."""
         live = []
         for job in jobs:
+            if job.rendered is not None:
+                live.append(job)
+                continue
             if not job.future.set_running_or_notify_cancel():
                 continue  # the client went away while it waited
             try:
@@ -210,6 +305,9 @@ class Scorer:
                 self._fail(job, err)
                 continue
             live.append(job)
+        return live
+
+    def _score_and_answer(self, live: list[_Job]) -> None:
         if not live:
             return
         try:  # one forward call per round over every request's pending prompts
