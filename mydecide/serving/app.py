@@ -137,7 +137,7 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         scorer = Scorer(loaded, batching, temperature, model_name or public_name(loaded.name)).start()
         if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
             await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST))  # whatever the limits
-        scorer.max_input_tokens = limits.max_input_tokens
+        scorer.limits = limits
         app.state.scorer = scorer
         log.info("serving %s (batching=%s, shared_prefix=%s, auth=%s)", scorer.model_name, batching.batching,
                  batching.shared_prefix, "on" if api_key else "off")
@@ -212,7 +212,7 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         except TimeoutError:
             raise ApiError(503, f"no answer within {request_timeout_s:g} s; the server is overloaded",
                            {"Retry-After": "5"}) from None
-        except RequestError as err:  # a limit only the tokenised prompts show (max_input_tokens)
+        except RequestError as err:  # a limit only the tokenised prompts show (max_input_tokens …)
             raise ApiError(422, str(err)) from None
         return JSONResponse(answer)
 

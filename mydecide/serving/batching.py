@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide.many_options import prompt_count, score_plans
 from mydecide.records import parse_question
-from mydecide.serving.wire import Request, RequestError, TemperatureFn, build_response, render_request
+from mydecide.serving.wire import Limits, Request, RequestError, TemperatureFn, build_response, render_request
 
 if TYPE_CHECKING:
     import numpy as np
@@ -124,10 +124,10 @@ class Scorer:
 
     def __init__(self, model: LoadedModel, options: BatchOptions = BatchOptions(),
                  temperature: TemperatureFn | None = None, model_name: str | None = None,
-                 max_input_tokens: int | None = None):
+                 limits: Limits | None = None):
         self.model = model
         self.options = options
-        self.max_input_tokens = max_input_tokens  # Limits.max_input_tokens: checked once a request is tokenised
+        self.limits = limits  # the token limits are checked once a request is tokenised (render_request)
         self.temperature = temperature
         self.model_name = model_name or model.name
         self.stats = BatchStats()
@@ -297,7 +297,7 @@ class Scorer:
                 continue  # the client went away while it waited
             try:
                 job.rendered = render_request(self.model, job.request, shared_prefix=self.options.shared_prefix,
-                                              max_input_tokens=self.max_input_tokens)
+                                              limits=self.limits)
             except RequestError as err:  # over a limit: the client's 422, not a scoring failure
                 job.future.set_exception(err)
                 continue

@@ -44,9 +44,9 @@ class RequestError(ValueError):
 class Limits:
     """Request limits: the one place their defaults live (``mydecide serve`` options and docs/wire.md read them).
 
-    Everything but ``max_input_tokens`` is a count of bytes or characters checked by :func:`parse_request` before
-    anything is tokenised, so an oversized part is refused in milliseconds; ``max_input_tokens`` is checked on the
-    rendered prompts (:func:`render_request`), before any forward pass.
+    All but the two token counts are counts of bytes or characters checked by :func:`parse_request` before anything
+    is tokenised, so an oversized part is refused in milliseconds; the token counts are checked on the rendered
+    prompts (:func:`render_request`), before any forward pass.
     """
 
     max_questions: int = 32
@@ -56,8 +56,9 @@ class Limits:
     max_name_chars: int = 200  # the model name, each question name
     max_instructions_chars: int = 4_000  # each question's instructions
     max_option_chars: int = 1_000  # each option id, option description, score level and yes / no text
-    max_prompt_chars: int = 128_000  # question text over the request's prompts (instructions count once per prompt)
+    max_prompt_chars: int = 128_000  # question text over the request's prompts (see _check_text_limits)
     max_input_tokens: int = 32_000  # tokens of the rendered prompts: the state once plus every question's suffix
+    max_prompt_tokens: int = 8_000  # tokens of one prompt: scored in one go, it bounds how long others wait
     min_choice_options: int = MIN_CHOICE_OPTIONS
     max_choice_options: int = MAX_CHOICE_OPTIONS  # > 26: scored in groups + a final round (many_options)
     min_score_levels: int = MIN_SCORE_LEVELS
@@ -224,8 +225,13 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
     return Request(model, state, parsed)
 
 
+PROMPT_OVERHEAD_CHARS = 100  # a prompt's own text around the question: the kind of answer, "Answer with …", the tail
+OPTION_OVERHEAD_CHARS = 60  # an option's label and layout, or in the per-option form its own yes / no continuation
+
+
 def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
-    """Refuse an oversized part of one question; return the characters of question text its prompts hold."""
+    """Refuse an oversized part of one question; return about how many characters its prompts hold besides the
+    state (generously: enough to refuse before tokenising what would be far over ``max_input_tokens``)."""
     if len(question.instructions) > limits.max_instructions_chars:
         raise RequestError(f"question {name!r}: instructions are longer than the limit of "
                            f"{limits.max_instructions_chars} characters")
@@ -233,8 +239,9 @@ def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
         if len(option) > limits.max_option_chars or len(description) > limits.max_option_chars:
             raise RequestError(f"question {name!r}: option {option[:40]!r} is longer than the limit of "
                                f"{limits.max_option_chars} characters")
-    options = sum(len(o) + len(d) for o, d in zip(question.options, question.descriptions, strict=True))
-    return prompt_count(question) * len(question.instructions) + options
+    options = sum(len(o) + len(d) + OPTION_OVERHEAD_CHARS
+                  for o, d in zip(question.options, question.descriptions, strict=True))
+    return prompt_count(question) * (len(question.instructions) + PROMPT_OVERHEAD_CHARS) + options
 
 
 def jev_confidence(p_max: float, k: int) -> float:
@@ -286,21 +293,29 @@ class RenderedRequest:
 
 
 def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True,
-                   max_input_tokens: int | None = None) -> RenderedRequest:
+                   limits: Limits | None = None) -> RenderedRequest:
     """Tokenise every question of a request (the first round of its scoring plan).
 
-    Raises :class:`RequestError` when the prompts hold more than ``max_input_tokens`` tokens (the state prefix once
-    plus every prompt's suffix, whatever ``shared_prefix``), naming the question that holds the most.
+    With ``limits``, raises :class:`RequestError` when one prompt holds more than ``max_prompt_tokens`` tokens, or
+    all of them more than ``max_input_tokens`` (the state prefix once plus every prompt's suffix, whatever
+    ``shared_prefix``), naming the question.
     """
     items = [(request.state, q) for q in request.questions.values()]
     rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix)
-    if max_input_tokens is not None:
+    if limits is not None:
+        names = list(request.questions)
+        longest = max(range(len(rendered.prompts)), key=lambda i: len(rendered.prompts[i]))
+        if len(rendered.prompts[longest]) > limits.max_prompt_tokens:
+            raise RequestError(f"question {names[rendered.owner[longest]]!r}: a prompt of "
+                               f"{len(rendered.prompts[longest])} tokens is over the limit of "
+                               f"{limits.max_prompt_tokens} tokens in one prompt (the state, cut to "
+                               f"{len(rendered.prompts[longest].prefix)}, plus the question)")
+        max_input_tokens = limits.max_input_tokens
         tokens = rendered.plan.tokens(shared_prefix=True)
         if tokens > max_input_tokens:
             per_question = [0] * len(items)
             for n, prompt in zip(rendered.owner, rendered.prompts, strict=True):
                 per_question[n] += len(prompt.suffix)
-            names = list(request.questions)
             largest = max(range(len(names)), key=per_question.__getitem__)
             raise RequestError(f"the request's prompts hold {tokens} tokens, over the limit of {max_input_tokens} "
                                f"input tokens (question {names[largest]!r} holds the most: "

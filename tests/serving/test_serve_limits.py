@@ -109,6 +109,32 @@ def test_the_token_limit_is_checked_on_the_rendered_prompts(model) -> None:
         assert post(c, request(NOUL)).status_code == 200  # a small one still passes
 
 
+def test_one_prompt_is_bounded_in_tokens(model) -> None:
+    """One prompt is scored in one go (it cannot be sliced), so its length bounds how long it holds others back."""
+    from mydecide.serving.app import create_app
+
+    emoji = request({"type": "noul", "instructions": "😀" * 3000})  # 3,000 characters, four byte tokens each
+    with TestClient(create_app(model)) as c:
+        started = time.perf_counter()
+        r = post(c, emoji)
+        elapsed = time.perf_counter() - started
+    assert r.status_code == 422, r.text
+    assert "over the limit of 8000 tokens in one prompt" in r.json()["error"] and "question 'q'" in r.json()["error"]
+    assert elapsed < 1.0
+
+
+def test_many_options_count_their_prompt_text_before_tokenising(client) -> None:
+    """Each option costs its own line or, in the per-option form, its own continuation: 11 choices of 255 short
+    options are refused on characters, in milliseconds, not after tokenising 100k tokens."""
+    body = {"state": "s", "questions": {f"q{i}": {"type": "choice", "instructions": "x",
+                                                  "criteria": [f"o{j}" for j in range(255)]} for i in range(11)}}
+    started = time.perf_counter()
+    r = post(client, body)
+    elapsed = time.perf_counter() - started
+    assert r.status_code == 422 and "characters of question text" in r.json()["error"], r.text
+    assert elapsed < 0.2
+
+
 HOSTILE: list[tuple[str, bytes, int, str]] = [
     ("number out of range", b'{"state": {"a": 1e999}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
      400, "out of range"),
