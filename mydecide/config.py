@@ -231,7 +231,7 @@ def describe_errors(err: ValidationError, model: type[BaseModel], where: str, ov
             close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
             if close:
                 message += f" (did you mean {'.'.join([*parent, close[0]])}?)"
-        written = ".".join(parent + ([str(loc[-1])] if loc and not isinstance(loc[-1], int) else []))
+        written = ".".join([*parent, str(loc[-1])] if loc else parent)
         key = written or "(top)"
         blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
         problems.append(f"command-line override {blamed}: {key}: {message}" if blamed else
@@ -247,11 +247,12 @@ def _same_key(dotted: str, written: str) -> bool:
 
 def section_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], list[str]]:
     """The keys of the recipe section at a validation error's ``loc`` ([] when unknown), and ``loc`` as the user
-    writes it: without list indices and union tags."""
+    writes it: without the tags of tagged unions."""
     current: Any = model
     written: list[str] = []
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int):  # an item of a list: shown, as in sources.0.kind
+            written.append(str(part))
             continue
         if isinstance(current, list):  # a tagged union: the part is the tag
             current = next((m for m in current if m.model_fields["kind"].default == part), None)

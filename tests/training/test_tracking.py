@@ -89,5 +89,5 @@ def test_report_to_takes_one_tracker_or_a_list() -> None:
     assert report_to("[tensorboard, mlflow, tensorboard]") == ["tensorboard", "mlflow"]
     with pytest.raises(RecipeError, match="none cannot be combined"):
         report_to("[none, wandb]")
-    with pytest.raises(RecipeError, match=r"report_to: Input should be 'none', 'tensorboard', 'wandb' or 'mlflow'"):
+    with pytest.raises(RecipeError, match=r"report_to\.0: Input should be 'none', 'tensorboard', 'wandb' or 'mlflow'"):
         report_to("neptune")
