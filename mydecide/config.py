@@ -390,14 +390,14 @@ class CalibrateRecipe(Strict):
     limit: int | None = Field(None, ge=1)  # only the first N records
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation
+    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
+    # contradicts the adapter's saved form)
+    option_form: OptionForm | None = None
 
 
 class Costs(Strict):
     """Payoffs of an auto-acted right / wrong answer and of escalating to a human."""
 
-    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
-    # contradicts the adapter's saved form)
-    option_form: OptionForm | None = None
     right: float = 1.0  # payoff of an auto-acted right answer
     wrong: float = -3.0  # payoff of an auto-acted wrong answer
     escalate: float = -0.5  # payoff of handing the question to a human
@@ -418,10 +418,10 @@ class EvalRecipe(Strict):
     limit: int | None = Field(None, ge=1)  # only the first N records of each file
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation
+    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
+    # contradicts the adapter's saved form)
+    option_form: OptionForm | None = None
 
 
 RECIPE_COMMANDS.update({"DataRecipe": ("data", "prepare"), "TrainRecipe": ("training", "train"),
                         "CalibrateRecipe": ("calibration", "calibrate"), "EvalRecipe": ("evaluation", "evaluate")})
-    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
-    # contradicts the adapter's saved form)
-    option_form: OptionForm | None = None
