@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from mydecide.serving.batching import BatchOptions, Scorer
 from mydecide.serving.wire import Limits, RequestError, TemperatureFn, decode_body, parse_request
@@ -104,6 +105,10 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         if int(declared) > limit:
             raise ApiError(413, f"the body of {int(declared)} bytes exceeds the limit of {limit} bytes")
 
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise ApiError(415, f"Content-Encoding {encoding[:40]!r} is not accepted: send the JSON body uncompressed")
+
     async def receive() -> bytes:
         body = bytearray()
         async for chunk in request.stream():
@@ -116,6 +121,8 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         return await asyncio.wait_for(receive(), timeout_s)
     except TimeoutError:
         raise ApiError(408, f"the body did not arrive within {timeout_s:g} s") from None
+    except ClientDisconnect:  # nobody will read the answer, but the log shows a client error, not an internal one
+        raise ApiError(400, "the client closed the connection before sending the whole body") from None
 
 
 def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: TemperatureFn | None = None,
@@ -154,8 +161,9 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        message = {404: f"no route {request.url.path}; the endpoints are POST {ENDPOINT} and GET /health",
-                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(
+        path = request.url.path if len(request.url.path) <= 100 else request.url.path[:100] + "…"
+        message = {404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
+                   405: f"method {request.method[:20]} is not allowed on {path}"}.get(
             err.status_code, str(err.detail))
         return error_response(err.status_code, message, getattr(err, "headers", None))
 

@@ -126,3 +126,35 @@ def test_duplicate_authorization_headers_are_refused(model) -> None:
                         [good, good]):
             r = c.post(URL, json=BODY, headers=headers)
             assert r.status_code == 401 and "one Authorization header" in r.json()["error"], headers
+
+
+# -------------------------------------------------------------------------------------------- odd HTTP requests
+
+
+def test_a_client_that_leaves_mid_body_is_a_4xx_not_an_internal_error() -> None:
+    import asyncio
+
+    from starlette.requests import Request
+
+    from mydecide.serving.app import ApiError, read_body
+
+    messages = [{"type": "http.request", "body": b'{"state": ', "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": URL, "headers": [(b"content-length", b"100")]}
+    with pytest.raises(ApiError) as err:
+        asyncio.run(read_body(Request(scope, receive), 1000, 5.0))
+    assert err.value.status == 400 and "closed the connection" in err.value.message
+
+
+def test_a_compressed_body_is_refused_and_long_paths_are_not_echoed(model) -> None:
+    from mydecide.serving.app import create_app
+
+    with TestClient(create_app(model)) as c:
+        r = c.post(URL, json=BODY, headers={"content-encoding": "gzip"})
+        assert r.status_code == 415 and "Content-Encoding" in r.json()["error"]
+        r = c.get("/" + "a" * 10_000)
+        assert r.status_code == 404 and len(r.json()["error"]) < 300
+        assert c.post(URL, json=BODY, headers={"content-encoding": "identity"}).status_code == 200
