@@ -25,12 +25,12 @@ QWEN_THINK = (  # ChatML with Qwen3's empty thinking block: <think> / </think> a
     "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}"
     "{% endif %}"
 )
-CHATML_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML_CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATES: dict[str, tuple[str, list[str], list[str]]] = {  # name → (template, special tokens, plain added tokens)
-    "chatml": (CHATML, CHATML_SPECIALS, []),
+    "chatml": (CHATML, CHATML_CONTROL_TOKENS, []),
     "llama3": (LLAMA3, ["<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                         "<|eot_id|>"], []),
-    "qwen3_think": (QWEN_THINK, CHATML_SPECIALS, ["<think>", "</think>"]),
+    "qwen3_think": (QWEN_THINK, CHATML_CONTROL_TOKENS, ["<think>", "</think>"]),
 }
 
 
