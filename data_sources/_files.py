@@ -13,10 +13,13 @@ import gzip
 import importlib.util
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
+
+from mydecide.records import StrictJSONError, loads_strict, parse_json_line, printable, text_problem
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 COMPRESSIONS = (".gz", ".bz2")
@@ -55,15 +58,40 @@ def base_suffix(path: str | Path) -> str:
 
 
 def open_text(path: str | Path) -> TextIO:
-    """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path."""
+    """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path.
+
+    Bytes that are not UTF-8 come through as lone surrogates (``errors="surrogateescape"``), so the row holding
+    them is rejected (``records.text_problem``), not the whole file; a corrupt or truncated compressed file is a
+    ValueError naming it.
+    """
     p = existing(path)
     if p.is_dir():
         raise ValueError(f"{p}: is a directory, expected a file")
-    if p.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
-    if p.suffix == ".bz2":
-        return io.TextIOWrapper(bz2.open(p, "rb"), encoding="utf-8", newline="")
-    return open(p, encoding="utf-8", newline="")
+    if p.suffix in COMPRESSIONS:
+        packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
+        return io.TextIOWrapper(io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8",
+                                errors="surrogateescape", newline="")
+    return open(p, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+class _Decompressed(io.RawIOBase):
+    """A gzip / bz2 stream whose read errors name the file (one clear error, not an EOFError traceback)."""
+
+    def __init__(self, packed: Any, path: Path):
+        self.packed, self.path = packed, path
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return int(self.packed.readinto(buffer))
+        except (EOFError, OSError, zlib.error) as err:
+            raise ValueError(f"{self.path}: corrupt or truncated {self.path.suffix} file ({err})") from None
+
+    def close(self) -> None:
+        self.packed.close()
+        super().close()
 
 
 def error_row(where: str, reason: str, raw: Any) -> dict[str, Any]:
@@ -99,10 +127,16 @@ def iter_jsonl(path: str | Path) -> Iterator[Row]:
     name = Path(path).name
     if base_suffix(path) == ".json" and _starts_with_bracket(path):
         with open_text(path) as handle:
-            try:
-                items = json.load(handle)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: invalid JSON array ({err.msg} at line {err.lineno})") from None
+            text = handle.read()
+        problem = text_problem(text)
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}")
+        try:
+            items = loads_strict(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: invalid JSON array ({err.msg} at line {err.lineno})") from None
+        except (StrictJSONError, RecursionError) as err:
+            raise ValueError(f"{path}: invalid JSON array ({err or 'nested too deep to read'})") from None
         for index, item in enumerate(items):
             error = None if isinstance(item, dict) else f"item is a JSON {type(item).__name__}, not an object"
             yield f"{name}:{index}", item, error
@@ -112,10 +146,9 @@ def iter_jsonl(path: str | Path) -> Iterator[Row]:
             if not line.strip():
                 continue
             where = f"{name}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                yield where, line.rstrip("\r\n"), f"invalid JSON: {err.msg} (column {err.colno})"
+            obj, error = parse_json_line(line)
+            if error is not None:
+                yield where, obj, error
                 continue
             if not isinstance(obj, dict):
                 yield where, obj, f"line is a JSON {type(obj).__name__}, not an object"
@@ -126,30 +159,45 @@ def iter_jsonl(path: str | Path) -> Iterator[Row]:
 def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]:
     """CSV / TSV rows as dicts keyed by the header; ``where`` is the first line of the row (quoted fields
     may span lines). Blank lines are skipped; a row with fewer fields than the header gets ``None`` for the
-    missing columns, a row with more fields is an error."""
+    missing columns, a row with more fields is an error. Quotes are read strictly: a quote that does not close
+    where its field ends makes that row (all the lines it ran over) an error row, never part of another row."""
     name = Path(path).name
     if delimiter is None:
         delimiter = "\t" if base_suffix(path) == ".tsv" else ","
     csv.field_size_limit(1 << 30)
     with open_text(path) as handle:
-        reader = csv.reader(handle, delimiter=delimiter)
+        reader = csv.reader(handle, delimiter=delimiter, strict=True)
         try:
             header = next(reader, None)
-            if header is None:
+        except csv.Error as err:
+            raise ValueError(f"{path}:{reader.line_num}: unreadable CSV header ({err})") from None
+        if header is None:
+            return
+        end = reader.line_num
+        while True:
+            start = end + 1
+            try:
+                fields = next(reader)
+            except StopIteration:
                 return
+            except csv.Error as err:
+                end = reader.line_num
+                yield (f"{name}:{start}", f"lines {start}-{end}",
+                       f"unreadable CSV row, lines {start}-{end} ({err}): a quote that never closes, or text after "
+                       "a closing quote")
+                continue
             end = reader.line_num
-            for fields in reader:
-                start, end = end + 1, reader.line_num
-                if not fields:
-                    continue
-                where = f"{name}:{start}"
-                if len(fields) > len(header):
-                    yield where, fields, f"row has {len(fields)} fields, the header has {len(header)}"
-                    continue
+            if not fields:
+                continue
+            where = f"{name}:{start}"
+            problem = next(filter(None, map(text_problem, fields)), None)
+            if problem is not None:
+                yield where, [printable(f) for f in fields], problem
+            elif len(fields) > len(header):
+                yield where, fields, f"row has {len(fields)} fields, the header has {len(header)}"
+            else:
                 padded: list[str | None] = [*fields, *[None] * (len(header) - len(fields))]
                 yield where, dict(zip(header, padded, strict=True)), None
-        except csv.Error as err:
-            raise ValueError(f"{path}:{reader.line_num}: unreadable CSV ({err})") from None
 
 
 def csv_columns(path: str | Path, *, delimiter: str | None = None) -> list[str]:

@@ -6,6 +6,7 @@ validation (``lora.r=16``, ``objective.kind=rlcd``). Values are parsed as YAML s
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
@@ -139,9 +140,9 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
         if not all(parts):
             raise RecipeError(f"override {item!r}: empty key segment")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError as err:
-            raise RecipeError(f"override {item!r}: value is not valid YAML ({err})") from None
+            raise RecipeError(f"override {item!r}: {yaml_problem(err, 'value is not valid YAML')}") from None
         node = nested
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -161,14 +162,46 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` keeps the last of two equal keys, so a setting would vanish silently; refuse instead."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` entries may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            with contextlib.suppress(TypeError):  # an unhashable key: the base constructor says so
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Safe YAML (no tags that build objects) with duplicate keys refused."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+
+
+def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
+    """A YAML error in one line: ``duplicate key 'seed' (line 4)``, ``not valid YAML (line 2: expected ',')``."""
+    mark = getattr(err, "problem_mark", None)
+    line = f"line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    if problem.startswith("duplicate key"):
+        return f"{problem} ({line})" if line else problem
+    return f"{invalid} ({line}: {problem})" if line else f"{invalid} ({problem})"
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"{path}: no such recipe file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: not valid YAML ({err})") from None
+        raise RecipeError(f"{path}: {yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe must be a YAML mapping")
     return data

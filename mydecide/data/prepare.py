@@ -218,6 +218,11 @@ def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: 
                 ledger.reject("validate", label, where, reason, raw)
                 counts["rejected"] += 1
                 reasons[reason_pattern(reason)] += 1
+        if counts["out"] == 0 and spec.limit != 0:
+            raise RecipeError(f"sources[{index}] (kind {spec.kind}, {spec.path or 'its default data'}): "
+                              + ("no rows" if counts["in"] == 0 else f"all {counts['in']} rows were rejected, the "
+                                 f"first: {ledger.dropped[-counts['rejected']]['where']}: "
+                                 f"{ledger.dropped[-counts['rejected']]['reason']}"))
     ledger.steps.append({
         "step": "validate", "in": ledger.rows_read + ledger.exploded_extra, "out": len(rows),
         "rejected": ledger.rejected, "rows_read": ledger.rows_read, "exploded_extra": ledger.exploded_extra,

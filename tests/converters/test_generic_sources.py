@@ -19,7 +19,7 @@ def test_jsonl_passes_objects_through_with_where_and_reports_bad_lines() -> None
     assert rows[0]["answer"] == "engineering" and rows[0]["id"] == "t-1"
     assert rows[1]["questions"]["sev"]["criteria"] == ["low", "high"]  # wire format: left for the validator
     assert rows[1]["expected"] == {"down": False, "sev": 0}
-    assert rows[2]["_error"].startswith("invalid JSON: Expecting ',' delimiter")
+    assert rows[2]["_error"].startswith("invalid JSON (Expecting ',' delimiter")  # the wording of records.py
     assert rows[2]["raw"] == '{"task": "broken", "state": "missing a closing brace"'
     assert rows[3] == {"_where": "records.jsonl:5", "_error": "line is a JSON list, not an object",
                        "raw": ["a", "list", "not", "an", "object"]}
