@@ -284,6 +284,10 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     import json
 
     path = Path(path)
+    if path.is_dir():
+        inside = " (it holds temperatures.json: give that file)" if (path / "temperatures.json").is_file() else ""
+        raise IsADirectoryError(f"{path} is a directory; --temperatures takes the temperatures.json file that "
+                                f"`mydecide calibrate` wrote{inside}")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such temperatures file")
     try:

@@ -171,6 +171,16 @@ def test_a_directory_where_a_records_file_is_expected(verb: str, tmp_path: Path)
                                       "decision records: give one of its files (dev.jsonl, train.jsonl)")
 
 
+def test_a_directory_where_the_temperatures_file_is_expected(tmp_path: Path) -> None:
+    (tmp_path / "temperatures.json").write_text("{}")
+    (tmp_path / "request.json").write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul",
+                                                                                      "instructions": "ok?"}}}))
+    result = CliRunner().invoke(app, ["predict", "--temperatures", str(tmp_path), str(tmp_path / "request.json")])
+    assert one_line_error(result) == (f"error: {tmp_path} is a directory; --temperatures takes the temperatures.json "
+                                      "file that `mydecide calibrate` wrote (it holds temperatures.json: give that "
+                                      "file)")
+
+
 def test_a_directory_where_a_request_file_is_expected(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["predict", str(tmp_path)])
     assert one_line_error(result) == f"error: {tmp_path} is a directory; give a JSON file holding one " \
