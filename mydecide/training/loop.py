@@ -11,6 +11,7 @@ micro-batch; gradients are averaged by DDP).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -451,10 +452,15 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         for leftover in target.parent.glob(".update-*.tmp"):
             shutil.rmtree(leftover, ignore_errors=True)
         tmp.mkdir(parents=True)
-        torch.save(get_peft_model_state_dict(accelerator.unwrap_model(module).lm), tmp / "lora.pt")
-        torch.save({"update": update, "best": best, "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(), "numpy_rng": numpy_rng_state()}, tmp / STATE_FILE)
+        try:
+            torch.save(get_peft_model_state_dict(accelerator.unwrap_model(module).lm), tmp / "lora.pt")
+            torch.save({"update": update, "best": best, "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "python_rng": random.getstate(), "numpy_rng": numpy_rng_state()}, tmp / STATE_FILE)
+        except RuntimeError as err:  # torch's word for a full disk or a file-size limit: "file write failed"
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise OSError(errno.EIO, f"could not write the checkpoint ({' '.join(str(err).split())[-120:]}); is "
+                          "the disk full?", str(tmp)) from None
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
         # newer ones are an earlier attempt's that resume skipped as damaged; of the rest keep the newest few

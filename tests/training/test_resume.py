@@ -162,3 +162,30 @@ def test_train_flags_are_paths_not_yaml(tmp_path: Path, monkeypatch: pytest.Monk
     recipe = seen["recipe"]
     assert (recipe.out, recipe.data, recipe.model) == ("runs/exp #2", "data: [x]", "models/a: b #c")
     assert seen["resume"] and seen["allow_change"] == ("optim.max_steps",)
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line(tiny_llama_dir: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    real_save = torch.save
+
+    def full_disk(obj: Any, path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path).name == "trainer_state.pt":  # what torch says when the disk is full or ulimit -f is hit
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing "
+                               "file data/3: file write failed")
+        real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
+    run = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", str(smoke), "--model", str(tiny_llama_dir), "--data",
+                                      str(write_task(tmp_path / "data", 16, 4)), "--out", str(run),
+                                      "optim.max_steps=2", "save_every=1", "eval_every=100"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "could not write the checkpoint" in errors[0] and "Traceback" not in result.output
+    assert list((run / "checkpoints").iterdir()) == []  # nothing half-written is left to resume from
