@@ -332,10 +332,12 @@ class NearDedupConfig(Strict):
     """MinHash LSH near-duplicate removal on the state text of records that ask the same question."""
 
     enabled: bool = True  # false: exact dedup only
-    threshold: float = Field(0.8, gt=0.0, le=1.0)  # estimated Jaccard of word n-gram shingles
+    threshold: float = Field(0.7, gt=0.0, le=1.0)  # Jaccard of the shingle sets (candidates verified exactly)
+    shingle: Literal["char", "word"] = "char"  # n-grams of characters of the normalised text, or of words
+    ngram: int = Field(5, ge=1, le=32)  # characters (shingle: char) or words (shingle: word) per shingle
     num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations
-    ngram: int = Field(5, ge=1, le=32)  # words per shingle
     seed: int = 1  # of the MinHash permutations
+    keep_slot_changes: bool = True  # keep short look-alikes differing in a number, a name or a negation
 
 
 class DedupConfig(Strict):
@@ -347,9 +349,12 @@ class DecontaminationConfig(Strict):
     """How training rows are matched against the ``decontaminate_against`` files (state text only)."""
 
     exact: bool = True  # drop training rows whose normalised state equals an eval item's
-    near: bool = True  # MinHash with dedup.near's num_perm / ngram; threshold below or dedup.near.threshold
+    near: bool = True  # MinHash with dedup.near's shingles; threshold below or dedup.near.threshold
     near_threshold: float | None = Field(None, gt=0.0, le=1.0)
     ngram: int = Field(13, ge=0, le=64)  # n-gram overlap length in words; 0 turns the check off
+    # a text shorter than ngram words, with at least this many, overlaps when it appears whole inside the
+    # other (an eval item inside a training row, or a row inside an eval item); 0 turns this off
+    whole_min_words: int = Field(8, ge=0, le=64)
 
 
 class SplitConfig(Strict):

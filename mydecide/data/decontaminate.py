@@ -1,9 +1,11 @@
 """Decontamination: drop training rows whose state text overlaps an evaluation item.
 
-Three checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace
-collapsed), MinHash near match (word-shingle Jaccard ≥ a threshold, candidates from an LSH index), and a shared
-word 13-gram (the n-gram overlap test used by evaluation harnesses; states shorter than n words have no n-gram
-and are judged by the first two checks only). Every match names the eval file and the eval item's id.
+Four checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace
+collapsed), near match (shingle Jaccard ≥ a threshold with dedup's shingles, by default character 5-grams, so a
+short eval item copied with an edit is found; candidates from an LSH index, verified on the exact shingle sets,
+short look-alikes with another slot value kept), a shared word 13-gram (the n-gram overlap test of evaluation
+harnesses), and, for texts shorter than 13 words, containment: a short eval item found whole inside a training
+row, or a short row found whole inside an eval item. Every match names the eval file and the eval item's id.
 """
 
 from __future__ import annotations
@@ -18,10 +20,16 @@ import numpy as np
 
 from mydecide.data.dedup import (
     Progress,
+    Shingles,
+    Shingling,
+    Verifier,
     Words,
+    band_keys,
+    candidate_threshold,
     estimated_jaccard,
     lsh_index,
     normalise,
+    sharing_a_band,
     shingle,
     signature_matrix,
     sketch,
@@ -43,11 +51,11 @@ class EvalItem:
 
 @dataclass(frozen=True)
 class Contamination:
-    method: str  # "exact" | "near" | "ngram"
+    method: str  # "exact" | "near" | "ngram" | "contained"
     file: str
     item_id: str
     similarity: float | None = None  # near: estimated Jaccard
-    shared: str | None = None  # ngram: the shared n-gram (normalised words)
+    shared: str | None = None  # ngram / contained: the shared words (normalised)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "eval_file": self.file, "eval_id": self.item_id}
@@ -92,47 +100,50 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
 
 
 class EvalIndex:
-    """The eval items indexed for the three checks; :meth:`match` finds the first contamination per text."""
+    """The eval items indexed for the four checks; :meth:`match` finds the first contamination per text."""
 
     def __init__(self, items: Sequence[EvalItem], *, exact: bool = True, near: bool = True,
-                 threshold: float = 0.8, num_perm: int = 128, shingle_words: int = 5, seed: int = 1,
-                 overlap_words: int = 13):
+                 threshold: float = 0.7, num_perm: int = 128, shingling: Shingling | None = None, seed: int = 1,
+                 overlap_words: int = 13, whole_min_words: int = 5, keep_slot_changes: bool = True):
         self.items = list(items)
         self.exact = exact
         self.near = near
         self.threshold = threshold
         self.num_perm = num_perm
-        self.shingle_words = shingle_words
+        self.shingling = shingling or Shingling()
         self.seed = seed
         self.overlap_words = overlap_words
-        texts = [item.text for item in self.items]
+        self.whole_min_words = whole_min_words
+        self.keep_slot_changes = keep_slot_changes
+        texts = self.texts = [item.text for item in self.items]
 
         self._exact: dict[str, int] = {}
         if exact:
             for index, text in enumerate(texts):
                 self._exact.setdefault(normalise(text), index)
 
-        tokenised = words(texts)
+        self._words = words(texts)
         if near and self.items:
-            sketches = sketch(tokenised, num_perm=num_perm, ngram=shingle_words, seed=seed)
+            sketches = self._sketch(texts, self._words)
             self._sigs = signature_matrix(sketches)
-            self._lsh = lsh_index(sketches, threshold=threshold)
+            self._lsh = lsh_index(sketches, threshold=candidate_threshold(threshold))
 
         # sorted distinct n-gram hashes, with the first eval item holding each
         self._grams = np.empty(0, dtype=np.uint64)
         self._gram_owner = np.empty(0, dtype=np.int64)
         if overlap_words > 0 and self.items:
-            grams = shingle(tokenised, overlap_words, short="skip")
-            owner = np.repeat(np.arange(len(texts)), np.diff(grams.offsets))  # (S,)
-            self._grams, first = np.unique(grams.hashes, return_index=True)
-            self._gram_owner = owner[first]
+            self._grams, self._gram_owner = _owned(shingle(self._words, overlap_words, short="skip"))
+
+    def _sketch(self, texts: Sequence[str], tokenised: Words) -> list[MinHash]:
+        return sketch(tokenised if self.shingling.unit == "word" else texts, num_perm=self.num_perm,
+                      ngram=self.shingling.n, seed=self.seed, unit=self.shingling.unit)
 
     def match(self, texts: Sequence[str], progress: Progress | None = None, *, tokenised: Words | None = None,
               sketches: Sequence[MinHash] | None = None) -> list[Contamination | None]:
-        """One entry per text: the first check it fails (exact, then near, then n-gram), or None if clean.
+        """One entry per text: the first check it fails (exact, near, n-gram, contained), or None if clean.
 
         ``tokenised`` (the texts' :class:`Words`) and ``sketches`` (their MinHash with this index's num_perm,
-        shingle length and seed) may be passed when the caller has them already.
+        shingling and seed) may be passed when the caller has them already.
         """
         found: list[Contamination | None] = [None] * len(texts)
         if not self.items or not texts:
@@ -146,10 +157,12 @@ class EvalIndex:
             text_words = tokenised if tokenised is not None else words(texts)
             if self.near:
                 if sketches is None:
-                    sketches = sketch(text_words, num_perm=self.num_perm, ngram=self.shingle_words, seed=self.seed)
-                self._match_near(sketches, found)
+                    sketches = self._sketch(texts, text_words)
+                self._match_near(texts, sketches, found)
             if self.overlap_words > 0 and len(self._grams):
                 self._match_ngrams(texts, text_words, found)
+            if self.overlap_words > 0 and self.whole_min_words > 0:
+                self._match_contained(texts, text_words, found)
         if progress is not None:
             progress(len(texts))
         return found
@@ -159,17 +172,22 @@ class EvalIndex:
         item = self.items[index]
         return Contamination(method, item.file, item.id, similarity, shared)
 
-    def _match_near(self, sketches: Sequence[MinHash], found: list[Contamination | None]) -> None:
+    def _match_near(self, texts: Sequence[str], sketches: Sequence[MinHash],
+                    found: list[Contamination | None]) -> None:
+        verify = Verifier(texts, self.shingling, self.threshold, others=self.texts,
+                          keep_slot_changes=self.keep_slot_changes)
+        lsh_threshold = candidate_threshold(self.threshold)
+        linked = sharing_a_band(band_keys(signature_matrix(sketches), lsh_threshold),
+                                band_keys(self._sigs, lsh_threshold))
         for i, one in enumerate(sketches):
-            if found[i] is not None:
+            if found[i] is not None or not linked[i]:
                 continue
             candidates = sorted(self._lsh.query(one))
             if not candidates:
                 continue
-            similarity = estimated_jaccard(one.hashvalues, self._sigs[candidates])
-            best = int(np.argmax(similarity))
-            if similarity[best] >= self.threshold:
-                found[i] = self._hit("near", candidates[best], similarity=float(similarity[best]))
+            match = verify.best(i, candidates, estimated_jaccard(one.hashvalues, self._sigs[candidates]))
+            if match is not None:
+                found[i] = self._hit("near", match.kept, similarity=match.similarity)
 
     def _match_ngrams(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
         todo = [i for i in range(len(texts)) if found[i] is None]
@@ -177,13 +195,56 @@ class EvalIndex:
             return
         parts = tokenised.split()
         grams = shingle(Words.join([parts[i] for i in todo]), self.overlap_words, short="skip")
-        slots = np.flatnonzero(np.isin(grams.hashes, self._grams))  # n-grams also in some eval item
-        if not len(slots):
-            return
-        text_of_slot = np.searchsorted(grams.offsets, slots, side="right") - 1
-        rows, first = np.unique(text_of_slot, return_index=True)  # first shared n-gram of each text
-        for row, slot in zip(rows.tolist(), slots[first].tolist(), strict=True):
-            owner = int(self._gram_owner[np.searchsorted(self._grams, grams.hashes[slot])])
+        for row, slot, owner in _shared(grams, self._grams, self._gram_owner):
             start = slot - int(grams.offsets[row])
-            words = tokens(texts[todo[row]])[start:start + self.overlap_words]
-            found[todo[row]] = self._hit("ngram", owner, shared=" ".join(words))
+            shared = tokens(texts[todo[row]])[start:start + self.overlap_words]
+            found[todo[row]] = self._hit("ngram", owner, shared=" ".join(shared))
+
+    def _match_contained(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
+        """Texts shorter than the n-gram: a short eval item whole inside a row, or a short row inside an item.
+
+        For each length m (whole_min_words ≤ m < overlap_words) the whole-text hashes of the m-word texts of one
+        side are looked up among the m-grams of the other side (hashes of the same polynomial).
+        """
+        parts = tokenised.split()
+        item_parts = self._words.split()
+        item_lengths = np.diff(self._words.offsets)
+        for m in range(self.whole_min_words, self.overlap_words):
+            todo = [i for i in range(len(texts)) if found[i] is None]
+            if not todo:
+                return
+            short_items = np.flatnonzero(item_lengths == m)
+            if len(short_items):  # an m-word eval item among the rows' m-grams
+                wholes, owner = _owned(shingle(Words.join([item_parts[k] for k in short_items]), m, short="skip"))
+                grams = shingle(Words.join([parts[i] for i in todo]), m, short="skip")
+                for row, slot, k in _shared(grams, wholes, owner):
+                    start = slot - int(grams.offsets[row])
+                    shared = tokens(texts[todo[row]])[start:start + m]
+                    found[todo[row]] = self._hit("contained", int(short_items[k]), shared=" ".join(shared))
+            short_rows = [i for i in todo if found[i] is None and len(parts[i]) == m]
+            if short_rows:  # an m-word row among the eval items' m-grams
+                item_grams, item_owner = _owned(shingle(self._words, m, short="skip"))
+                wholes_of_rows = shingle(Words.join([parts[i] for i in short_rows]), m, short="skip")
+                for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
+                    found[short_rows[row]] = self._hit("contained", k,
+                                                       shared=" ".join(tokens(texts[short_rows[row]])))
+
+
+def _owned(grams: Shingles) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct shingle hashes, the first text holding each)."""
+    owner = np.repeat(np.arange(len(grams)), np.diff(grams.offsets))  # (S,)
+    distinct, first = np.unique(grams.hashes, return_index=True)
+    return distinct, owner[first]
+
+
+def _shared(grams: Shingles, index: np.ndarray, owner: np.ndarray) -> list[tuple[int, int, int]]:
+    """(text, flat slot of its first shingle found in the sorted ``index``, the owner of that shingle) per text
+    that shares one."""
+    slots = np.flatnonzero(np.isin(grams.hashes, index))
+    if not len(slots):
+        return []
+    text_of_slot = np.searchsorted(grams.offsets, slots, side="right") - 1
+    rows, first = np.unique(text_of_slot, return_index=True)
+    firsts = slots[first]
+    owners = owner[np.searchsorted(index, grams.hashes[firsts])]
+    return list(zip(rows.tolist(), firsts.tolist(), owners.tolist(), strict=True))

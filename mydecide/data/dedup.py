@@ -1,15 +1,21 @@
-"""Exact and near-duplicate detection: normalised keys, word n-gram shingles, MinHash + LSH.
+"""Exact and near-duplicate detection: normalised keys, character (or word) n-gram shingles, MinHash + LSH.
 
 Exact duplicates share the normalised key (case-folded, whitespace-collapsed state + question type +
 instructions + options). Near duplicates ask the same question (same type and instructions) about states whose
-word n-gram shingle sets have an estimated Jaccard similarity ≥ the threshold; candidates come from a datasketch
-``MinHashLSH`` index and are verified on the signatures. Of each duplicate cluster the first row is kept, and
-every removal records which kept row it matched.
+shingle sets have a Jaccard similarity ≥ the threshold. The default shingles are the character 5-grams of the
+normalised text (case-folded words, punctuation and quotes dropped, single spaces): one changed word in a
+12-word text removes 5 of its 8 word 5-grams but only about a fifth of its character 5-grams, so character
+shingles keep short texts comparable (docs/dedup.md has the benchmark behind the choice). Candidates come from a
+datasketch ``MinHashLSH`` index, are pre-filtered on their signatures and verified on their exact shingle sets;
+short look-alikes that differ in a number, a named entity or a negation ("set an alarm for 7 am" / "... 9 pm")
+are kept (:func:`different_slots`). Of each duplicate cluster the first row is kept, and every removal records
+which kept row it matched and their similarity.
 
-Speed: shingles are hashed for the whole corpus at once with numpy (each distinct word hashed once, n-grams
-combined as a polynomial over the word hashes), and the MinHash permutations (datasketch's ``affine32`` scheme,
-the same ``a`` and ``b``) are applied to blocks of shingles as one (S, P) array, so the signatures equal those of
-``datasketch.MinHash.update_batch`` fed the same 32-bit shingle hashes, at a fraction of the per-record cost.
+Speed: shingles are hashed for the whole corpus at once with numpy (characters as UTF-32 code points, words
+hashed once per distinct word; n-grams combined as a polynomial), and the MinHash permutations (datasketch's
+``affine32`` scheme, the same ``a`` and ``b``) are applied to blocks of shingles as one (S, P) array, so the
+signatures equal those of ``datasketch.MinHash.update_batch`` fed the same 32-bit shingle hashes, at a fraction
+of the per-record cost.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +42,7 @@ _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 TOKEN = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 _MASK64 = (1 << 64) - 1
 POLY = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the n-gram polynomial hash
+CHAR_MIX = np.uint64(0xBF58476D1CE4E5B9)  # odd multiplier spreading code points (splitmix64's)
 MAX_HASH32 = np.uint32(0xFFFFFFFF)
 
 Progress = Callable[[int], None]  # called with the number of items just finished
@@ -180,36 +188,189 @@ def shingle(texts: Sequence[str] | Words, n: int, *, short: str = "whole") -> Sh
     ``short`` says what a text with fewer than ``n`` words contributes: ``"whole"`` one shingle made of all its
     words, ``"skip"`` none (n-gram overlap checks, where a short text has no n-gram to share).
     """
+    tokenised = texts if isinstance(texts, Words) else words(texts)
+    return _ngrams(tokenised.hashes, tokenised.offsets, n, short)
+
+
+def shingle_text(text: str) -> str:
+    """The form character shingles are cut from: case-folded words (CJK: characters) joined by single spaces.
+
+    Punctuation, quotes and symbols are dropped, so edits of case, punctuation, whitespace or quotes leave the
+    form unchanged; a text without any word keeps its normalised characters.
+    """
+    return " ".join(tokens(text)) or normalise(text)
+
+
+def char_shingle(texts: Sequence[str], n: int) -> Shingles:
+    """Hash the character n-grams of every text's :func:`shingle_text` in one pass (a shorter text: one shingle).
+
+    Code points are read as one UTF-32 array, spread by a multiply-xorshift (so that neighbouring characters do
+    not give neighbouring hashes) and combined with the same polynomial as word n-grams.
+    """
+    forms = [shingle_text(text) for text in texts]
+    lengths = np.fromiter(map(len, forms), dtype=np.int64, count=len(forms))
+    offsets = np.zeros(len(forms) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    codes = np.frombuffer("".join(forms).encode("utf-32-le"), dtype="<u4").astype(np.uint64)
+    codes *= CHAR_MIX
+    codes ^= codes >> np.uint64(29)
+    return _ngrams(codes, offsets, n, "whole")
+
+
+def _ngrams(values: np.ndarray, offsets: np.ndarray, n: int, short: str) -> Shingles:
+    """Polynomial hashes of the n-grams of (T,) ``values`` within each text's ``offsets`` slice."""
     if n < 1:
         raise ValueError(f"n-gram length must be at least 1, got {n}")
     if short not in ("whole", "skip"):
         raise ValueError(f"short must be 'whole' or 'skip', got {short!r}")
-    tokenised = texts if isinstance(texts, Words) else words(texts)
-    word_hash, offsets = tokenised.hashes, tokenised.offsets
     lengths = np.diff(offsets)  # (N,)
-    total = len(word_hash)
+    total = len(values)
     long_text = lengths >= n
-    if total >= n:
-        # acc[p] = hash of the n words starting at flat position p; kept when they all belong to one text
-        acc = word_hash[: total - n + 1].copy()
+    starts = total - n + 1  # flat positions an n-gram can start at
+    if starts > 0:
+        # acc[p] = hash of the n values starting at flat position p; kept when they all belong to one text,
+        # i.e. unless p is one of the last n - 1 positions of its text
+        acc = values[:starts].copy()
         for j in range(1, n):
-            acc = acc * POLY + word_hash[j: total - n + 1 + j]
-        owner_end = np.repeat(offsets[1:], lengths)[: total - n + 1]
-        long_hashes = acc[np.arange(total - n + 1) + n <= owner_end]
+            acc *= POLY
+            acc += values[j: starts + j]
+        crossing = (offsets[1:, None] - np.arange(1, n)[None, :]).ravel()  # (N * (n - 1),)
+        own_start = np.repeat(offsets[:-1], n - 1)
+        valid = np.ones(starts, dtype=bool)
+        valid[crossing[(crossing >= own_start) & (crossing < starts)]] = False
+        long_hashes = acc[valid]
     else:
         long_hashes = np.empty(0, dtype=np.uint64)
 
     counts = np.where(long_text, lengths - n + 1, 0 if short == "skip" else 1)
     shingle_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(counts, out=shingle_offsets[1:])
+    if long_text.all():
+        return Shingles(long_hashes, shingle_offsets)
     hashes = np.empty(int(shingle_offsets[-1]), dtype=np.uint64)
     slot_long = np.repeat(long_text, counts)
     hashes[slot_long] = long_hashes
-    if short == "whole" and not long_text.all():
+    if short == "whole":
         hashes[~slot_long] = np.asarray(
-            [_polynomial(word_hash[offsets[i]:offsets[i + 1]].tolist()) for i in np.flatnonzero(~long_text).tolist()],
+            [_polynomial(values[offsets[i]:offsets[i + 1]].tolist()) for i in np.flatnonzero(~long_text).tolist()],
             dtype=np.uint64)
     return Shingles(hashes, shingle_offsets)
+
+
+@dataclass(frozen=True)
+class Shingling:
+    """What a text's shingles are: ``unit`` ``"char"`` (n-grams of the characters of :func:`shingle_text`) or
+    ``"word"`` (n-grams of :func:`tokens`); a text shorter than ``n`` is one shingle of all of it."""
+
+    unit: str = "char"
+    n: int = 5
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("char", "word"):
+            raise ValueError(f"shingle unit must be 'char' or 'word', got {self.unit!r}")
+        if self.n < 1:
+            raise ValueError(f"n-gram length must be at least 1, got {self.n}")
+
+    def hashes(self, texts: Sequence[str] | Words) -> Shingles:
+        """The hashed shingles of every text, vectorised (word shingles also take ready :class:`Words`)."""
+        if self.unit == "word":
+            return shingle(texts, self.n)
+        if isinstance(texts, Words):
+            raise TypeError("character shingles need the texts, not their word hashes")
+        return char_shingle(texts, self.n)
+
+    def set(self, text: str) -> set[Any]:
+        """The exact shingle set of one text (what a candidate pair is verified on)."""
+        units: Sequence[Any] = shingle_text(text) if self.unit == "char" else tokens(text)
+        if self.unit == "word" and not units:
+            units = [normalise(text)]
+        n = min(self.n, len(units)) or 1
+        if self.unit == "char":
+            return {units[i:i + n] for i in range(max(1, len(units) - n + 1))}
+        return {tuple(units[i:i + n]) for i in range(max(1, len(units) - n + 1))}
+
+    def describe(self) -> dict[str, Any]:
+        """How the manifest names this shingling."""
+        text = ("case-folded words joined by single spaces, punctuation and quotes dropped" if self.unit == "char"
+                else "case-folded words, punctuation dropped")
+        return {"unit": self.unit, "n": self.n, "of": text}
+
+
+def jaccard(a: set[Any], b: set[Any]) -> float:
+    """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0
+
+
+# ------------------------------------------------------------------------------------------------ look-alikes
+
+SLOT_WORDS = 24  # texts up to this many words are checked for a changed slot
+NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without",
+                       "cannot", "t", "yes", "on", "off"})  # "t": the tokens of "don't" are "don", "t"
+TIME_WORDS = frozenset({"am", "pm", "noon", "midnight", "today", "tonight", "tomorrow", "yesterday", "morning",
+                        "afternoon", "evening", "night", "week", "weekend", "month", "year", "hour", "hours",
+                        "minute", "minutes", "day", "days"})
+_TYPO = 0.7  # two words at least this similar (difflib ratio) are one word misspelt, not two entities
+
+
+def different_slots(a: str, b: str) -> bool:
+    """Whether two short, similar texts differ in what a decision hangs on, so both must be kept.
+
+    True when both have at most ``SLOT_WORDS`` words and, in the word-level diff of the two (case-folded), a
+    replaced span holds on both sides a number ("for 7 am" / "for 9 am"), a time word ("7 am" / "7 pm",
+    "tonight" / "tomorrow") or a named entity (a capitalised word that does not start a sentence, and not a
+    misspelling of the other: "the capital of France" / "of Germany"), or a changed span adds or drops a number
+    ("at 6 am" / "at 6:30 am"), or holds a negation or an on/off word ("turn the lights on" / "off", "I like it"
+    / "I don't like it"). Edits of case, punctuation, a typo, an added greeting or a changed common word are not
+    slot changes: those copies stay duplicates.
+    """
+    if max(len(a.split()), len(b.split())) > 2 * SLOT_WORDS:  # cheap bound before reading words
+        return False
+    wa, wb = _surface_words(a), _surface_words(b)
+    if not wa or not wb or max(len(wa), len(wb)) > SLOT_WORDS:
+        return False
+    fa, fb = [w.casefold() for w, _ in wa], [w.casefold() for w, _ in wb]
+    if fa == fb:  # the same words: case, punctuation or spacing changed
+        return False
+    from difflib import SequenceMatcher
+
+    for op, i1, i2, j1, j2 in SequenceMatcher(None, fa, fb, autojunk=False).get_opcodes():
+        if op == "equal":
+            continue
+        if set(fa[i1:i2] + fb[j1:j2]) & NEGATIONS:
+            return True
+        if op != "replace":  # a number added or dropped ("for 2" / "for 2 or 3", "at 6 am" / "at 6:30 am")
+            if any(map(_is_number, fa[i1:i2] + fb[j1:j2])):
+                return True
+            continue
+        if any(map(_is_number, fa[i1:i2])) and any(map(_is_number, fb[j1:j2])):
+            return True
+        if set(fa[i1:i2]) & TIME_WORDS and set(fb[j1:j2]) & TIME_WORDS:
+            return True
+        names_a = [w for w, (_, entity) in zip(fa[i1:i2], wa[i1:i2], strict=True) if entity]
+        names_b = [w for w, (_, entity) in zip(fb[j1:j2], wb[j1:j2], strict=True) if entity]
+        if names_a and names_b and all(SequenceMatcher(None, x, y).ratio() < _TYPO
+                                       for x in names_a for y in names_b):
+            return True
+    return False
+
+
+def _is_number(word: str) -> bool:
+    return any(c.isdigit() for c in word)
+
+
+_SENTENCE_END = re.compile(r"[.!?:;\n\"“(\[]\s*$")
+
+
+@lru_cache(maxsize=1 << 16)  # a short text is compared with each of its candidates
+def _surface_words(text: str) -> tuple[tuple[str, bool], ...]:
+    """(word, is it entity-like: capitalised, not all capitals, not the first word of a sentence)."""
+    out: list[tuple[str, bool]] = []
+    for match in TOKEN.finditer(text):
+        word, start = match.group(), match.start()
+        starts_sentence = not out or bool(_SENTENCE_END.search(text[max(0, start - 3):start]))
+        out.append((word, word[0].isupper() and not word.isupper() and not starts_sentence))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------- signatures
@@ -240,10 +401,12 @@ def signatures(shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block:
                progress: Progress | None = None) -> np.ndarray:
     """(N, P) uint32 MinHash signatures; a text without shingles keeps the empty signature (all 2^32 − 1).
 
-    Shingles are permuted ``block`` at a time as one (block, P) array (a few MB, so it stays in cache) and
-    reduced per text with ``np.minimum.reduceat``; a text larger than a block is reduced over several blocks.
+    Shingles are permuted ``block`` at a time as one (P, block) array (a few MB, so it stays in cache; each
+    permutation a contiguous row, so the per-text minimum runs along memory) and reduced per text with
+    ``np.minimum.reduceat``; a text larger than a block is reduced over several blocks.
     """
     a, b = permutations(num_perm, seed)
+    a, b = a[:, None], b[:, None]  # (P, 1)
     h = fmix32(fold32(shingles.hashes))  # (S,)
     offsets = shingles.offsets
     n = len(shingles)
@@ -255,14 +418,14 @@ def signatures(shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block:
         lo, hi = int(offsets[i]), int(offsets[j])
         if j == i + 1:
             for start in range(lo, hi, block):
-                phv = h[start:min(hi, start + block), None] * a  # (s, P)
+                phv = h[None, start:min(hi, start + block)] * a  # (P, s)
                 phv += b
-                np.minimum(sig[i], phv.min(axis=0), out=sig[i])
+                np.minimum(sig[i], phv.min(axis=1), out=sig[i])
         elif hi > lo:
-            phv = h[lo:hi, None] * a  # (s, P): the P permutations of every shingle in the block
+            phv = h[None, lo:hi] * a  # (P, s): the P permutations of every shingle in the block
             phv += b
             nonempty = np.flatnonzero(offsets[i + 1:j + 1] > offsets[i:j]) + i
-            sig[nonempty] = np.minimum.reduceat(phv, offsets[nonempty] - lo, axis=0)
+            sig[nonempty] = np.minimum.reduceat(phv, offsets[nonempty] - lo, axis=1).T
         if progress is not None:
             progress(j - i)
         i = j
@@ -282,9 +445,11 @@ def minhashes(sigs: np.ndarray, seed: int) -> list[MinHash]:
     return [MinHash(seed=seed, hashvalues=row, permutations=perms, scheme="affine32") for row in sigs]
 
 
-def sketch(texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1) -> list[MinHash]:
-    """MinHash sketches of the word ``ngram`` shingles of each text (the fast path, end to end)."""
-    return minhashes(signatures(shingle(texts, ngram), num_perm=num_perm, seed=seed), seed)
+def sketch(texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1,
+           unit: str = "char") -> list[MinHash]:
+    """MinHash sketches of the ``ngram`` shingles (``unit``: characters or words) of each text (the fast path)."""
+    shingles = Shingling(unit, ngram).hashes(texts)
+    return minhashes(signatures(shingles, num_perm=num_perm, seed=seed), seed)
 
 
 def lsh_bands(threshold: float, num_perm: int, recall: float = 0.95) -> tuple[int, int]:
@@ -318,6 +483,41 @@ def lsh_index(sketches: Sequence[MinHash], *, threshold: float, keys: Sequence[A
     return lsh
 
 
+def band_keys(sigs: np.ndarray, threshold: float) -> np.ndarray:
+    """(N, b) uint64: a hash of each LSH band of each (N, P) signature, for the bands ``lsh_index`` uses at this
+    threshold (two signatures share a bucket of band k exactly when their keys in column k are equal)."""
+    bands, rows = lsh_bands(threshold, sigs.shape[1])
+    s = sigs[:, :bands * rows].astype(np.uint64).reshape(len(sigs), bands, rows)
+    keys = s[:, :, 0].copy()
+    for j in range(1, rows):
+        keys *= POLY
+        keys += s[:, :, j]
+    return keys
+
+
+def sharing_a_band(keys: np.ndarray, others: np.ndarray | None = None) -> np.ndarray:
+    """(N,) bool: which rows share some band key with another row (or, given ``others``, with a row of those).
+
+    A row that shares no band has no LSH candidate and is nobody's candidate, so the Python-speed LSH is only
+    filled and asked for the rows this marks (in most data a small share), with the same candidates as before.
+    """
+    shared = np.zeros(len(keys), dtype=bool)
+    for band in range(keys.shape[1]):
+        column = keys[:, band]
+        if others is not None:
+            shared |= np.isin(column, others[:, band])
+        else:
+            _, inverse, counts = np.unique(column, return_inverse=True, return_counts=True)
+            shared |= counts[inverse] > 1
+    return shared
+
+
+def candidate_threshold(threshold: float) -> float:
+    """The similarity the LSH bands are set for when candidates are verified on exact shingle sets: a pair at
+    the threshold is then a candidate with p > 0.99 (the bands' 0.95 holds 0.05 below it)."""
+    return max(0.05, threshold - 0.05)
+
+
 def signature_matrix(sketches: Sequence[MinHash]) -> np.ndarray:
     """(N, P) hash values of the sketches."""
     return np.vstack([one.hashvalues for one in sketches]) if sketches else np.empty((0, 0), dtype=np.uint32)
@@ -329,41 +529,109 @@ def signature_matrix(sketches: Sequence[MinHash]) -> np.ndarray:
 @dataclass(frozen=True)
 class NearMatch:
     kept: int  # index of the kept row this one duplicates
-    similarity: float  # estimated Jaccard of their shingle sets
+    similarity: float  # Jaccard of their shingle sets (exact when verified on the texts, else the MinHash estimate)
 
 
-def near_duplicates(texts: Sequence[str] | Words, *, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5,
-                    seed: int = 1, groups: Sequence[str] | None = None,
-                    progress: Progress | None = None) -> dict[int, NearMatch]:
+# an estimate this close to the threshold is checked on the exact shingle sets (2.5σ of the estimate at P=128)
+SIGNATURE_MARGIN = 0.1
+
+
+def near_duplicates(texts: Sequence[str], *, threshold: float = 0.7, num_perm: int = 128, ngram: int = 5,
+                    unit: str = "char", seed: int = 1, groups: Sequence[str] | None = None,
+                    progress: Progress | None = None, keep_slot_changes: bool = True) -> dict[int, NearMatch]:
     """``{removed index: NearMatch}`` for texts that nearly repeat an earlier *kept* text of the same group.
 
     Rows are visited in order; a row is removed when some earlier kept row of its group (``groups[i]``, e.g.
-    the question key) has an estimated Jaccard ≥ ``threshold``; it records the most similar such row. Matching
-    only kept rows keeps one representative per cluster and never chains a removal through another removal.
+    the question key) has a shingle Jaccard ≥ ``threshold`` and is not a look-alike with another slot value
+    (:func:`different_slots`); it records the most similar such row. Matching only kept rows keeps one
+    representative per cluster and never chains a removal through another removal.
     """
-    sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed)
-    return near_duplicates_of(sketches, threshold=threshold, groups=groups, progress=progress)
+    sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed, unit=unit)
+    return near_duplicates_of(sketches, threshold=threshold, groups=groups, progress=progress, texts=texts,
+                              shingling=Shingling(unit, ngram), keep_slot_changes=keep_slot_changes)
 
 
 def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups: Sequence[str] | None = None,
-                       progress: Progress | None = None) -> dict[int, NearMatch]:
-    """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps)."""
+                       progress: Progress | None = None, texts: Sequence[str] | None = None,
+                       shingling: Shingling | None = None, keep_slot_changes: bool = True) -> dict[int, NearMatch]:
+    """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps).
+
+    With ``texts`` (and the ``shingling`` the sketches were made with), candidates whose MinHash estimate is
+    within ``SIGNATURE_MARGIN`` of the threshold are verified on their exact shingle sets and checked for a
+    changed slot; without, the estimate alone decides (as datasketch's LSH would).
+    """
     if groups is not None and len(groups) != len(sketches):
         raise ValueError(f"groups has {len(groups)} entries for {len(sketches)} texts")
-    lsh = lsh_index(sketches, threshold=threshold)
+    if texts is not None and len(texts) != len(sketches):
+        raise ValueError(f"texts has {len(texts)} entries for {len(sketches)} sketches")
+    verify = Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes) \
+        if texts is not None else None
+    lsh_threshold = candidate_threshold(threshold) if verify else threshold
     sigs = signature_matrix(sketches)
+    linked = sharing_a_band(band_keys(sigs, lsh_threshold)) if len(sketches) else np.zeros(0, dtype=bool)
+    rows = np.flatnonzero(linked).tolist()
+    lsh = lsh_index([sketches[i] for i in rows], threshold=lsh_threshold, keys=rows)
     removed: dict[int, NearMatch] = {}
     for i, one in enumerate(sketches):
-        candidates = [j for j in lsh.query(one)
-                      if j < i and j not in removed and (groups is None or groups[j] == groups[i])]
+        if not linked[i]:
+            candidates = []
+        else:
+            candidates = [j for j in lsh.query(one)
+                          if j < i and j not in removed and (groups is None or groups[j] == groups[i])]
         if candidates:
             candidates.sort()
             similarity = estimated_jaccard(sigs[i], sigs[candidates])
-            best = int(np.argmax(similarity))  # first of the most similar (candidates are sorted)
-            if similarity[best] >= threshold:
-                removed[i] = NearMatch(candidates[best], float(similarity[best]))
+            if verify is None:
+                best = int(np.argmax(similarity))  # first of the most similar (candidates are sorted)
+                if similarity[best] >= threshold:
+                    removed[i] = NearMatch(candidates[best], float(similarity[best]))
+            else:
+                match = verify.best(i, candidates, similarity)
+                if match is not None:
+                    removed[i] = match
         if progress is not None and i % 1000 == 999:
             progress(1000)
     if progress is not None:
         progress(len(sketches) % 1000)
     return removed
+
+
+class Verifier:
+    """Checks candidate pairs on their exact shingle sets (cached per text) and for a changed slot."""
+
+    def __init__(self, texts: Sequence[str], shingling: Shingling, threshold: float, *,
+                 others: Sequence[str] | None = None, keep_slot_changes: bool = True):
+        self.texts = texts
+        self.keep_slot_changes = keep_slot_changes
+        self.others = texts if others is None else others  # what candidates index into (eval items, or texts)
+        self.shingling = shingling
+        self.threshold = threshold
+        self._sets: dict[tuple[bool, int], set[Any]] = {}
+
+    def _set(self, index: int, other: bool) -> set[Any]:
+        key = (other and self.others is not self.texts, index)
+        found = self._sets.get(key)
+        if found is None:
+            if len(self._sets) > 20_000:  # bounded: rows are visited in order, old ones are rarely asked again
+                self._sets.clear()
+            found = self._sets[key] = self.shingling.set((self.others if other else self.texts)[index])
+        return found
+
+    def best(self, i: int, candidates: Sequence[int], estimates: np.ndarray) -> NearMatch | None:
+        """The most similar candidate at or above the threshold that is not a look-alike (first on ties).
+
+        An estimate within ``SIGNATURE_MARGIN`` of the threshold is replaced by the exact Jaccard of the two
+        shingle sets; one further away decides alone (its error is below 1% at 128 permutations).
+        """
+        best: NearMatch | None = None
+        for k in np.flatnonzero(estimates >= self.threshold - SIGNATURE_MARGIN).tolist():
+            j = candidates[k]  # candidates are sorted: the first of the most similar wins
+            similarity = float(estimates[k])
+            if similarity < self.threshold + SIGNATURE_MARGIN:
+                similarity = jaccard(self._set(i, False), self._set(j, True))
+            if similarity >= self.threshold and (best is None or similarity > best.similarity) \
+                    and not (self.keep_slot_changes and different_slots(self.texts[i], self.others[j])):
+                best = NearMatch(j, similarity)
+                if similarity == 1.0:
+                    break
+        return best

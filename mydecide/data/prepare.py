@@ -101,11 +101,16 @@ def release(rows: Sequence[Row]) -> None:
         row.words = row.sketch = None
 
 
+def shingling(near: NearDedupConfig) -> dedup.Shingling:
+    return dedup.Shingling(near.shingle, near.ngram)
+
+
 def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
-    """The rows' MinHash sketches (dedup.near's num_perm, shingle length and seed), computing missing ones."""
+    """The rows' MinHash sketches (dedup.near's num_perm, shingling and seed), computing missing ones."""
     todo = [row for row in rows if row.sketch is None]
     if todo:
-        sketches = dedup.sketch(tokenised(todo), num_perm=near.num_perm, ngram=near.ngram, seed=near.seed)
+        texts = tokenised(todo) if near.shingle == "word" else [row.text for row in todo]
+        sketches = dedup.sketch(texts, num_perm=near.num_perm, ngram=near.ngram, seed=near.seed, unit=near.shingle)
         for row, one in zip(todo, sketches, strict=True):
             row.sketch = one
     return [row.sketch for row in rows if row.sketch is not None]
@@ -122,6 +127,7 @@ class Ledger:
     rejected: int = 0
     removed: int = 0
     augmented: int = 0  # copies added to train (not input rows)
+    near_pairs: list[dict[str, Any]] = field(default_factory=list)  # near_dedup's removals, for near_pairs.jsonl
     clock: float = field(default_factory=time.perf_counter)  # end of the previous step
 
     def lap(self) -> float:
@@ -252,12 +258,41 @@ def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bo
     sketches = sketched(rows, near)
     with _bar(progress, "near dedup", total=len(rows)) as bar:
         matches = dedup.near_duplicates_of(sketches, threshold=near.threshold, progress=bar.update,
-                                           groups=[dedup.question_key(row.record.question) for row in rows])
+                                           groups=[dedup.question_key(row.record.question) for row in rows],
+                                           texts=[row.text for row in rows], shingling=shingling(near),
+                                           keep_slot_changes=near.keep_slot_changes)
     removed = [(rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
                for i, m in sorted(matches.items())]
     kept = [row for i, row in enumerate(rows) if i not in matches]
+    ledger.near_pairs = near_pairs(rows, matches)
+    bands = Counter(similarity_band(m.similarity) for m in matches.values())
     return ledger.step("near_dedup", rows, kept, removed, threshold=near.threshold, num_perm=near.num_perm,
-                       ngram=near.ngram)
+                       ngram=near.ngram, shingling=shingling(near).describe(),
+                       keep_slot_changes=near.keep_slot_changes,
+                       by_similarity={band: bands[band] for band in SIMILARITY_BANDS if bands[band]},
+                       pairs="near_pairs.jsonl")
+
+
+SIMILARITY_BANDS = ("<0.7", "0.7-0.8", "0.8-0.9", "0.9-1.0", "1.0")
+PAIR_CHARS = 1000  # of each state in near_pairs.jsonl (the whole removed record is in rejects.jsonl)
+
+
+def similarity_band(similarity: float) -> str:
+    if similarity >= 1.0:
+        return "1.0"
+    return next((f"{lo}-{hi}" for lo, hi in (("0.9", "1.0"), ("0.8", "0.9"), ("0.7", "0.8"))
+                 if similarity >= float(lo)), "<0.7")
+
+
+def near_pairs(rows: Sequence[Row], matches: dict[int, dedup.NearMatch]) -> list[dict[str, Any]]:
+    """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top."""
+    def side(row: Row) -> dict[str, Any]:
+        text = row.text
+        return {**row.ref(), "state": text if len(text) <= PAIR_CHARS else text[:PAIR_CHARS] + "…"}
+
+    return [{"similarity": round(m.similarity, 4), "band": similarity_band(m.similarity),
+             "removed": side(rows[i]), "kept": side(rows[m.kept])}
+            for i, m in sorted(matches.items(), key=lambda item: (item[1].similarity, item[0]))]
 
 
 def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, Any]]]:
@@ -304,7 +339,8 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
     settings, near = recipe.decontamination, recipe.dedup.near
     index = EvalIndex(items, exact=settings.exact, near=settings.near,
                       threshold=settings.near_threshold or near.threshold, num_perm=near.num_perm,
-                      shingle_words=near.ngram, seed=near.seed, overlap_words=settings.ngram)
+                      shingling=shingling(near), seed=near.seed, overlap_words=settings.ngram,
+                      whole_min_words=settings.whole_min_words, keep_slot_changes=near.keep_slot_changes)
     with _bar(progress, "decontaminate", total=len(rows)) as bar:
         found = index.match([row.text for row in rows], progress=bar.update, tokenised=tokenised(rows),
                             sketches=sketched(rows, near) if settings.near else None)
@@ -315,7 +351,8 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
     release(rows)
     return ledger.step("decontaminate", rows, kept, removed, eval_files=files,
-                       ngram=settings.ngram, near_threshold=index.threshold)
+                       ngram=settings.ngram, whole_min_words=settings.whole_min_words,
+                       near_threshold=index.threshold, shingling=index.shingling.describe())
 
 
 def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
@@ -457,8 +494,9 @@ def write_files(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifes
     for name, rows in files.items():
         write_jsonl(out / name, (row.record.to_json() for row in rows))
     write_jsonl(out / "rejects.jsonl", ledger.dropped)
+    write_jsonl(out / "near_pairs.jsonl", ledger.near_pairs)
     atomic_write_text(out / "recipe.yaml", dump_recipe(recipe))
-    for name in [*files, "rejects.jsonl", "recipe.yaml"]:
+    for name in [*files, "rejects.jsonl", "near_pairs.jsonl", "recipe.yaml"]:
         data = (out / name).read_bytes()
         manifest["outputs"][name] = {"rows": data.count(b"\n") if name.endswith(".jsonl") else None,
                                      "sha256": hashlib.sha256(data).hexdigest()}

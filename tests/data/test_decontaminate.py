@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from prepare_builders import sentence, write_jsonl
 
+from mydecide.data.dedup import Shingling
 from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
 
 EVAL = [EvalItem("eval.jsonl", f"e{i}", sentence(100 + i, 40)) for i in range(5)]
@@ -59,3 +60,18 @@ def test_read_eval_jsonl_takes_states_and_ids_and_lists_unusable_lines(tmp_path:
         read_eval_jsonl(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="no eval item"):
         read_eval_jsonl(write_jsonl(tmp_path / "empty.jsonl", [{"id": 1}]))
+
+
+def test_short_contaminated_texts_are_found() -> None:
+    items = [*EVAL, EvalItem("eval.jsonl", "short", "the checkout page crashes when I pay with a gift card"),
+             EvalItem("eval.jsonl", "alarm", "set an alarm for 7 am")]
+    texts = ["The checkout page crashes when I pay with a giftcard!",  # an edited copy of an 11-word item
+             "Hi all, quick one: the checkout page crashes when I pay with a gift card. It started after the "
+             "release on Monday and blocks every order paid that way. Thanks, Anna",  # inside a longer text
+             "set an alarm for 9 pm"]  # a look-alike with another slot value: clean
+    # word 5-gram shingles and the 13-gram check alone (the defaults before) find neither
+    before = EvalIndex(items, shingling=Shingling("word", 5), threshold=0.8, whole_min_words=0).match(texts)
+    assert before == [None, None, None]
+    found = EvalIndex(items).match(texts)
+    assert [(f.method, f.item_id) if f else None for f in found] == [("near", "short"), ("contained", "short"), None]
+    assert found[1] is not None and found[1].shared == "the checkout page crashes when i pay with a gift card"

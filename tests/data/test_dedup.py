@@ -90,3 +90,67 @@ def test_lsh_bands_catch_pairs_at_the_threshold(threshold: float) -> None:
     assert 1 - (1 - (threshold + 0.05) ** r) ** b >= 0.99
     # and it is the largest band size that does
     assert r + 1 > 128 // 2 or 1 - (1 - threshold ** (r + 1)) ** (128 // (r + 1)) < 0.95
+
+
+def test_character_shingles_ignore_case_punctuation_spacing_and_quotes() -> None:
+    shingling = dedup.Shingling()  # the default: character 5-grams of the normalised text
+    assert shingling.set('He said: \u201cHello\u201d,\n  World!') == shingling.set("he said hello world")
+    assert dedup.shingle_text("Don't  STOP!") == "don t stop"
+    assert shingling.set("hi") == {"hi"}  # a text shorter than n is one shingle
+    sigs = dedup.signatures(dedup.char_shingle(["He said: Hello, World!", "he said hello world"], 5))
+    assert np.array_equal(sigs[0], sigs[1])
+
+
+def test_char_signatures_equal_datasketch_minhash_of_the_same_shingles() -> None:
+    from datasketch import MinHash
+
+    texts = ["set an alarm for 7 am", "ok", sentence(4, 300), "中文文本的去重测试"]
+    shingles = dedup.char_shingle(texts, 5)
+    # CJK characters are words: "中 文 文 本 …" (17 characters) has 13 five-character shingles
+    assert np.diff(shingles.offsets).tolist() == [17, 1, len(dedup.shingle_text(texts[2])) - 4, 13]
+    sigs = dedup.signatures(shingles, num_perm=32, seed=3, block=64)
+    for i in range(len(texts)):
+        reference = MinHash(num_perm=32, seed=3, hashfunc=int)
+        reference.update_batch(dedup.fold32(shingles.of(i)).tolist())
+        assert np.array_equal(reference.hashvalues, sigs[i]), texts[i][:30]
+
+
+SHORT = "my package still has not arrived and the tracking page shows nothing"  # 12 words
+
+
+def test_a_short_text_with_one_word_changed_is_a_near_duplicate() -> None:
+    copy = SHORT.replace("package", "parcel")
+    # word 5-grams (the default before character shingles): 5 of the 8 shingles change, Jaccard 3/13, kept
+    assert dedup.near_duplicates([SHORT, copy], unit="word", ngram=5, threshold=0.8) == {}
+    removed = dedup.near_duplicates([SHORT, copy])
+    assert list(removed) == [1] and removed[1].kept == 0 and 0.7 <= removed[1].similarity < 0.9
+    # other typical edits of a short text are found as well
+    edits = [SHORT.upper() + "!!", SHORT.replace("tracking", "trackign"), f"Hi team, {SHORT}. Thanks, Anna",
+             SHORT.replace("still ", ""), SHORT.replace(" ", "  ").replace("page", "page,")]
+    removed = dedup.near_duplicates([SHORT, *edits])
+    assert sorted(removed) == [1, 2, 3, 4, 5] and {m.kept for m in removed.values()} == {0}
+
+
+@pytest.mark.parametrize("a, b", [
+    ("set an alarm for 7 am", "set an alarm for 9 pm"),
+    ("book a table for 4 at 7 pm tonight", "book a table for 4 at 7 pm tomorrow"),
+    ("remind me to call Anna at 6 am", "remind me to call Anna at 6:30 am"),
+    ("translate good morning into the language spoken in Spain", "translate good morning into the language "
+                                                                 "spoken in Japan"),
+    ("please turn the kitchen lights on", "please turn the kitchen lights off"),
+    ("I liked the new update a lot", "I didn't like the new update a lot"),
+])
+def test_short_look_alikes_with_another_slot_value_are_kept(a: str, b: str) -> None:
+    assert dedup.different_slots(a, b) and dedup.different_slots(b, a)
+    assert dedup.near_duplicates([a, b]) == {}
+    # with the check off, the pair is judged on its shingles alone
+    if dedup.jaccard(dedup.Shingling().set(a), dedup.Shingling().set(b)) >= 0.7:
+        assert list(dedup.near_duplicates([a, b], keep_slot_changes=False)) == [1]
+
+
+def test_case_a_typo_or_a_changed_common_word_is_not_a_slot_change() -> None:
+    a = "what is the capital of France?"
+    assert not dedup.different_slots(a, "What is the capital of FRANCE")
+    assert not dedup.different_slots(a, "what is the capital of Frnace?")  # a misspelt name is the same name
+    assert not dedup.different_slots(SHORT, SHORT.replace("package", "parcel"))
+    assert not dedup.different_slots(" ".join([SHORT] * 3), " ".join([SHORT] * 3).replace("7", "9"))  # long texts

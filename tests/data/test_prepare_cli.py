@@ -28,7 +28,7 @@ def test_cli_end_to_end_with_overrides(tmp_path: Path) -> None:
                                       "--no-progress"])
     assert result.exit_code == 0, result.output
     assert {p.name for p in out.iterdir()} == {"train.jsonl", "dev.jsonl", "heldout_tasks.jsonl",
-                                               "rejects.jsonl", "manifest.json", "recipe.yaml"}
+                                               "rejects.jsonl", "near_pairs.jsonl", "manifest.json", "recipe.yaml"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recipe"]["split"]["dev_fraction"] == 0.5 and manifest["recipe"]["out"] == str(out)
     assert manifest["conservation"]["kept"] == 40 and manifest["conservation"]["rejected"] == 1
