@@ -10,9 +10,11 @@ from typing import Any
 import typer
 
 from mydecide.commands import fail, friendly_errors
+from mydecide.serving.batching import BatchOptions
 from mydecide.serving.wire import Limits
 
 DEFAULT_LIMITS = Limits()
+DEFAULT_BATCHING = BatchOptions()
 
 
 def is_loopback(host: str) -> bool:
@@ -101,6 +103,9 @@ def register(app: typer.Typer) -> None:
         max_batch_requests: int = typer.Option(16, min=1, help="Requests per micro-batch."),
         max_pending: int = typer.Option(256, min=1, help="Queued requests beyond which the server answers "
                                         "503."),
+        slice_tokens: int = typer.Option(DEFAULT_BATCHING.slice_tokens, min=256, help="Tokens scored in one go "
+                                         "while other requests wait: a larger batch is scored in slices, and "
+                                         "requests that arrive meanwhile are answered between two slices."),
         request_timeout: float = typer.Option(120.0, min=0.1, help="Seconds a request may wait for its answer "
                                               "before a 503."),
         baseline: bool = typer.Option(False, "--baseline", help="Turn off micro-batching and shared-prefix "
@@ -110,8 +115,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve a decision model: POST /v1/systemone (Jev format) and GET /health."""
         import logging
-
-        from mydecide.serving.batching import BatchOptions
 
         if not is_loopback(host) and not api_key and not no_auth:
             fail(f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
@@ -130,7 +133,8 @@ def register(app: typer.Typer) -> None:
         limits = parse_limits(limit, max_questions=max_questions, max_prompts=max_prompts,
                               max_state_chars=max_state_chars, max_body_bytes=max_body_bytes)
         options = BatchOptions.baseline() if baseline else BatchOptions(
-            window_ms=batch_window_ms, max_requests=max_batch_requests, max_pending=max_pending)
+            window_ms=batch_window_ms, max_requests=max_batch_requests, max_pending=max_pending,
+            slice_tokens=slice_tokens)
         level = getattr(logging, log_level.upper(), None)
         if not isinstance(level, int):
             raise ValueError(f"--log-level {log_level!r}: use debug, info, warning or error")
