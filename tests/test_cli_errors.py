@@ -154,6 +154,10 @@ def test_train_data_given_as_a_file_or_a_missing_directory(tmp_path: Path) -> No
     assert one_line_error(as_file) == (
         f"error: --data {data / 'train.jsonl'} is a file; train reads the directory `mydecide prepare` wrote, "
         f"with train.jsonl and dev.jsonl in it (here: --data {data})")
+    data_recipe = REPO / "recipes" / "data" / "demo.yaml"
+    as_recipe = CliRunner().invoke(app, [*base, "--data", str(data_recipe)])
+    assert one_line_error(as_recipe).endswith(f"in it; for a data recipe, run `mydecide prepare {data_recipe} --out "
+                                              "DIR` first")
     missing = CliRunner().invoke(app, [*base, "--data", str(tmp_path / "nope")])
     assert "no such directory" in one_line_error(missing)
     (data / "dev.jsonl").unlink()

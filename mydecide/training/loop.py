@@ -45,8 +45,14 @@ def prepared_data(data: str | None) -> Path:
         raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
     path = Path(data)
     if path.is_file():
+        if (path.parent / "train.jsonl").is_file():
+            hint = f" (here: --data {path.parent})"
+        elif path.suffix in (".yaml", ".yml"):
+            hint = f"; for a data recipe, run `mydecide prepare {path} --out DIR` first"
+        else:
+            hint = ""
         raise NotADirectoryError(f"--data {path} is a file; train reads the directory `mydecide prepare` wrote, "
-                                 f"with train.jsonl and dev.jsonl in it (here: --data {path.parent})")
+                                 f"with train.jsonl and dev.jsonl in it{hint}")
     if not path.is_dir():
         raise FileNotFoundError(f"--data {path}: no such directory (give the output directory of `mydecide prepare`)")
     missing = [name for name in ("train.jsonl", "dev.jsonl") if not (path / name).is_file()]
