@@ -302,3 +302,22 @@ def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(tiny
     model = load_model(str(model_dir), device="cpu")
     assert model.renderer.config.option_form == "letters" and model.renderer.config.max_state_tokens == 64
     assert load_model(str(model_dir), device="cpu", option_form="letters").renderer.form(choice(CRITERIA)) == "letters"
+
+
+def test_serve_counts_per_option_prompts_and_answers_a_255_option_choice(tiny_llama_dir: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from mydecide.modeling import load_model
+    from mydecide.serving.app import create_app
+    from mydecide.serving.wire import Limits
+
+    model = load_model(str(tiny_llama_dir), render=PER_OPTION, device="cpu")
+    many = {"type": "choice", "instructions": "Which intent?", "criteria": {f"intent_{i}": "" for i in range(255)}}
+    with TestClient(create_app(model, model_name="tiny", limits=Limits(max_prompts=300))) as client:
+        response = client.post("/v1/systemone", json={"state": STATE, "questions": {"intent": many}})
+        assert response.status_code == 200, response.text
+        p = response.json()["answers"]["intent"]["probabilities"]
+        assert len(p) == 255 and abs(sum(p.values()) - 1) < 1e-6
+        # two such questions are 510 prompts in this form (22 with letters): over the limit, said before scoring
+        response = client.post("/v1/systemone", json={"state": STATE, "questions": {"a": many, "b": many}})
+        assert response.status_code == 422 and "more than 300 scored prompts" in response.text

@@ -208,7 +208,7 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         except RequestError as err:
             raise ApiError(400, str(err)) from None
         try:
-            parsed = parse_request(body, limits)
+            parsed = parse_request(body, limits, request.app.state.scorer.model.renderer.form)
         except RequestError as err:
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)

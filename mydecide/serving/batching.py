@@ -232,7 +232,7 @@ class Scorer:
     def submit(self, request: Request) -> Future[dict[str, Any]]:
         """Queue one parsed request; the future resolves to its response (or the scoring error)."""
         future: Future[dict[str, Any]] = Future()
-        n_prompts = sum(prompt_count(q) for q in request.questions.values())
+        n_prompts = sum(prompt_count(q, self.model.renderer.form(q)) for q in request.questions.values())
         self._queue.put(_Job(request, future, n_prompts))
         return future
 

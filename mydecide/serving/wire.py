@@ -50,7 +50,9 @@ class Limits:
     """
 
     max_questions: int = 32
-    max_prompts: int = 128  # prompts scored per request: one per question, one per label of a set question
+    # prompts scored per request: one per question, one per label of a set question, one per option of a question
+    # scored per option (short continuations of one shared prefix: a 255-option choice must fit)
+    max_prompts: int = 512
     max_state_chars: int = 100_000  # the state as the model reads it (a JSON object: its indented JSON)
     max_body_bytes: int = 1_000_000
     max_name_chars: int = 200  # the model name, each question name
@@ -157,8 +159,12 @@ def _noul_without_criteria(obj: Any) -> Any:
     return obj
 
 
-def parse_request(body: Any, limits: Limits = Limits()) -> Request:
-    """Validate a decoded request body against the wire format and ``limits``; raise :class:`RequestError`."""
+def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question], str] | None = None) -> Request:
+    """Validate a decoded request body against the wire format and ``limits``; raise :class:`RequestError`.
+
+    ``form`` (the model's ``Renderer.form``) says how each question will be scored, so that prompts are counted as
+    they will be: one per option in the per-option form, letters otherwise.
+    """
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     unknown = set(body) - {"model", "state", "questions"}
@@ -216,11 +222,12 @@ def parse_request(body: Any, limits: Limits = Limits()) -> Request:
         if question.type == "score" and not limits.min_score_levels <= question.k <= limits.max_score_levels:
             raise RequestError(f"question {name!r}: score needs {limits.min_score_levels} to "
                                f"{limits.max_score_levels} levels on this server, got {question.k}")
-        n_prompts += prompt_count(question)
+        n_prompts += prompt_count(question, form(question) if form is not None else "letters")
         if n_prompts > limits.max_prompts:
             raise RequestError(f"question {name!r}: the request needs more than {limits.max_prompts} scored "
-                               "prompts (one per question, one per label of a set question, one per group of "
-                               "26 options + 1 for a larger choice), the limit per request")
+                               "prompts (one per question, one per label of a set question, one per option of a "
+                               "question scored per option, one per group of 26 options + 1 for a larger choice "
+                               "scored with letters), the limit per request")
         parsed[name] = question
     return Request(model, state, parsed)
 
