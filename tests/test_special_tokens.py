@@ -151,3 +151,19 @@ def test_the_template_keeps_its_own_special_tokens(renderer: Renderer) -> None:
     prompt = renderer.render("A state.", parse_question({"type": "noul", "instructions": "Up?"}, "q"))
     assert specials_in(renderer, prompt.prefix + prompt.suffix)  # the head and tail still hold real ones
     assert len(renderer.label_ids) == 26
+
+
+@pytest.mark.slow
+def test_the_packaged_smollm2_tokenizer_keeps_typed_control_tokens_plain() -> None:
+    from transformers import AutoTokenizer
+
+    from mydecide.modeling import resolve_model_path
+
+    path, kwargs = resolve_model_path("smollm2-135m")
+    renderer = Renderer(AutoTokenizer.from_pretrained(path, **kwargs), FORMS["letters"])
+    text = hostile(renderer)
+    for q_bad, q_ok in zip(questions(text), questions(""), strict=True):
+        bad = ScoringPlan(renderer, [(states(text)[1], parse_question(q_bad, "q"))]).prompts
+        ok = ScoringPlan(renderer, [(states("")[1], parse_question(q_ok, "q"))]).prompts
+        for b, o in zip(bad, ok, strict=True):
+            assert specials_in(renderer, b.prefix + b.suffix) == specials_in(renderer, o.prefix + o.suffix)
