@@ -306,7 +306,8 @@ def jaccard(a: set[Any], b: set[Any]) -> float:
 
 SLOT_WORDS = 24  # texts up to this many words are checked for a changed slot
 NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without",
-                       "cannot", "t", "yes", "on", "off"})  # "t": the tokens of "don't" are "don", "t"
+                       "cannot", "t"})  # "t": the tokens of "don't" are "don", "t"
+SWITCHES = frozenset({"on", "off", "yes", "no", "open", "close", "closed", "up", "down"})  # count when swapped
 TIME_WORDS = frozenset({"am", "pm", "noon", "midnight", "today", "tonight", "tomorrow", "yesterday", "morning",
                         "afternoon", "evening", "night", "week", "weekend", "month", "year", "hour", "hours",
                         "minute", "minutes", "day", "days"})
@@ -320,9 +321,9 @@ def different_slots(a: str, b: str) -> bool:
     replaced span holds on both sides a number ("for 7 am" / "for 9 am"), a time word ("7 am" / "7 pm",
     "tonight" / "tomorrow") or a named entity (a capitalised word that does not start a sentence, and not a
     misspelling of the other: "the capital of France" / "of Germany"), or a changed span adds or drops a number
-    ("at 6 am" / "at 6:30 am"), or holds a negation or an on/off word ("turn the lights on" / "off", "I like it"
-    / "I don't like it"). Edits of case, punctuation, a typo, an added greeting or a changed common word are not
-    slot changes: those copies stay duplicates.
+    ("at 6 am" / "at 6:30 am"), or adds, drops or swaps a negation ("I like it" / "I don't like it"), or swaps
+    one switch word for another ("turn the lights on" / "off"). Edits of case, punctuation, a typo, an added
+    greeting or a changed common word are not slot changes: those copies stay duplicates.
     """
     if max(len(a.split()), len(b.split())) > 2 * SLOT_WORDS:  # cheap bound before reading words
         return False
@@ -346,6 +347,8 @@ def different_slots(a: str, b: str) -> bool:
         if any(map(_is_number, fa[i1:i2])) and any(map(_is_number, fb[j1:j2])):
             return True
         if set(fa[i1:i2]) & TIME_WORDS and set(fb[j1:j2]) & TIME_WORDS:
+            return True
+        if set(fa[i1:i2]) & SWITCHES and set(fb[j1:j2]) & SWITCHES:
             return True
         names_a = [w for w, (_, entity) in zip(fa[i1:i2], wa[i1:i2], strict=True) if entity]
         names_b = [w for w, (_, entity) in zip(fb[j1:j2], wb[j1:j2], strict=True) if entity]
