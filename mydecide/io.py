@@ -55,9 +55,7 @@ def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Pat
     never a mix of two runs. ``target`` may hold only the ``owned`` names (and hidden ``*.tmp`` leftovers), so
     nothing else is ever deleted. Directories that a killed run left beside ``target`` are removed first.
     """
-    target = Path(target)
-    if target.is_symlink():
-        target = Path(os.path.realpath(target))
+    target = Path(os.path.realpath(target))  # a symlink's directory is replaced, not the link; "." gets a name
     if target.exists():
         if not target.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
