@@ -214,3 +214,21 @@ def test_os_errors_are_one_line(case: str, source: Path, tmp_path: Path, monkeyp
     assert ("Not a directory" in lines[0] or "not a directory" in lines[0]) if case == "under a file" \
         else "No space left" in lines[0]
     assert json.dumps(lines)  # printable
+
+
+@pytest.mark.parametrize("verb", ["calibrate", "evaluate"])
+def test_calibrate_and_evaluate_refuse_a_mixed_directory_in_one_line(verb: str, source: Path,
+                                                                      tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    prepare(recipe_with_seed(source, 13), a)
+    prepare(recipe_with_seed(source, 7), b)
+    (a / "dev.jsonl").write_bytes((b / "dev.jsonl").read_bytes())
+    result = CliRunner().invoke(app, [verb, "--data", str(a / "dev.jsonl"), "--out", str(tmp_path / "o"), "-q"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "dev.jsonl" in errors[0] and "manifest.json" in errors[0], result.output
+    assert "Traceback" not in result.output
