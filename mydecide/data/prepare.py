@@ -10,6 +10,7 @@ anything is written the conservation law is checked: input rows = kept + rejecte
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 import time
@@ -478,8 +479,17 @@ def write_outputs(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manif
                   recipe: DataRecipe) -> None:
     """Write every output into a new directory beside ``out`` that then replaces ``out`` whole, so an interrupted
     re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest."""
-    with staged_directory(out, OUTPUT_FILES) as staging:
+    with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
         write_files(staging, splits, ledger, manifest, recipe)
+
+
+def earlier_outputs(out: Path) -> list[str]:
+    """The files that an earlier run's manifest in ``out`` lists (a newer version may have written more)."""
+    try:
+        outputs = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("outputs")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [name for name in outputs if isinstance(name, str) and "/" not in name] if isinstance(outputs, dict) else []
 
 
 def write_files(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],

@@ -185,6 +185,14 @@ def test_prepare_keeps_files_it_did_not_write(source: Path, tmp_path: Path) -> N
     with pytest.raises(FileExistsError, match=r"notes\.txt"):
         prepare(recipe_with_seed(source, 13), out)
     assert (out / "notes.txt").read_text() == "keep me"
+    (out / "notes.txt").unlink()
+    prepare(recipe_with_seed(source, 13), out)
+    manifest = json.loads((out / "manifest.json").read_text())  # an output a newer version wrote is its own
+    manifest["outputs"]["extra.jsonl"] = {"rows": 0, "sha256": ""}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "extra.jsonl").write_text("")
+    prepare(recipe_with_seed(source, 13), out)
+    assert not (out / "extra.jsonl").exists()
 
 
 @pytest.mark.parametrize("case", ["under a file", "full disk"])
