@@ -554,6 +554,29 @@ def targets(result: dict[str, Any]) -> dict[str, bool]:
     }
 
 
+def shingle_study(planted: Planted) -> list[str]:
+    """The evidence behind the shingling: exact Jaccard of each candidate shingling on the planted copies with
+    char-5-gram Jaccard >= 0.7 (recall by length) and on the look-alike pairs (kept), at a few thresholds."""
+    from mydecide.data import dedup
+
+    copies = [c for c in planted.copies if c["jaccard"] >= 0.7]
+    lines = [f"  {'shingles':<10}{'threshold':>10}{'copies <15 words':>18}{'15-49':>8}{'look-alikes kept':>18}"]
+    for unit, n in (("word", 3), ("word", 2), ("word", 1), ("char", 4), ("char", 5), ("char", 6)):
+        shingling = dedup.Shingling(unit, n)
+
+        def similarity(a: int, b: int, shingling: dedup.Shingling = shingling) -> float:
+            return dedup.jaccard(shingling.set(planted.rows[a]), shingling.set(planted.rows[b]))
+
+        cases = [(c["band"], similarity(c["row"], c["origin_row"])) for c in copies]
+        pairs = [similarity(p["a"], p["b"]) for p in planted.pairs]
+        for t in (0.6, 0.7, 0.8):
+            short = [j >= t for band, j in cases if band == "3-14"]
+            middle = [j >= t for band, j in cases if band == "15-49"]
+            lines.append(f"  {unit + str(n):<10}{t:>10.1f}{sum(short) / len(short):>18.3f}"
+                         f"{sum(middle) / len(middle):>8.3f}{sum(j < t for j in pairs) / len(pairs):>18.3f}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=int, default=12_000, help="distinct base texts (a tenth become eval items)")
@@ -562,11 +585,16 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, default=ROOT / "bench" / "results" / "dedup_before.json",
                         help="an earlier result to print ratios against (the run before the shingling changed)")
     parser.add_argument("--recipe", default="{}", help="JSON overrides of the data recipe (default: none)")
+    parser.add_argument("--study", action="store_true",
+                        help="only print the exact-Jaccard comparison of shingle kinds (docs/dedup.md) and exit")
     args = parser.parse_args()
 
     started = time.perf_counter()
     planted, corpus = build(args.base, args.seed)
     built = time.perf_counter() - started
+    if args.study:
+        print("\n".join(shingle_study(planted)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "records.jsonl"
         source.write_text("".join(json.dumps({"id": f"r{i}", "task": "texts", "state": s, "question": QUESTION,
