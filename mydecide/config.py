@@ -380,14 +380,14 @@ class AugmentConfig(Strict):
     drop_distractors: float = Field(0.0, ge=0.0, le=1.0)  # choice with > 2 options: drop zero-mass options
     paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
     paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # exact instructions → variants
+    reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
+    # schema resampling (Vela 2.0): anonymize_options, drop_distractors and reword_instructions at once
+    schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
     # consistency copies (coherence laws by example): `consistency` is both of the next two at once
     consistency: float = Field(0.0, ge=0.0, le=1.0)
     negate_noul: float = Field(0.0, ge=0.0, le=1.0)  # noul: the negated question, target complemented
     rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
-    reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
-    # schema resampling (Vela 2.0): anonymize_options, drop_distractors and reword_instructions at once
-    schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
     seed: int = 13  # which rows get augmented copies
 
     @model_validator(mode="after")
