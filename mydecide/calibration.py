@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mydecide.io import sha256_file
+
 if TYPE_CHECKING:
     from mydecide.config import CalibrateRecipe
     from mydecide.evaluation import Scorer
@@ -342,16 +344,6 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
 # -------------------------------------------------------------------------------------- training-split guard
 
 
-def sha256_of(path: str | Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _manifest_entries(node: object, trail: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
     """Every string leaf of a manifest with the keys leading to it."""
     if isinstance(node, dict):
@@ -387,7 +379,7 @@ def protected_split(path: str | Path) -> str | None:
             if leaf.replace("\\", "/").rsplit("/", 1)[-1] == path.name:
                 return f"{manifest} lists {path.name} as the {role} split"
             if len(leaf) == 64:
-                digest = digest or sha256_of(path)
+                digest = digest or sha256_file(path)
                 if leaf.lower() == digest:
                     return f"{path} has the sha256 that {manifest} records for the {role} split"
     return None
@@ -460,7 +452,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         "model": recipe.model,
         "adapter": recipe.adapter,
         "data": str(data),
-        "data_sha256": sha256_of(data),
+        "data_sha256": sha256_file(data),
         "records": len(records),
         "forced": bool(force and protected_split(data)),
         **fit,
