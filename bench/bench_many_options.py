@@ -32,6 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def banking77_records(data: Path, limit: int, **options: object) -> list:
+    """Decision records from a Banking77-layout file through the ``banking77`` converter (``options``: its own)."""
+    from data_sources import banking77
+    from mydecide.records import parse_record
+
+    rows = [{k: v for k, v in row.items() if k != "_where"}  # the converter's provenance key
+            for row in banking77.convert(str(data), limit=limit, **options)]  # type: ignore[arg-type]
+    return [parse_record(row)[0] for row in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -46,18 +56,14 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from data_sources import banking77
     from mydecide.io import atomic_write_json, provenance
     from mydecide.many_options import prompt_count
     from mydecide.modeling import load_model, score_questions, to_probabilities
-    from mydecide.records import parse_record
 
     if args.threads:
         torch.set_num_threads(args.threads)
     def records(**options: object) -> list:
-        rows = [{k: v for k, v in row.items() if k != "_where"}  # the converter's provenance key
-                for row in banking77.convert(str(args.data), limit=args.limit, **options)]  # type: ignore[arg-type]
-        return [parse_record(row)[0] for row in rows]
+        return banking77_records(args.data, args.limit, **options)
 
     modes = {"all_77": records(all_options=True),
              f"gold_among_{args.distractors}": records(num_distractors=args.distractors)}

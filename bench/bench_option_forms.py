@@ -36,21 +36,18 @@ def main() -> None:
 
     import numpy as np
     import torch
+    from bench_many_options import banking77_records
 
-    from data_sources import banking77
     from mydecide.io import atomic_write_json, provenance
     from mydecide.many_options import ScoringPlan
     from mydecide.modeling import LoadedModel, load_model, score_questions
     from mydecide.prompting import Renderer
-    from mydecide.records import parse_record
 
     if args.threads:
         torch.set_num_threads(args.threads)
 
     def records(**options: object) -> list:
-        rows = [{k: v for k, v in row.items() if k != "_where"}
-                for row in banking77.convert(str(args.data), limit=args.limit, **options)]  # type: ignore[arg-type]
-        return [parse_record(row)[0] for row in rows]
+        return banking77_records(args.data, args.limit, **options)
 
     sets = {4: records(num_distractors=3), 10: records(num_distractors=9), 77: records(all_options=True)}
     base = load_model(args.model)
