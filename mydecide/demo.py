@@ -4,7 +4,7 @@ prepare (bundled real samples) → train (smollm2-135m, LoRA, CPU) → calibrate
 tuned + calibrated model on the test split of the trained tasks, and on the held-out task → a comparison table and
 ``runs/demo/summary.json``. Each step runs the real ``mydecide`` command, so the demo is also a check of the CLI.
 
-    python -m mydecide.demo [--out runs/demo] [--data PREPARED] [--update-readme] [TRAIN_OVERRIDE ...]
+    python -m mydecide.demo [--out runs/demo] [--data PREPARED] [--trained RUN] [--update-readme] [TRAIN_OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -81,19 +81,21 @@ def main() -> None:
     parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
     parser.add_argument("--data", type=Path, default=None,
                         help="A `mydecide prepare` output of recipes/data/demo.yaml to reuse instead of step 1.")
+    parser.add_argument("--trained", type=Path, default=None,
+                        help="A `mydecide train` run directory of that data to reuse instead of step 2.")
     parser.add_argument("overrides", nargs="*", help="Training recipe overrides, e.g. optim.max_steps=40.")
     args = parser.parse_args()
     out: Path = args.out
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    data, run, temps = args.data or out / "data", out / "train", out / "temperatures.json"
+    data, run, temps = args.data or out / "data", args.trained or out / "train", out / "temperatures.json"
     started = time.perf_counter()
     seconds = {
         "prepare": 0.0 if args.data else step(
             "1/5 prepare the bundled real data (score, noul and choice tasks; one task held out)",
             ["prepare", "recipes/data/demo.yaml", "--out", str(data)]),
-        "train": step(f"2/5 train a LoRA adapter on {args.model}",
+        "train": 0.0 if args.trained else step(f"2/5 train a LoRA adapter on {args.model}",
                       ["train", "recipes/train/demo.yaml", "--model", args.model, "--data", str(data), "--out",
                        str(run), *args.overrides]),
         "calibrate": step("3/5 fit temperatures on dev",

@@ -38,7 +38,7 @@ def test_fit_is_exact_on_soft_labels_from_a_temperature() -> None:
     logits = _logit_rows(rng, 50)
     for true_t in (0.4, 1.0, 3.0):
         targets = [softmax(z / true_t) for z in logits]
-        assert fit_temperature(logits, targets) == pytest.approx(true_t, rel=1e-4)
+        assert fit_temperature(logits, targets, smooth=False) == pytest.approx(true_t, rel=1e-4)
 
 
 def test_fit_cools_an_underconfident_model() -> None:
@@ -46,7 +46,23 @@ def test_fit_cools_an_underconfident_model() -> None:
     logits = [np.array([1.0, 0.0])] * 9 + [np.array([0.0, 1.0])]
     targets = [np.array([1.0, 0.0])] * 10
     # 9 right at margin 1, one wrong at margin 1: the optimum of 9·log σ(1/T) + log σ(-1/T) is 1/T = ln 9
-    assert fit_temperature(logits, targets) == pytest.approx(1 / np.log(9), rel=1e-4)
+    assert fit_temperature(logits, targets, smooth=False) == pytest.approx(1 / np.log(9), rel=1e-4)
+    # Platt's targets (n·y + 1) / (n + K) = 11/12 and 1/12: a little warmer, still below 1
+    assert 1 / np.log(9) < fit_temperature(logits, targets) < 1.0
+
+
+def test_a_dev_set_the_model_separates_gives_a_finite_temperature() -> None:
+    # Every answer right and confident (the demo's spam task on dev): the raw log loss falls all the way to T → 0,
+    # which made one later mistake cost |z| / T (a held-out log loss of 18). Smoothed targets stop at a finite T
+    # whose probabilities stay near (n + 1) / (n + 2).
+    rng = np.random.default_rng(3)
+    logits = [np.array([m, -m]) for m in rng.uniform(2.0, 6.0, size=41)]
+    targets = [np.array([1.0, 0.0])] * 41
+    raw, fitted = fit_temperature(logits, targets, smooth=False), fit_temperature(logits, targets)
+    assert raw < 0.1  # towards the lower bound: the raw loss is flat at 0 there
+    assert fitted > 0.3
+    mean_p = np.mean([softmax(z / fitted)[0] for z in logits])
+    assert mean_p == pytest.approx(42 / 43, abs=0.01)
 
 
 def test_apply_temperature_keeps_the_argmax_and_sums_to_one() -> None:
