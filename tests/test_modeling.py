@@ -112,8 +112,16 @@ def test_resolve_a_gguf_file(tiny_gguf: Path) -> None:
 
 @pytest.mark.parametrize("name", ["Qwen/Qwen3.5-4B", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"])
 def test_hub_names_pass_through(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
     monkeypatch.chdir(tmp_path)  # nothing of that name here
-    assert resolve_model_path(name) == (name, {})
+    # a hub that knows the name (faked: the suite is offline); the name goes to from_pretrained unchanged
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    asked: list[str] = []
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda repo, **kw: asked.append(repo))
+    assert resolve_model_path(name) == (name, {}) and asked == [name]
 
 
 def test_resolve_errors_name_the_path(tmp_path: Path) -> None:
