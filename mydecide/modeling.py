@@ -312,31 +312,14 @@ def question_prompts(model: LoadedModel, items: Sequence[tuple[Any, Question]],
                      orders: Sequence[Sequence[int] | None] | None = None) -> tuple[list[Prompt], list[int]]:
     """The first-round prompts of every (state, question), and the item index of each prompt.
 
-    A ``set`` question becomes one yes/no prompt per label (canonical order); a choice with more than 26 options
-    one prompt per group of options (``many_options``); any other question one prompt.
+    A ``set`` question, and a question scored per option, becomes one yes/no prompt per label or option (canonical
+    order); a choice with more than 26 options read by letter one prompt per group of options (``many_options``);
+    any other question one prompt.
     """
     from mydecide.many_options import ScoringPlan
 
     plan = ScoringPlan(model.renderer, items, orders)
     return plan.prompts, plan.owner
-
-
-def gather_question_logits(questions: Sequence[Question], owner: Sequence[int],
-                           rows: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Per-question logits from per-prompt rows: a set's (L,) yes−no logits, others their one row.
-
-    Single-round questions only; a choice with more than 26 options needs a :class:`ScoringPlan` (two rounds).
-    """
-    import numpy as np
-
-    out: list[list[np.ndarray]] = [[] for _ in questions]
-    for n, row in zip(owner, rows, strict=True):
-        out[n].append(row)
-    for q, got in zip(questions, out, strict=True):
-        if q.type != "set" and len(got) != 1:
-            raise ValueError(f"a {q.type} question with {q.k} options needs a ScoringPlan (two rounds)")
-    return [np.array([r[0] - r[1] for r in got]) if q.type == "set" else got[0]
-            for q, got in zip(questions, out, strict=True)]
 
 
 def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *,
@@ -345,9 +328,11 @@ def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *
     """Logits for each (state, question), in the question's canonical option order.
 
     ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
-    sigmoid gives P(label applies). A choice with more than 26 options is scored in groups plus a final round and
-    returns log P(o) for every option (``many_options``). ``orders`` optionally shows each question's options in
-    another order. ``progress`` is called with the number of prompts scored (every round).
+    sigmoid gives P(label applies). A question scored per option (the renderer's form) returns its (K,) yes − no
+    logits, whose softmax is the answer. A choice with more than 26 options read by letter is scored in groups plus a
+    final round and returns log P(o) for every option (``many_options``). ``orders`` optionally shows each
+    question's options in another order (the per-option form sees none). ``progress`` is called with the number of
+    prompts scored (every round).
     """
     from mydecide.many_options import ScoringPlan
 
