@@ -87,18 +87,12 @@ def has_adapter(model: LoadedModel | None) -> bool:
     return model is not None and hasattr(model.lm, "disable_adapter") and hasattr(model.lm, "peft_config")
 
 
-def _prompt_count(question: Question) -> int:
-    from mydecide.many_options import prompt_count
-
-    return prompt_count(question)
-
-
 def prompt_counter(model: LoadedModel | None) -> Callable[[Question], int]:
     """Prompts one question costs with ``model``'s scoring form (letters without a model)."""
-    if model is None:
-        return _prompt_count
     from mydecide.many_options import prompt_count
 
+    if model is None:
+        return prompt_count
     renderer = model.renderer
     return lambda question: prompt_count(question, renderer.form(question))
 
@@ -111,7 +105,7 @@ def score_records(
     chunk_prompts: int = 64,
     desc: str = "scoring",
     progress: bool = True,
-    prompts_of: Callable[[Question], int] = _prompt_count,
+    prompts_of: Callable[[Question], int] | None = None,
 ) -> tuple[list[np.ndarray], list[float]]:
     """Logits and per-question latency (seconds) for each (state, question).
 
@@ -122,6 +116,7 @@ def score_records(
     """
     from tqdm import tqdm
 
+    prompts_of = prompts_of or prompt_counter(None)
     keys = [render_state(state) for state, _ in items]
     index = sorted(range(len(items)), key=lambda i: (len(keys[i]), keys[i]))  # similar lengths, same state adjacent
     logits: list[np.ndarray] = [np.empty(0)] * len(items)
