@@ -195,16 +195,18 @@ def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[Re
     return None, None
 
 
-def check_option_form(model_path: str, adapter: str | Path | None, option_form: str | None) -> RenderConfig | None:
-    """The saved render config, after checking that ``option_form`` (if asked) is a form and the one it was
-    trained with: scoring an adapter in a form it was not trained in would give meaningless probabilities."""
+def check_option_form(model_path: str, adapter: str | Path | None,
+                      option_form: str | None) -> tuple[RenderConfig | None, Path | None]:
+    """The saved render config and its file (:func:`saved_render_config`), after checking that ``option_form`` (if
+    asked) is a form and the one it was trained with: scoring an adapter in a form it was not trained in would give
+    meaningless probabilities."""
     if option_form is not None and option_form not in OPTION_FORMS:
         raise ValueError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
     saved, where = saved_render_config(model_path, adapter)
     if option_form is not None and saved is not None and where is not None and saved.option_form != option_form:
         raise ValueError(f"{where.parent}: trained to score choice options with option_form={saved.option_form}; "
                          f"it cannot score with option_form={option_form} (leave it unset to score as trained)")
-    return saved
+    return saved, where
 
 
 def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, render: RenderConfig | None = None,
@@ -218,7 +220,9 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     adapter (or a merged model) was trained with.
     """
     path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
-    saved = check_option_form(path, adapter, option_form)  # and so does a form the adapter was not trained with
+    saved, where = check_option_form(path, adapter, option_form)  # and a form the adapter was not trained with
+    if saved is not None and (render is None or (adapter is not None and where == Path(adapter) / RENDER_CONFIG_FILE)):
+        render = saved
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -229,9 +233,6 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
-    in_model_dir = Path(path) / RENDER_CONFIG_FILE  # a merged model carries its adapter's render config
-    if render is None and in_model_dir.is_file():
-        render = saved
     if adapter is not None:
         from peft import PeftModel
 
@@ -240,8 +241,6 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
             raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter directory (no adapter_config.json)")
         with peft_warnings_silenced():
             lm = PeftModel.from_pretrained(lm, str(adapter_path))
-        if (adapter_path / RENDER_CONFIG_FILE).is_file():
-            render = saved
     if option_form is not None:
         render = (render or RenderConfig()).model_copy(update={"option_form": option_form})
     lm.to(device).eval()
