@@ -67,7 +67,7 @@ def main() -> None:
 
     modes = {"all_77": records(all_options=True),
              f"gold_among_{args.distractors}": records(num_distractors=args.distractors)}
-    model = load_model(args.model)
+    model = load_model(args.model, option_form="letters")  # the groups + final round are the letters form's
     score_questions(model, [(r.state, r.question) for r in modes["all_77"][:1]])  # warm-up
 
     results: dict[str, dict] = {}

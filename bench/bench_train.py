@@ -56,8 +56,8 @@ def run_pass(module, optimizer, batches, pad_id: int, shared: bool, objective) -
     questions = tokens = padded = 0
     for units in batches:
         tb = make_batch(units, pad_id, shared)
-        logits = module(tb.batch)
-        loss = objective(logits, tb.targets, tb.batch.option_mask, tb.is_score, progress=0.0)
+        logits = tb.logits(module(tb.batch))  # as the training loop reads them: per-option units gather yes − no
+        loss = objective(logits, tb.targets, tb.mask, tb.is_score, progress=0.0)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
