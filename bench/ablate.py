@@ -45,12 +45,21 @@ def run_one(recipe_path: Path, data: Path, out: Path, overrides: list[str]) -> d
     seconds = time.perf_counter() - started
     dev = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
     last = dev[-1]
-    return {"accuracy": last["accuracy"], "best_accuracy": max(r["accuracy"] for r in dev),
-            "log_loss": last["log_loss"], "ece": last["ece"], "flip_rate": last["flip_rate"],
-            "top_letter_share": last["top_letter_share"], "majority_accuracy": last["majority_accuracy"],
-            "base_accuracy": dev[0]["accuracy"], "base_log_loss": dev[0]["log_loss"],
-            "base_flip_rate": dev[0]["flip_rate"], "warnings": last["warnings"], "seconds": seconds,
-            "updates": last["update"]}
+    return {
+        "accuracy": last["accuracy"],
+        "best_accuracy": max(r["accuracy"] for r in dev),
+        "log_loss": last["log_loss"],
+        "ece": last["ece"],
+        "flip_rate": last["flip_rate"],
+        "top_letter_share": last["top_letter_share"],
+        "majority_accuracy": last["majority_accuracy"],
+        "base_accuracy": dev[0]["accuracy"],
+        "base_log_loss": dev[0]["log_loss"],
+        "base_flip_rate": dev[0]["flip_rate"],
+        "warnings": last["warnings"],
+        "seconds": seconds,
+        "updates": last["update"],
+    }
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -59,9 +68,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         cells = [f"{row[c]:.3f}" if isinstance(row.get(c), float) else str(row.get(c, "—")) for c in COLUMNS]
         lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     first = rows[0]
-    lines += ["", f"untuned base on the same dev set: accuracy {first['base_accuracy']:.3f}, log loss "
-              f"{first['base_log_loss']:.3f}, flip rate {first['base_flip_rate']:.3f}; majority-class accuracy "
-              f"{first['majority_accuracy']:.3f}"]
+    lines += [
+        "",
+        f"untuned base on the same dev set: accuracy {first['base_accuracy']:.3f}, log loss "
+        f"{first['base_log_loss']:.3f}, flip rate {first['base_flip_rate']:.3f}; majority-class accuracy "
+        f"{first['majority_accuracy']:.3f}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -88,8 +100,11 @@ def main() -> None:
         import shutil
 
         shutil.rmtree(run_dir, ignore_errors=True)
-        result = {"variant": name, "overrides": [*args.set, *overrides],
-                  **run_one(args.recipe, args.data, run_dir, [*args.set, *overrides])}
+        result = {
+            "variant": name,
+            "overrides": [*args.set, *overrides],
+            **run_one(args.recipe, args.data, run_dir, [*args.set, *overrides]),
+        }
         rows.append(result)
         atomic_write_json(results_path, rows)
         atomic_write_text(args.out / "ablation.md", markdown(rows))

@@ -49,11 +49,9 @@ from mydecide.data.prepare import prepare  # noqa: E402
 LENGTH_BANDS = [(3, 14), (15, 49), (50, 199), (200, 999), (1000, 3000)]
 BAND_WEIGHTS = [0.40, 0.30, 0.18, 0.09, 0.03]  # short-heavy: intents, tweets, tickets, reviews, then documents
 JACCARD_BANDS = [0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # last band: exactly 1.0
-EDIT_KINDS = ["exact", "sub1", "ins1", "del1", "few", "typo", "case_punct", "space_quotes", "greeting",
-              "drop_sentence"]
+EDIT_KINDS = ["exact", "sub1", "ins1", "del1", "few", "typo", "case_punct", "space_quotes", "greeting", "drop_sentence"]
 QUESTION = {"type": "noul", "instructions": "Does this text ask for something?"}
-TARGETS = {"near_recall_j70_every_band": 0.95, "exact_recall": 1.0, "contamination_recall": 0.95,
-           "distinct_kept": 0.98}
+TARGETS = {"near_recall_j70_every_band": 0.95, "exact_recall": 1.0, "contamination_recall": 0.95, "distinct_kept": 0.98}
 
 
 # ------------------------------------------------------------------------------------------------ real texts
@@ -109,15 +107,85 @@ class Bigrams:
 # ------------------------------------------------------------------------------------------------- templates
 
 TIMES = [f"{h} {m}" for h in range(1, 13) for m in ("am", "pm")] + ["noon", "midnight", "6:30 am", "7:15 pm"]
-CITIES = ["Paris", "Berlin", "Lagos", "Lima", "Osaka", "Denver", "Leeds", "Porto", "Austin", "Hanoi", "Quito",
-          "Cairo", "Oslo", "Perth", "Dublin", "Nairobi", "Madrid", "Seoul", "Boston", "Mumbai"]
+CITIES = [
+    "Paris",
+    "Berlin",
+    "Lagos",
+    "Lima",
+    "Osaka",
+    "Denver",
+    "Leeds",
+    "Porto",
+    "Austin",
+    "Hanoi",
+    "Quito",
+    "Cairo",
+    "Oslo",
+    "Perth",
+    "Dublin",
+    "Nairobi",
+    "Madrid",
+    "Seoul",
+    "Boston",
+    "Mumbai",
+]
 DAYS = ["today", "tomorrow", "on Monday", "on Friday", "this weekend", "tonight", "next week"]
-NAMES = ["Anna", "Ben", "Chloe", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kofi", "Lena",
-         "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tara"]
-COUNTRIES = ["France", "Germany", "Japan", "Kenya", "Peru", "Canada", "Norway", "Egypt", "India", "Chile",
-             "Spain", "Ghana", "Vietnam", "Ireland", "Mexico", "Poland", "Brazil", "Nepal", "Italy", "Greece"]
-THINGS = ["the Eiffel Tower", "Mount Everest", "the Golden Gate Bridge", "Big Ben", "the Burj Khalifa",
-          "the Empire State Building", "Kilimanjaro", "the Statue of Liberty", "the Shard", "Table Mountain"]
+NAMES = [
+    "Anna",
+    "Ben",
+    "Chloe",
+    "David",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nora",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sven",
+    "Tara",
+]
+COUNTRIES = [
+    "France",
+    "Germany",
+    "Japan",
+    "Kenya",
+    "Peru",
+    "Canada",
+    "Norway",
+    "Egypt",
+    "India",
+    "Chile",
+    "Spain",
+    "Ghana",
+    "Vietnam",
+    "Ireland",
+    "Mexico",
+    "Poland",
+    "Brazil",
+    "Nepal",
+    "Italy",
+    "Greece",
+]
+THINGS = [
+    "the Eiffel Tower",
+    "Mount Everest",
+    "the Golden Gate Bridge",
+    "Big Ben",
+    "the Burj Khalifa",
+    "the Empire State Building",
+    "Kilimanjaro",
+    "the Statue of Liberty",
+    "the Shard",
+    "Table Mountain",
+]
 SONGS = ["jazz", "lo-fi beats", "Taylor Swift", "Bach", "the Beatles", "reggae", "Miles Davis", "k-pop"]
 ITEMS = ["milk", "eggs", "bread", "coffee", "batteries", "rice", "apples", "shampoo", "butter", "tea"]
 TEMPLATES: list[tuple[str, dict[str, list[str]]]] = [
@@ -139,15 +207,20 @@ TEMPLATES: list[tuple[str, dict[str, list[str]]]] = [
     ("how long does a transfer to {k} take?", {"k": COUNTRIES}),
     ("translate good morning into the language spoken in {k}", {"k": COUNTRIES}),
     ("turn the {r} lights {o}", {"r": ["kitchen", "bedroom", "hall", "garden", "office"], "o": ["on", "off"]}),
-    ("I was charged twice for my {i} order from {d}, please refund one",
-     {"i": ITEMS, "d": ["Monday", "Tuesday", "yesterday", "last week", "the 3rd", "the 17th"]}),
-    ("my flight to {c} on {d} was cancelled. When do I get my refund?",
-     {"c": CITIES, "d": ["May 3", "June 12", "July 9", "August 21"]}),
+    (
+        "I was charged twice for my {i} order from {d}, please refund one",
+        {"i": ITEMS, "d": ["Monday", "Tuesday", "yesterday", "last week", "the 3rd", "the 17th"]},
+    ),
+    (
+        "my flight to {c} on {d} was cancelled. When do I get my refund?",
+        {"c": CITIES, "d": ["May 3", "June 12", "July 9", "August 21"]},
+    ),
 ]
 
 
-def fill(template: tuple[str, dict[str, list[str]]], rng: random.Random,
-         fixed: dict[str, str] | None = None) -> tuple[str, dict[str, str]]:
+def fill(
+    template: tuple[str, dict[str, list[str]]], rng: random.Random, fixed: dict[str, str] | None = None
+) -> tuple[str, dict[str, str]]:
     pattern, slots = template
     values = {k: (fixed or {}).get(k) or rng.choice(v) for k, v in slots.items()}
     return pattern.format(**values), values
@@ -166,8 +239,15 @@ def look_alike(template: tuple[str, dict[str, list[str]]], rng: random.Random) -
 # ----------------------------------------------------------------------------------------------------- edits
 
 GREETINGS = ["Hi,", "Hello team,", "Hey there!", "Good morning,", "Hi all -", "Dear support,"]
-SIGNATURES = ["Thanks!", "Thanks, Anna", "Sent from my iPhone", "Cheers,\nTom", "Kind regards,\nPriya Shah",
-              "thx", "-- \nJohn Smith\nACME Corp | Support"]
+SIGNATURES = [
+    "Thanks!",
+    "Thanks, Anna",
+    "Sent from my iPhone",
+    "Cheers,\nTom",
+    "Kind regards,\nPriya Shah",
+    "thx",
+    "-- \nJohn Smith\nACME Corp | Support",
+]
 
 
 def apply_edit(kind: str, text: str, vocab: list[str], rng: random.Random) -> str | None:
@@ -198,11 +278,12 @@ def apply_edit(kind: str, text: str, vocab: list[str], rng: random.Random) -> st
         i = rng.choice(long_words)
         w = words[i]
         j = rng.randrange(len(w) - 1)
-        words[i] = rng.choice([w[:j] + w[j + 1] + w[j] + w[j + 2:], w[:j] + w[j + 1:], w[:j] + w[j] + w[j:]])
+        words[i] = rng.choice([w[:j] + w[j + 1] + w[j] + w[j + 2 :], w[:j] + w[j + 1 :], w[:j] + w[j] + w[j:]])
         return " ".join(words)
     if kind == "case_punct":
-        out = rng.choice([text.lower(), text.upper() if len(words) < 30 else text.lower(), text.capitalize(),
-                          text.title()])
+        out = rng.choice(
+            [text.lower(), text.upper() if len(words) < 30 else text.lower(), text.capitalize(), text.title()]
+        )
         out = re.sub(r"[,;:]", "", out) if rng.random() < 0.5 else out.replace(" ", ", ", 1)
         out = out.rstrip(".!?") + rng.choice(["", ".", "!", "!!", "?"])
         return out if out != text else None
@@ -230,9 +311,10 @@ def apply_edit(kind: str, text: str, vocab: list[str], rng: random.Random) -> st
 
 def char_jaccard(a: str, b: str, n: int = 5) -> float:
     """Jaccard of the character n-grams of the case-folded, whitespace-collapsed texts (the yardstick)."""
+
     def grams(text: str) -> set[str]:
         t = " ".join(text.casefold().split())
-        return {t[i:i + n] for i in range(max(1, len(t) - n + 1))}
+        return {t[i : i + n] for i in range(max(1, len(t) - n + 1))}
 
     ga, gb = grams(a), grams(b)
     return len(ga & gb) / len(ga | gb)
@@ -266,7 +348,7 @@ class Corpus:
         self.rng = random.Random(seed)
         real = real_texts()
         self.rng.shuffle(real)
-        whole, cut = real[: len(real) * 6 // 10], real[len(real) * 6 // 10:]
+        whole, cut = real[: len(real) * 6 // 10], real[len(real) * 6 // 10 :]
         self.unused: dict[int, list[str]] = defaultdict(list)  # band index → unused real texts
         for text in whole:
             n = len(text.split())
@@ -297,7 +379,7 @@ class Corpus:
         for _attempt in range(50):
             kind, text = self._draw(n)
             words = re.findall(r"\w+", text.casefold())
-            grams = {zlib.crc32(" ".join(words[i:i + 13]).encode()) for i in range(len(words) - 12)}
+            grams = {zlib.crc32(" ".join(words[i : i + 13]).encode()) for i in range(len(words) - 12)}
             if kind == "template" or not grams & self.grams:
                 break
         self.grams |= grams
@@ -356,6 +438,7 @@ def build(base: int, seed: int) -> tuple[Planted, Corpus]:
             if edited is not None and edited.strip():
                 copies.append({"text": edited, "origin": origin, "kind": kind})
                 break
+
     def fresh_look_alike() -> tuple[str, str]:  # a pair that repeats no text already in the corpus
         while True:
             a, b = look_alike(rng.choice(TEMPLATES), rng)
@@ -403,22 +486,38 @@ def build(base: int, seed: int) -> tuple[Planted, Corpus]:
 
     for k, c in enumerate(copies):
         original = train[c["origin"]]
-        c.update(row=where[("copy", k)], origin_row=base_row[c["origin"]], band=band_of(len(original.split())),
-                 jaccard=char_jaccard(original, c["text"]))
+        c.update(
+            row=where[("copy", k)],
+            origin_row=base_row[c["origin"]],
+            band=band_of(len(original.split())),
+            jaccard=char_jaccard(original, c["text"]),
+        )
         del c["text"]
     out_pairs = []
     for k, p in enumerate(pairs):
         a, b = p["texts"]
-        out_pairs.append({"a": where[("pair_a", k)], "b": where[("pair_b", k)], "band": band_of(len(a.split())),
-                          "jaccard": char_jaccard(a, b)})
+        out_pairs.append(
+            {
+                "a": where[("pair_a", k)],
+                "b": where[("pair_b", k)],
+                "band": band_of(len(a.split())),
+                "jaccard": char_jaccard(a, b),
+            }
+        )
     for k, c in enumerate(contaminated):
         original = eval_items[c["item"]]
-        c.update(row=where[("contaminated", k)], band=band_of(len(original.split())),
-                 jaccard=char_jaccard(original, c["text"]))
+        c.update(
+            row=where[("contaminated", k)],
+            band=band_of(len(original.split())),
+            jaccard=char_jaccard(original, c["text"]),
+        )
         del c["text"]
     for k, c in enumerate(controls):
-        c.update(row=where[("control", k)], band=band_of(len(c["item_text"].split())),
-                 jaccard=char_jaccard(c["item_text"], c["text"]))
+        c.update(
+            row=where[("control", k)],
+            band=band_of(len(c["item_text"].split())),
+            jaccard=char_jaccard(c["item_text"], c["text"]),
+        )
         del c["item_text"], c["text"]
     return Planted(states, family, copies, out_pairs, eval_items, contaminated, controls), corpus
 
@@ -432,8 +531,11 @@ def rate(hits: list[bool]) -> dict[str, Any]:
 
 def breakdown(cases: list[dict[str, Any]], hit: Callable[[dict[str, Any]], bool], min_j: float = 0.0) -> dict:
     """Recall over all cases, and by edit kind, length band and Jaccard band (kind/band: cases with J ≥ min_j)."""
-    by: dict[str, dict[str, list[bool]]] = {"kind": defaultdict(list), "length": defaultdict(list),
-                                            "jaccard": defaultdict(list)}
+    by: dict[str, dict[str, list[bool]]] = {
+        "kind": defaultdict(list),
+        "length": defaultdict(list),
+        "jaccard": defaultdict(list),
+    }
     for case in cases:
         h = hit(case)
         by["jaccard"][jaccard_band(case["jaccard"])].append(h)
@@ -479,18 +581,25 @@ def score(planted: Planted, rejects: list[dict[str, Any]], ids: dict[str, int]) 
         "dedup": {
             "near_duplicates": near,
             "exact_recall": round(sum(exact) / len(exact), 4),
-            "removed": len(dedup_removed), "correct": correct,
+            "removed": len(dedup_removed),
+            "correct": correct,
             "precision": round(correct / len(dedup_removed), 4) if dedup_removed else 1.0,
-            "distinct_pairs": {"n": len(pairs_kept), "kept": round(sum(pairs_kept) / len(pairs_kept), 4),
-                               "by_jaccard": _kept_by_jaccard(planted.pairs, pairs_kept)},
+            "distinct_pairs": {
+                "n": len(pairs_kept),
+                "kept": round(sum(pairs_kept) / len(pairs_kept), 4),
+                "by_jaccard": _kept_by_jaccard(planted.pairs, pairs_kept),
+            },
         },
         "decontamination": {
             "contaminated": contamination,
-            "removed": len(decontaminated), "correct": len(decontaminated & planted_rows),
-            "precision": round(len(decontaminated & planted_rows) / len(decontaminated), 4)
-            if decontaminated else 1.0,
-            "look_alikes": {"n": len(controls_kept), "kept": round(sum(controls_kept) / len(controls_kept), 4),
-                            "by_jaccard": _kept_by_jaccard(planted.controls, controls_kept)},
+            "removed": len(decontaminated),
+            "correct": len(decontaminated & planted_rows),
+            "precision": round(len(decontaminated & planted_rows) / len(decontaminated), 4) if decontaminated else 1.0,
+            "look_alikes": {
+                "n": len(controls_kept),
+                "kept": round(sum(controls_kept) / len(controls_kept), 4),
+                "by_jaccard": _kept_by_jaccard(planted.controls, controls_kept),
+            },
         },
     }
 
@@ -519,31 +628,39 @@ def report(result: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     for part, key in (("dedup", "near_duplicates"), ("decontamination", "contaminated")):
         section = result[part][key]
         old = baseline[part][key] if baseline else None
-        lines.append(f"{part}: recall {section['all']['recall']:.3f} of {section['all']['n']} planted, "
-                     f"{section['j>=0.7']['recall']:.3f} of the {section['j>=0.7']['n']} with char-5-gram "
-                     f"Jaccard >= 0.7" + (f" (before: {old['all']['recall']:.3f}, {old['j>=0.7']['recall']:.3f})"
-                                          if old else ""))
+        lines.append(
+            f"{part}: recall {section['all']['recall']:.3f} of {section['all']['n']} planted, "
+            f"{section['j>=0.7']['recall']:.3f} of the {section['j>=0.7']['n']} with char-5-gram "
+            f"Jaccard >= 0.7" + (f" (before: {old['all']['recall']:.3f}, {old['j>=0.7']['recall']:.3f})" if old else "")
+        )
         for title, name in (("edit kind*", "by_kind"), ("length band*", "by_length"), ("Jaccard band", "by_jaccard")):
             lines += table(title, section[name], old[name] if old else None)
     d, c = result["dedup"], result["decontamination"]
-    lines.append(f"  (* copies with Jaccard >= 0.7)\ndedup: exact recall {d['exact_recall']:.3f}, precision "
-                 f"{d['precision']:.4f} ({d['removed']} removed), distinct-but-similar pairs kept "
-                 f"{d['distinct_pairs']['kept']:.3f} of {d['distinct_pairs']['n']}")
-    lines.append(f"decontamination: precision {c['precision']:.4f} ({c['removed']} removed), look-alikes of eval "
-                 f"items kept {c['look_alikes']['kept']:.3f} of {c['look_alikes']['n']}")
+    lines.append(
+        f"  (* copies with Jaccard >= 0.7)\ndedup: exact recall {d['exact_recall']:.3f}, precision "
+        f"{d['precision']:.4f} ({d['removed']} removed), distinct-but-similar pairs kept "
+        f"{d['distinct_pairs']['kept']:.3f} of {d['distinct_pairs']['n']}"
+    )
+    lines.append(
+        f"decontamination: precision {c['precision']:.4f} ({c['removed']} removed), look-alikes of eval "
+        f"items kept {c['look_alikes']['kept']:.3f} of {c['look_alikes']['n']}"
+    )
     if baseline:
         bd, bc = baseline["dedup"], baseline["decontamination"]
-        lines.append(f"before: exact recall {bd['exact_recall']:.3f}, dedup precision {bd['precision']:.4f}, "
-                     f"pairs kept {bd['distinct_pairs']['kept']:.3f}; decontamination precision "
-                     f"{bc['precision']:.4f}, look-alikes kept {bc['look_alikes']['kept']:.3f}")
+        lines.append(
+            f"before: exact recall {bd['exact_recall']:.3f}, dedup precision {bd['precision']:.4f}, "
+            f"pairs kept {bd['distinct_pairs']['kept']:.3f}; decontamination precision "
+            f"{bc['precision']:.4f}, look-alikes kept {bc['look_alikes']['kept']:.3f}"
+        )
     return "\n".join(lines)
 
 
 def targets(result: dict[str, Any]) -> dict[str, bool]:
     near = result["dedup"]["near_duplicates"]
     return {
-        "near_recall_j70_every_band": all(v["recall"] >= TARGETS["near_recall_j70_every_band"]
-                                          for v in near["by_length"].values()),
+        "near_recall_j70_every_band": all(
+            v["recall"] >= TARGETS["near_recall_j70_every_band"] for v in near["by_length"].values()
+        ),
         "exact_recall": result["dedup"]["exact_recall"] >= TARGETS["exact_recall"],
         # over every planted contaminated row, and over those sharing >= 70% of their character 5-grams
         "contamination_recall": result["decontamination"]["contaminated"]["all"]["recall"]
@@ -572,8 +689,10 @@ def shingle_study(planted: Planted) -> list[str]:
         for t in (0.6, 0.7, 0.8):
             short = [j >= t for band, j in cases if band == "3-14"]
             middle = [j >= t for band, j in cases if band == "15-49"]
-            lines.append(f"  {unit + str(n):<10}{t:>10.1f}{sum(short) / len(short):>18.3f}"
-                         f"{sum(middle) / len(middle):>8.3f}{sum(j < t for j in pairs) / len(pairs):>18.3f}")
+            lines.append(
+                f"  {unit + str(n):<10}{t:>10.1f}{sum(short) / len(short):>18.3f}"
+                f"{sum(middle) / len(middle):>8.3f}{sum(j < t for j in pairs) / len(pairs):>18.3f}"
+            )
     return lines
 
 
@@ -582,11 +701,18 @@ def main() -> None:
     parser.add_argument("--base", type=int, default=12_000, help="distinct base texts (a tenth become eval items)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dedup.json")
-    parser.add_argument("--baseline", type=Path, default=ROOT / "bench" / "results" / "dedup_before.json",
-                        help="an earlier result to print ratios against (the run before the shingling changed)")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=ROOT / "bench" / "results" / "dedup_before.json",
+        help="an earlier result to print ratios against (the run before the shingling changed)",
+    )
     parser.add_argument("--recipe", default="{}", help="JSON overrides of the data recipe (default: none)")
-    parser.add_argument("--study", action="store_true",
-                        help="only print the exact-Jaccard comparison of shingle kinds (docs/dedup.md) and exit")
+    parser.add_argument(
+        "--study",
+        action="store_true",
+        help="only print the exact-Jaccard comparison of shingle kinds (docs/dedup.md) and exit",
+    )
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -597,14 +723,26 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "records.jsonl"
-        source.write_text("".join(json.dumps({"id": f"r{i}", "task": "texts", "state": s, "question": QUESTION,
-                                              "answer": i % 2 == 0}) + "\n" for i, s in enumerate(planted.rows)),
-                          encoding="utf-8")
+        source.write_text(
+            "".join(
+                json.dumps({"id": f"r{i}", "task": "texts", "state": s, "question": QUESTION, "answer": i % 2 == 0})
+                + "\n"
+                for i, s in enumerate(planted.rows)
+            ),
+            encoding="utf-8",
+        )
         eval_file = Path(tmp) / "eval.jsonl"
-        eval_file.write_text("".join(json.dumps({"id": f"e{i}", "state": s}) + "\n"
-                                     for i, s in enumerate(planted.eval_items)), encoding="utf-8")
-        recipe = DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}],
-                                            "decontaminate_against": [str(eval_file)], **json.loads(args.recipe)})
+        eval_file.write_text(
+            "".join(json.dumps({"id": f"e{i}", "state": s}) + "\n" for i, s in enumerate(planted.eval_items)),
+            encoding="utf-8",
+        )
+        recipe = DataRecipe.model_validate(
+            {
+                "sources": [{"kind": "jsonl", "path": str(source)}],
+                "decontaminate_against": [str(eval_file)],
+                **json.loads(args.recipe),
+            }
+        )
         start = time.perf_counter()
         manifest = prepare(recipe, Path(tmp) / "out")
         seconds = time.perf_counter() - start
@@ -613,30 +751,38 @@ def main() -> None:
     result = score(planted, rejects, ids)
     lengths = Counter(band_of(len(s.split())) for s in planted.rows)
     steps = {s["step"]: s for s in manifest["steps"]}
-    result.update({
-        "rows": len(planted.rows), "eval_items": len(planted.eval_items), "seed": args.seed,
-        "rows_by_length": {f"{lo}-{hi}": lengths[f"{lo}-{hi}"] for lo, hi in LENGTH_BANDS},
-        "base_texts_by_origin": dict(corpus.kinds),
-        "recipe_overrides": json.loads(args.recipe),
-        "near_dedup_settings": {k: v for k, v in steps["near_dedup"].items()
-                                if k not in ("step", "in", "out", "removed", "reasons", "by_source", "by_type",
-                                             "seconds")},
-        "prepare_seconds": round(seconds, 2), "build_seconds": round(built, 2),
-        "targets": TARGETS,
-    })
+    result.update(
+        {
+            "rows": len(planted.rows),
+            "eval_items": len(planted.eval_items),
+            "seed": args.seed,
+            "rows_by_length": {f"{lo}-{hi}": lengths[f"{lo}-{hi}"] for lo, hi in LENGTH_BANDS},
+            "base_texts_by_origin": dict(corpus.kinds),
+            "recipe_overrides": json.loads(args.recipe),
+            "near_dedup_settings": {
+                k: v
+                for k, v in steps["near_dedup"].items()
+                if k not in ("step", "in", "out", "removed", "reasons", "by_source", "by_type", "seconds")
+            },
+            "prepare_seconds": round(seconds, 2),
+            "build_seconds": round(built, 2),
+            "targets": TARGETS,
+        }
+    )
     result["meets"] = targets(result)
     result["near_dup_recall_j70"] = result["dedup"]["near_duplicates"]["j>=0.7"]["recall"]
-    baseline = json.loads(args.baseline.read_text()) if args.baseline.is_file() and args.baseline != args.out \
-        else None
+    baseline = json.loads(args.baseline.read_text()) if args.baseline.is_file() and args.baseline != args.out else None
     if baseline:
         old = baseline["dedup"]["near_duplicates"]["j>=0.7"]["recall"]
         result["near_dup_recall_j70_ratio_to_before"] = round(result["near_dup_recall_j70"] / old, 3)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
-    print(f"{len(planted.rows)} rows ({', '.join(f'{k}: {v}' for k, v in result['rows_by_length'].items())} "
-          f"words), {len(planted.eval_items)} eval items; prepare {seconds:.1f} s; near dedup settings "
-          f"{result['near_dedup_settings']}")
+    print(
+        f"{len(planted.rows)} rows ({', '.join(f'{k}: {v}' for k, v in result['rows_by_length'].items())} "
+        f"words), {len(planted.eval_items)} eval items; prepare {seconds:.1f} s; near dedup settings "
+        f"{result['near_dedup_settings']}"
+    )
     print(report(result, baseline))
     print(f"targets met: {result['meets']}  -> {args.out}")
 

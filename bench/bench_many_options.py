@@ -37,8 +37,10 @@ def banking77_records(data: Path, limit: int, **options: object) -> list:
     from data_sources import banking77
     from mydecide.records import parse_record
 
-    rows = [{k: v for k, v in row.items() if k != "_where"}  # the converter's provenance key
-            for row in banking77.convert(str(data), limit=limit, **options)]  # type: ignore[arg-type]
+    rows = [
+        {k: v for k, v in row.items() if k != "_where"}  # the converter's provenance key
+        for row in banking77.convert(str(data), limit=limit, **options)
+    ]  # type: ignore[arg-type]
     return [parse_record(row)[0] for row in rows]
 
 
@@ -62,11 +64,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+
     def records(**options: object) -> list:
         return banking77_records(args.data, args.limit, **options)
 
-    modes = {"all_77": records(all_options=True),
-             f"gold_among_{args.distractors}": records(num_distractors=args.distractors)}
+    modes = {
+        "all_77": records(all_options=True),
+        f"gold_among_{args.distractors}": records(num_distractors=args.distractors),
+    }
     model = load_model(args.model, option_form="letters")  # the groups + final round are the letters form's
     score_questions(model, [(r.state, r.question) for r in modes["all_77"][:1]])  # warm-up
 
@@ -88,14 +93,20 @@ def main() -> None:
         k = records[0].question.k
         accuracy = float(np.mean([int(np.argmax(p)) == g for p, g in zip(probs, gold, strict=True)]))
         results[mode] = {
-            "k": k, "n": len(records), "prompts_per_question": prompt_count(records[0].question),
-            "accuracy": accuracy, "chance": 1 / k, "chance_corrected": (accuracy - 1 / k) / (1 - 1 / k),
+            "k": k,
+            "n": len(records),
+            "prompts_per_question": prompt_count(records[0].question),
+            "accuracy": accuracy,
+            "chance": 1 / k,
+            "chance_corrected": (accuracy - 1 / k) / (1 - 1 / k),
             "log_loss": float(np.mean([-math.log(max(p[g], 1e-12)) for p, g in zip(probs, gold, strict=True)])),
             "uniform_log_loss": math.log(k),
             "mean_gold_probability": float(np.mean([p[g] for p, g in zip(probs, gold, strict=True)])),
             "sum_of_probabilities_max_error": float(max(abs(p.sum() - 1) for p in probs)),
-            "batched_s_per_question": wall / len(records), "batched_cpu_s_per_question": cpu / len(records),
-            "alone_median_s": statistics.median(alone), "alone_s": alone,
+            "batched_s_per_question": wall / len(records),
+            "batched_cpu_s_per_question": cpu / len(records),
+            "alone_median_s": statistics.median(alone),
+            "alone_s": alone,
         }
 
     # the 77-way distribution read on the 10 options of the distractor question (renormalised)
@@ -106,38 +117,56 @@ def main() -> None:
         p = big_p[index] / big_p[index].sum()
         restricted_right.append(int(np.argmax(p)) == small_r.gold_index)
         restricted_loss.append(-math.log(max(p[small_r.gold_index], 1e-12)))
-    results["all_77_read_on_the_10"] = {"accuracy": float(np.mean(restricted_right)),
-                                        "log_loss": float(np.mean(restricted_loss))}
+    results["all_77_read_on_the_10"] = {
+        "accuracy": float(np.mean(restricted_right)),
+        "log_loss": float(np.mean(restricted_loss)),
+    }
 
     big, small = results["all_77"], results[few]
     time_ratio = big["batched_s_per_question"] / small["batched_s_per_question"]
     load = os.getloadavg()
-    print(f"model {args.model} on {model.device}, torch threads {torch.get_num_threads()}, {big['n']} questions "
-          f"from {args.data.name}, load average {load[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'mode':<24}{'K':>4}{'prompts':>8}{'accuracy':>10}{'chance-c.':>10}{'log loss':>10}{'uniform':>9}"
-          f"{'s/q batch':>11}{'s/q alone':>11}{'ratio':>7}")
+    print(
+        f"model {args.model} on {model.device}, torch threads {torch.get_num_threads()}, {big['n']} questions "
+        f"from {args.data.name}, load average {load[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'mode':<24}{'K':>4}{'prompts':>8}{'accuracy':>10}{'chance-c.':>10}{'log loss':>10}{'uniform':>9}"
+        f"{'s/q batch':>11}{'s/q alone':>11}{'ratio':>7}"
+    )
     for mode in ("all_77", few):
         r = results[mode]
-        print(f"{mode:<24}{r['k']:>4}{r['prompts_per_question']:>8}{r['accuracy']:>10.3f}"
-              f"{r['chance_corrected']:>10.3f}{r['log_loss']:>10.3f}{r['uniform_log_loss']:>9.3f}"
-              f"{r['batched_s_per_question']:>11.3f}{r['alone_median_s']:>11.3f}"
-              f"{r['batched_s_per_question'] / small['batched_s_per_question']:>6.2f}x")
+        print(
+            f"{mode:<24}{r['k']:>4}{r['prompts_per_question']:>8}{r['accuracy']:>10.3f}"
+            f"{r['chance_corrected']:>10.3f}{r['log_loss']:>10.3f}{r['uniform_log_loss']:>9.3f}"
+            f"{r['batched_s_per_question']:>11.3f}{r['alone_median_s']:>11.3f}"
+            f"{r['batched_s_per_question'] / small['batched_s_per_question']:>6.2f}x"
+        )
     r = results["all_77_read_on_the_10"]
     print(f"{'all_77 read on the 10':<24}{10:>4}{'':>8}{r['accuracy']:>10.3f}{'':>10}{r['log_loss']:>10.3f}")
-    print(f"77 options cost {time_ratio:.2f}x the time of 10 per question (batched); probabilities sum to 1 "
-          f"within {big['sum_of_probabilities_max_error']:.1e}")
+    print(
+        f"77 options cost {time_ratio:.2f}x the time of 10 per question (batched); probabilities sum to 1 "
+        f"within {big['sum_of_probabilities_max_error']:.1e}"
+    )
 
-    atomic_write_json(args.out, {
-        "benchmark": "many_options",
-        "what": "a 77-intent Banking77-layout task: all 77 options (groups + final round) vs gold among "
-                f"{args.distractors} distractors, untuned base model",
-        "data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
-        "synthetic_data": args.data.name == "banking77_synthetic.csv",
-        "model": args.model, "device": str(model.device), "torch_threads": torch.get_num_threads(),
-        "results": results, "time_ratio": time_ratio,
-        "ratio": {"all_77_over_gold_among_distractors_time": time_ratio},
-        "load_average_1m": load[0], "cpu_count": os.cpu_count(), "provenance": provenance(),
-    })
+    atomic_write_json(
+        args.out,
+        {
+            "benchmark": "many_options",
+            "what": "a 77-intent Banking77-layout task: all 77 options (groups + final round) vs gold among "
+            f"{args.distractors} distractors, untuned base model",
+            "data": str(args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data),
+            "synthetic_data": args.data.name == "banking77_synthetic.csv",
+            "model": args.model,
+            "device": str(model.device),
+            "torch_threads": torch.get_num_threads(),
+            "results": results,
+            "time_ratio": time_ratio,
+            "ratio": {"all_77_over_gold_among_distractors_time": time_ratio},
+            "load_average_1m": load[0],
+            "cpu_count": os.cpu_count(),
+            "provenance": provenance(),
+        },
+    )
     print(f"wrote {args.out}")
 
 

@@ -51,8 +51,15 @@ def main() -> None:
 
     sets = {4: records(num_distractors=3), 10: records(num_distractors=9), 77: records(all_options=True)}
     base = load_model(args.model)
-    models = {form: LoadedModel(base.lm, base.tokenizer, Renderer(base.tokenizer, base.renderer.config.model_copy(
-        update={"option_form": form})), base.name) for form in ("letters", "per_option")}
+    models = {
+        form: LoadedModel(
+            base.lm,
+            base.tokenizer,
+            Renderer(base.tokenizer, base.renderer.config.model_copy(update={"option_form": form})),
+            base.name,
+        )
+        for form in ("letters", "per_option")
+    }
     for model in models.values():  # warm-up
         score_questions(model, [(r.state, r.question) for r in sets[4][:1]])
 
@@ -66,33 +73,52 @@ def main() -> None:
             logits = score_questions(model, items, batch_size=32)
             wall = time.perf_counter() - started
             accuracy = float(np.mean([int(np.argmax(z)) == r.gold_index for z, r in zip(logits, recs, strict=True)]))
-            row[form] = {"s_per_question": wall / len(items), "prompts_per_question": len(plan.prompts) / len(items),
-                         "tokens_per_question": plan.tokens() / len(items), "zero_shot_accuracy": accuracy}
-        row["ratio"] = {"time": row["per_option"]["s_per_question"] / row["letters"]["s_per_question"],
-                        "tokens": row["per_option"]["tokens_per_question"] / row["letters"]["tokens_per_question"]}
+            row[form] = {
+                "s_per_question": wall / len(items),
+                "prompts_per_question": len(plan.prompts) / len(items),
+                "tokens_per_question": plan.tokens() / len(items),
+                "zero_shot_accuracy": accuracy,
+            }
+        row["ratio"] = {
+            "time": row["per_option"]["s_per_question"] / row["letters"]["s_per_question"],
+            "tokens": row["per_option"]["tokens_per_question"] / row["letters"]["tokens_per_question"],
+        }
         results[str(k)] = row
 
     load = os.getloadavg()
-    print(f"model {args.model}, torch threads {torch.get_num_threads()}, {args.limit} questions per K, "
-          f"load average {load[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'K':>4}{'form':>12}{'prompts/q':>11}{'tokens/q':>10}{'s/q':>9}{'acc@0':>7}{'time ratio':>12}"
-          f"{'token ratio':>13}")
+    print(
+        f"model {args.model}, torch threads {torch.get_num_threads()}, {args.limit} questions per K, "
+        f"load average {load[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'K':>4}{'form':>12}{'prompts/q':>11}{'tokens/q':>10}{'s/q':>9}{'acc@0':>7}{'time ratio':>12}"
+        f"{'token ratio':>13}"
+    )
     for k, row in results.items():
         for form in ("letters", "per_option"):
             r = row[form]
             ratio = f"{row['ratio']['time']:.2f}x" if form == "per_option" else ""
             tokens = f"{row['ratio']['tokens']:.2f}x" if form == "per_option" else ""
-            print(f"{k:>4}{form:>12}{r['prompts_per_question']:>11.1f}{r['tokens_per_question']:>10.0f}"
-                  f"{r['s_per_question']:>9.3f}{r['zero_shot_accuracy']:>7.2f}{ratio:>12}{tokens:>13}")
-    atomic_write_json(args.out, {
-        "benchmark": "option_forms",
-        "what": "seconds per question of the per-option form against letters on 4-, 10- and 77-option choice "
-                "questions, same model, same run",
-        "model": args.model, "torch_threads": torch.get_num_threads(), "results": results,
-        "ratio": {f"per_option_over_letters_time_k{k}": row["ratio"]["time"] for k, row in results.items()},
-        "time_ratio_k4": results["4"]["ratio"]["time"],
-        "load_average_1m": load[0], "cpu_count": os.cpu_count(), "provenance": provenance(),
-    })
+            print(
+                f"{k:>4}{form:>12}{r['prompts_per_question']:>11.1f}{r['tokens_per_question']:>10.0f}"
+                f"{r['s_per_question']:>9.3f}{r['zero_shot_accuracy']:>7.2f}{ratio:>12}{tokens:>13}"
+            )
+    atomic_write_json(
+        args.out,
+        {
+            "benchmark": "option_forms",
+            "what": "seconds per question of the per-option form against letters on 4-, 10- and 77-option choice "
+            "questions, same model, same run",
+            "model": args.model,
+            "torch_threads": torch.get_num_threads(),
+            "results": results,
+            "ratio": {f"per_option_over_letters_time_k{k}": row["ratio"]["time"] for k, row in results.items()},
+            "time_ratio_k4": results["4"]["ratio"]["time"],
+            "load_average_1m": load[0],
+            "cpu_count": os.cpu_count(),
+            "provenance": provenance(),
+        },
+    )
     print(f"wrote {args.out}")
 
 

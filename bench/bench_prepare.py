@@ -43,11 +43,21 @@ LENGTH_BANDS = [(3, 14), (15, 49), (50, 199), (200, 999), (1000, 3000)]  # as in
 BAND_WEIGHTS = [0.40, 0.30, 0.18, 0.09, 0.03]
 QUESTIONS = [
     {"type": "noul", "instructions": "Does this note report a problem that needs action?"},
-    {"type": "choice", "instructions": "Which team should handle this note?",
-     "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages",
-                  "support": "How-to questions", "sales": "New contracts"}},
-    {"type": "score", "instructions": "How urgent is this note?",
-     "criteria": ["not urgent", "somewhat urgent", "urgent", "critical"]},
+    {
+        "type": "choice",
+        "instructions": "Which team should handle this note?",
+        "criteria": {
+            "billing": "Charges and refunds",
+            "engineering": "Bugs and outages",
+            "support": "How-to questions",
+            "sales": "New contracts",
+        },
+    },
+    {
+        "type": "score",
+        "instructions": "How urgent is this note?",
+        "criteria": ["not urgent", "somewhat urgent", "urgent", "critical"],
+    },
 ]
 
 
@@ -89,7 +99,7 @@ def synthetic(n: int, dup_fraction: float, seed: int = 13) -> tuple[list[dict], 
     flat = nrng.choice(len(vocab), size=int(lengths.sum()), p=weights)
     texts, start = [], 0
     for length in lengths:
-        texts.append([vocab[i] for i in flat[start:start + length]])
+        texts.append([vocab[i] for i in flat[start : start + length]])
         start += length
     questions = [rng.randrange(len(QUESTIONS)) for _ in range(n_base)]
     rows: list[tuple[list[str], int, int | None]] = [(t, q, None) for t, q in zip(texts, questions, strict=True)]
@@ -103,10 +113,20 @@ def synthetic(n: int, dup_fraction: float, seed: int = 13) -> tuple[list[dict], 
     for new, old in enumerate(order):
         words, q, origin = rows[old]
         question = QUESTIONS[q]
-        answer: object = {"noul": rng.random() < 0.5, "score": rng.randrange(4),
-                          "choice": rng.choice(["billing", "engineering", "support", "sales"])}[question["type"]]
-        records.append({"id": f"r{new}", "task": f"synthetic_{question['type']}", "state": " ".join(words),
-                        "question": question, "answer": answer})
+        answer: object = {
+            "noul": rng.random() < 0.5,
+            "score": rng.randrange(4),
+            "choice": rng.choice(["billing", "engineering", "support", "sales"]),
+        }[question["type"]]
+        records.append(
+            {
+                "id": f"r{new}",
+                "task": f"synthetic_{question['type']}",
+                "state": " ".join(words),
+                "question": question,
+                "answer": answer,
+            }
+        )
         if origin is not None:
             planted[new] = position[origin]
     return records, planted
@@ -120,7 +140,7 @@ def jaccard(a: str, b: str, n: int = NGRAM) -> float:
 def char_shingles(text: str) -> list[bytes]:
     """The default recipe's shingles as strings: character 5-grams of the normalised text."""
     form = dedup.shingle_text(text)
-    return [form[j:j + NGRAM].encode("utf-8") for j in range(max(1, len(form) - NGRAM + 1))]
+    return [form[j : j + NGRAM].encode("utf-8") for j in range(max(1, len(form) - NGRAM + 1))]
 
 
 def quality(records: list[dict], planted: dict[int, int], rejects: list[dict]) -> dict:
@@ -133,11 +153,17 @@ def quality(records: list[dict], planted: dict[int, int], rejects: list[dict]) -
     """
     index = {r["id"]: i for i, r in enumerate(records)}
     family = {i: planted.get(i, i) for i in range(len(records))}  # the original each row derives from
-    removed = [(index[r["id"]], index[r["matched"]["id"]]) for r in rejects
-               if r["step"] in ("exact_dedup", "near_dedup")]
+    removed = [
+        (index[r["id"]], index[r["matched"]["id"]]) for r in rejects if r["step"] in ("exact_dedup", "near_dedup")
+    ]
     correct = sum(family[a] == family[b] for a, b in removed)
-    return {"planted": len(planted), "removed": len(removed), "correct": correct,
-            "recall": correct / len(planted), "precision": correct / len(removed) if removed else 1.0}
+    return {
+        "planted": len(planted),
+        "removed": len(removed),
+        "correct": correct,
+        "recall": correct / len(planted),
+        "precision": correct / len(removed) if removed else 1.0,
+    }
 
 
 def naive_near_dedup(texts: list[str]) -> dict[int, int]:
@@ -221,23 +247,26 @@ def main() -> None:
         source = Path(tmp) / "records.jsonl"
         source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
         eval_file = Path(tmp) / "eval.jsonl"  # 500 states copied from the records: decontamination must find them
-        eval_file.write_text("".join(json.dumps({"id": f"e{i}", "state": records[i * 7]["state"]}) + "\n"
-                                     for i in range(500)), encoding="utf-8")
-        recipe = DataRecipe.model_validate({
-            "sources": [{"kind": "jsonl", "path": str(source)}],
-            "decontaminate_against": [str(eval_file)],
-            "dedup": {"near": {"threshold": THRESHOLD, "num_perm": NUM_PERM, "ngram": NGRAM, "shingle": "char"}},
-            "split": {"dev_fraction": 0.05, "seed": 13},
-            "augment": {"anonymize_options": 0.1, "drop_distractors": 0.1},
-        })
+        eval_file.write_text(
+            "".join(json.dumps({"id": f"e{i}", "state": records[i * 7]["state"]}) + "\n" for i in range(500)),
+            encoding="utf-8",
+        )
+        recipe = DataRecipe.model_validate(
+            {
+                "sources": [{"kind": "jsonl", "path": str(source)}],
+                "decontaminate_against": [str(eval_file)],
+                "dedup": {"near": {"threshold": THRESHOLD, "num_perm": NUM_PERM, "ngram": NGRAM, "shingle": "char"}},
+                "split": {"dev_fraction": 0.05, "seed": 13},
+                "augment": {"anonymize_options": 0.1, "drop_distractors": 0.1},
+            }
+        )
         manifest, seconds, cpu_seconds = timed(prepare, recipe, Path(tmp) / "out")
         rejects = [json.loads(line) for line in (Path(tmp) / "out" / "rejects.jsonl").open()]
     scores = quality(records, planted, rejects)
 
-    subset = [r["state"] for r in records[:args.subset]]
+    subset = [r["state"] for r in records[: args.subset]]
     r = args.repeats
-    fast_s = best_of(r, lambda t: dedup.near_duplicates(t, threshold=THRESHOLD, num_perm=NUM_PERM, ngram=NGRAM),
-                     subset)
+    fast_s = best_of(r, lambda t: dedup.near_duplicates(t, threshold=THRESHOLD, num_perm=NUM_PERM, ngram=NGRAM), subset)
     bulk_s = best_of(r, bulk_near_dedup, subset)
     naive_s = best_of(r, naive_near_dedup, subset)
     fast_sketch_s = best_of(r, lambda t: dedup.sketch(t, num_perm=NUM_PERM, ngram=NGRAM), subset)
@@ -246,24 +275,35 @@ def main() -> None:
 
     steps = {s["step"]: s.get("seconds") for s in manifest["steps"]}
     result = {
-        "records": args.records, "planted_near_duplicates": len(planted),
-        "planted_pair_jaccard": {"min": round(pair_jaccard[0], 3),
-                                 "median": round(pair_jaccard[len(pair_jaccard) // 2], 3)},
+        "records": args.records,
+        "planted_near_duplicates": len(planted),
+        "planted_pair_jaccard": {
+            "min": round(pair_jaccard[0], 3),
+            "median": round(pair_jaccard[len(pair_jaccard) // 2], 3),
+        },
         "settings": {"threshold": THRESHOLD, "num_perm": NUM_PERM, "ngram": NGRAM},
-        "prepare_seconds": round(seconds, 2), "prepare_cpu_seconds": round(cpu_seconds, 2),
+        "prepare_seconds": round(seconds, 2),
+        "prepare_cpu_seconds": round(cpu_seconds, 2),
         "prepare_records_per_s": round(args.records / seconds),
         "step_seconds": steps,
-        "near_dedup_recall": round(scores["recall"], 4), "near_dedup_precision": round(scores["precision"], 4),
+        "near_dedup_recall": round(scores["recall"], 4),
+        "near_dedup_precision": round(scores["precision"], 4),
         "near_dedup_removed": scores["removed"],
         "decontaminated": next(s["removed"] for s in manifest["steps"] if s["step"] == "decontaminate"),
-        "subset": args.subset, "subset_timing": f"best of {args.repeats}",
-        "near_dedup_records_per_s": {"fast": round(args.subset / fast_s),
-                                     "datasketch_bulk": round(args.subset / bulk_s),
-                                     "naive_update_loop": round(args.subset / naive_s)},
-        "speedup_vs_naive": round(naive_s / fast_s, 1), "speedup_vs_bulk": round(bulk_s / fast_s, 1),
-        "sketch_records_per_s": {"fast": round(args.subset / fast_sketch_s),
-                                 "datasketch_bulk": round(args.subset / bulk_sketch_s),
-                                 "naive_update_loop": round(args.subset / naive_sketch_s)},
+        "subset": args.subset,
+        "subset_timing": f"best of {args.repeats}",
+        "near_dedup_records_per_s": {
+            "fast": round(args.subset / fast_s),
+            "datasketch_bulk": round(args.subset / bulk_s),
+            "naive_update_loop": round(args.subset / naive_s),
+        },
+        "speedup_vs_naive": round(naive_s / fast_s, 1),
+        "speedup_vs_bulk": round(bulk_s / fast_s, 1),
+        "sketch_records_per_s": {
+            "fast": round(args.subset / fast_sketch_s),
+            "datasketch_bulk": round(args.subset / bulk_sketch_s),
+            "naive_update_loop": round(args.subset / naive_sketch_s),
+        },
         "sketch_speedup_vs_naive": round(naive_sketch_s / fast_sketch_s, 1),
         "sketch_speedup_vs_bulk": round(bulk_sketch_s / fast_sketch_s, 1),
         # recall and precision by edit kind and length are bench_dedup.py's; here short copies with one edit
@@ -276,19 +316,27 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
-    print(f"prepare of {args.records} records: {seconds:.1f} s wall ({cpu_seconds:.1f} s CPU), "
-          f"{result['prepare_records_per_s']} records/s")
+    print(
+        f"prepare of {args.records} records: {seconds:.1f} s wall ({cpu_seconds:.1f} s CPU), "
+        f"{result['prepare_records_per_s']} records/s"
+    )
     print("  steps (s): " + ", ".join(f"{k} {v}" for k, v in steps.items()))
-    print(f"near dedup: recall {scores['recall']:.4f}  precision {scores['precision']:.4f}  "
-          f"({scores['removed']} removed, {len(planted)} planted; planted pair Jaccard min "
-          f"{pair_jaccard[0]:.3f}, median {pair_jaccard[len(pair_jaccard) // 2]:.3f})")
+    print(
+        f"near dedup: recall {scores['recall']:.4f}  precision {scores['precision']:.4f}  "
+        f"({scores['removed']} removed, {len(planted)} planted; planted pair Jaccard min "
+        f"{pair_jaccard[0]:.3f}, median {pair_jaccard[len(pair_jaccard) // 2]:.3f})"
+    )
     header = f"on {args.subset} rows (best of {args.repeats})"
     print(f"{header:<34}{'sketch rec/s':>14}{'ratio':>8}{'near dedup rec/s':>18}{'ratio':>8}")
-    for name, sketch_s, dedup_s in (("fast path (numpy + session)", fast_sketch_s, fast_s),
-                                    ("datasketch MinHash.bulk", bulk_sketch_s, bulk_s),
-                                    ("naive MinHash.update loop", naive_sketch_s, naive_s)):
-        print(f"{name:<34}{args.subset / sketch_s:>14.0f}{naive_sketch_s / sketch_s:>7.1f}x"
-              f"{args.subset / dedup_s:>18.0f}{naive_s / dedup_s:>7.1f}x")
+    for name, sketch_s, dedup_s in (
+        ("fast path (numpy + session)", fast_sketch_s, fast_s),
+        ("datasketch MinHash.bulk", bulk_sketch_s, bulk_s),
+        ("naive MinHash.update loop", naive_sketch_s, naive_s),
+    ):
+        print(
+            f"{name:<34}{args.subset / sketch_s:>14.0f}{naive_sketch_s / sketch_s:>7.1f}x"
+            f"{args.subset / dedup_s:>18.0f}{naive_s / dedup_s:>7.1f}x"
+        )
     print("(near dedup = sketches + LSH index + queries + verification; all three use the same LSH bands)")
     print(f"targets met: {result['meets_targets']}  → {args.out}")
 

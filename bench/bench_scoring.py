@@ -38,15 +38,31 @@ STATE = (
     "logs. Thanks, Dana"
 )
 QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket first?",
-             "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                          "support": "How-to and account questions", "sales": "Plans, upgrades and quotes"}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket first?",
+        "criteria": {
+            "billing": "Charges, invoices and refunds",
+            "engineering": "Bugs, errors and outages",
+            "support": "How-to and account questions",
+            "sales": "Plans, upgrades and quotes",
+        },
+    },
     "outage": {"type": "noul", "instructions": "Is a production system down?"},
-    "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
-                "criteria": ["not urgent", "this week", "today", "within the hour", "blocking right now"]},
-    "sentiment": {"type": "choice", "instructions": "What is the customer's mood?",
-                  "criteria": {"calm": "Neutral, factual", "worried": "Concerned but polite",
-                               "angry": "Hostile or threatening to leave"}},
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent is this ticket?",
+        "criteria": ["not urgent", "this week", "today", "within the hour", "blocking right now"],
+    },
+    "sentiment": {
+        "type": "choice",
+        "instructions": "What is the customer's mood?",
+        "criteria": {
+            "calm": "Neutral, factual",
+            "worried": "Concerned but polite",
+            "angry": "Hostile or threatening to leave",
+        },
+    },
 }
 
 
@@ -72,8 +88,10 @@ def main() -> None:
     items = [(STATE, parse_question(q, name)) for name, q in QUESTIONS.items()]
     prompts = [model.renderer.render(STATE, q) for _, q in items]
     state_tokens = len(model.renderer._encode(STATE))
-    tokens = {"shared": len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts),
-              "per_question": sum(len(p) for p in prompts)}
+    tokens = {
+        "shared": len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts),
+        "per_question": sum(len(p) for p in prompts),
+    }
 
     def run(shared: bool) -> tuple[float, float, list[np.ndarray]]:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -90,39 +108,55 @@ def main() -> None:
             times[mode].append(wall)
             cpu_times[mode].append(cpu)
             answers[mode] = [to_probabilities(q.type, z) for (_, q), z in zip(items, logits, strict=True)]
-    max_diff = max(float(np.abs(a - b).max()) for a, b in zip(answers["shared"], answers["per_question"],
-                                                                 strict=True))
+    max_diff = max(float(np.abs(a - b).max()) for a, b in zip(answers["shared"], answers["per_question"], strict=True))
     median = {mode: statistics.median(values) for mode, values in times.items()}
     median_cpu = {mode: statistics.median(values) for mode, values in cpu_times.items()}
     ratio = median["per_question"] / median["shared"]
     ratio_cpu = median_cpu["per_question"] / median_cpu["shared"]
     load = os.getloadavg()
 
-    print(f"model {args.model} on {model.device}, torch threads {torch.get_num_threads()}, "
-          f"state {state_tokens} tokens, {len(items)} questions, median of {args.runs} runs after a warm-up, "
-          f"load average {load[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"model {args.model} on {model.device}, torch threads {torch.get_num_threads()}, "
+        f"state {state_tokens} tokens, {len(items)} questions, median of {args.runs} runs after a warm-up, "
+        f"load average {load[0]:.1f} on {os.cpu_count()} cores"
+    )
     print(f"{'mode':<14}{'wall ms':>10}{'min':>8}{'max':>8}{'ratio':>8}{'cpu ms':>10}{'ratio':>8}{'tokens':>8}")
     for mode in ("per_question", "shared"):
         values = times[mode]
-        print(f"{mode:<14}{median[mode] * 1e3:>10.0f}{min(values) * 1e3:>8.0f}{max(values) * 1e3:>8.0f}"
-              f"{median['per_question'] / median[mode]:>7.2f}x{median_cpu[mode] * 1e3:>10.0f}"
-              f"{median_cpu['per_question'] / median_cpu[mode]:>7.2f}x{tokens[mode]:>8}")
-    print(f"shared-state scoring: {ratio:.2f}x faster in wall time, {ratio_cpu:.2f}x less CPU time; "
-          f"max |Δp| between the modes {max_diff:.2e}")
+        print(
+            f"{mode:<14}{median[mode] * 1e3:>10.0f}{min(values) * 1e3:>8.0f}{max(values) * 1e3:>8.0f}"
+            f"{median['per_question'] / median[mode]:>7.2f}x{median_cpu[mode] * 1e3:>10.0f}"
+            f"{median_cpu['per_question'] / median_cpu[mode]:>7.2f}x{tokens[mode]:>8}"
+        )
+    print(
+        f"shared-state scoring: {ratio:.2f}x faster in wall time, {ratio_cpu:.2f}x less CPU time; "
+        f"max |Δp| between the modes {max_diff:.2e}"
+    )
 
-    atomic_write_json(args.out, {
-        "benchmark": "scoring",
-        "what": "score one 4-question request: shared state prefix vs one full prompt per question",
-        "model": args.model, "device": str(model.device), "torch_threads": torch.get_num_threads(),
-        "state_tokens": state_tokens, "questions": len(items), "runs": args.runs,
-        "input_tokens": tokens,
-        "median_s": median, "times_s": times, "median_cpu_s": median_cpu, "cpu_times_s": cpu_times,
-        "speedup": ratio,
-        "ratio": {"per_question_over_shared": ratio, "per_question_over_shared_cpu": ratio_cpu},
-        "max_abs_probability_difference": max_diff,
-        "load_average_1m": load[0], "cpu_count": os.cpu_count(),
-        "provenance": provenance(),
-    })
+    atomic_write_json(
+        args.out,
+        {
+            "benchmark": "scoring",
+            "what": "score one 4-question request: shared state prefix vs one full prompt per question",
+            "model": args.model,
+            "device": str(model.device),
+            "torch_threads": torch.get_num_threads(),
+            "state_tokens": state_tokens,
+            "questions": len(items),
+            "runs": args.runs,
+            "input_tokens": tokens,
+            "median_s": median,
+            "times_s": times,
+            "median_cpu_s": median_cpu,
+            "cpu_times_s": cpu_times,
+            "speedup": ratio,
+            "ratio": {"per_question_over_shared": ratio, "per_question_over_shared_cpu": ratio_cpu},
+            "max_abs_probability_difference": max_diff,
+            "load_average_1m": load[0],
+            "cpu_count": os.cpu_count(),
+            "provenance": provenance(),
+        },
+    )
     print(f"wrote {args.out}")
 
 

@@ -103,9 +103,26 @@ class Server:
         self.log = log_dir / f"{name}.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mydecide.cli", "serve", "--model", model, "--port", str(self.port),
-                 "--log-level", "warning", "--request-timeout", "3600", *extra],
-                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+                [
+                    sys.executable,
+                    "-m",
+                    "mydecide.cli",
+                    "serve",
+                    "--model",
+                    model,
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                    "--request-timeout",
+                    "3600",
+                    *extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+            )
 
     def wait_ready(self, timeout: float = 600) -> dict[str, Any]:
         import httpx
@@ -187,8 +204,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary(latencies: list[float], wall: float) -> dict[str, float]:
-    return {"requests": len(latencies), "wall_s": wall, "requests_per_s": len(latencies) / wall,
-            "p50_ms": statistics.median(latencies) * 1e3, "p95_ms": percentile(latencies, 0.95) * 1e3}
+    return {
+        "requests": len(latencies),
+        "wall_s": wall,
+        "requests_per_s": len(latencies) / wall,
+        "p50_ms": statistics.median(latencies) * 1e3,
+        "p95_ms": percentile(latencies, 0.95) * 1e3,
+    }
 
 
 def main() -> None:
@@ -211,8 +233,10 @@ def main() -> None:
     requests = Requests()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as logs:
-        servers = {"optimised": Server("optimised", args.model, [], Path(logs)),
-                   "baseline": Server("baseline", args.model, ["--baseline"], Path(logs))}
+        servers = {
+            "optimised": Server("optimised", args.model, [], Path(logs)),
+            "baseline": Server("baseline", args.model, ["--baseline"], Path(logs)),
+        }
         try:
             info = {name: s.wait_ready() for name, s in servers.items()}
             clients = {name: httpx.Client(timeout=600) for name in servers}
@@ -245,11 +269,17 @@ def main() -> None:
                 s.stop()
     total = time.perf_counter() - started
 
-    results = {name: {"sequential": summary(sequential[name], walls[name]),
-                      "concurrent": summary(concurrent[name], burst_walls[name]),
-                      "input_tokens_per_request": statistics.mean(tokens[name]),
-                      "packed": health[name]["packed"], "batching": health[name]["batching"],
-                      "server_stats": health[name]["stats"]} for name in servers}
+    results = {
+        name: {
+            "sequential": summary(sequential[name], walls[name]),
+            "concurrent": summary(concurrent[name], burst_walls[name]),
+            "input_tokens_per_request": statistics.mean(tokens[name]),
+            "packed": health[name]["packed"],
+            "batching": health[name]["batching"],
+            "server_stats": health[name]["stats"],
+        }
+        for name in servers
+    }
     opt, base = results["optimised"], results["baseline"]
     ratios = {
         "sequential_p50": opt["sequential"]["p50_ms"] / base["sequential"]["p50_ms"],
@@ -258,39 +288,58 @@ def main() -> None:
         "concurrent_throughput": opt["concurrent"]["requests_per_s"] / base["concurrent"]["requests_per_s"],
         # a cross-check robust to a load spike during the baseline's burst: the baseline scores one request at a
         # time, so its concurrent throughput cannot beat its sequential throughput
-        "concurrent_throughput_vs_baseline_sequential":
-            opt["concurrent"]["requests_per_s"] / base["sequential"]["requests_per_s"],
+        "concurrent_throughput_vs_baseline_sequential": opt["concurrent"]["requests_per_s"]
+        / base["sequential"]["requests_per_s"],
     }
-    met = {"sequential_p50 <= 0.5": ratios["sequential_p50"] <= 0.5,
-           "concurrent_throughput >= 2.0": ratios["concurrent_throughput"] >= 2.0}
+    met = {
+        "sequential_p50 <= 0.5": ratios["sequential_p50"] <= 0.5,
+        "concurrent_throughput >= 2.0": ratios["concurrent_throughput"] >= 2.0,
+    }
 
-    print(f"model {args.model}, 4 questions per request, {args.sequential} sequential requests and "
-          f"{args.rounds} bursts of {args.clients} concurrent clients per server; {total:.0f} s in all")
+    print(
+        f"model {args.model}, 4 questions per request, {args.sequential} sequential requests and "
+        f"{args.rounds} bursts of {args.clients} concurrent clients per server; {total:.0f} s in all"
+    )
     print(f"{'server':<11}{'load':<12}{'req/s':>8}{'p50 ms':>10}{'p95 ms':>10}{'tokens/req':>12}")
     for name, r in results.items():
         for load in ("sequential", "concurrent"):
             s = r[load]
-            print(f"{name:<11}{load:<12}{s['requests_per_s']:>8.2f}{s['p50_ms']:>10.0f}{s['p95_ms']:>10.0f}"
-                  f"{r['input_tokens_per_request']:>12.0f}")
+            print(
+                f"{name:<11}{load:<12}{s['requests_per_s']:>8.2f}{s['p50_ms']:>10.0f}{s['p95_ms']:>10.0f}"
+                f"{r['input_tokens_per_request']:>12.0f}"
+            )
     for key, value in ratios.items():
         print(f"ratio optimised/baseline {key:<44} {value:6.2f}")
     for key, ok in met.items():
         print(f"target {key:<30} {'met' if ok else 'NOT met'}")
-    print(f"optimised server: packed={opt['packed']}, largest micro-batch {opt['server_stats']['largest_batch']} "
-          f"requests, {opt['server_stats']['batches']} batches for {opt['server_stats']['requests']} requests")
+    print(
+        f"optimised server: packed={opt['packed']}, largest micro-batch {opt['server_stats']['largest_batch']} "
+        f"requests, {opt['server_stats']['batches']} batches for {opt['server_stats']['requests']} requests"
+    )
 
-    atomic_write_json(args.out, {
-        "benchmark": "serve",
-        "what": "POST /v1/systemone on loopback, 4-question requests: optimised server (shared state prefix, "
-                "packed rows, micro-batching) vs baseline (one prompt and one forward pass per question, "
-                "no batching), both real uvicorn servers in the same run",
-        "model": args.model, "cpu_count": os.cpu_count(), "questions_per_request": len(QUESTIONS),
-        "sequential_requests": args.sequential, "rounds": args.rounds, "clients": args.clients,
-        "concurrent_throughput_ratio": ratios["concurrent_throughput"],
-        "sequential_p50_ratio": ratios["sequential_p50"],
-        "results": results, "ratios": ratios, "targets_met": met, "seconds": total,
-        "server_info": info, "provenance": provenance(),
-    })
+    atomic_write_json(
+        args.out,
+        {
+            "benchmark": "serve",
+            "what": "POST /v1/systemone on loopback, 4-question requests: optimised server (shared state prefix, "
+            "packed rows, micro-batching) vs baseline (one prompt and one forward pass per question, "
+            "no batching), both real uvicorn servers in the same run",
+            "model": args.model,
+            "cpu_count": os.cpu_count(),
+            "questions_per_request": len(QUESTIONS),
+            "sequential_requests": args.sequential,
+            "rounds": args.rounds,
+            "clients": args.clients,
+            "concurrent_throughput_ratio": ratios["concurrent_throughput"],
+            "sequential_p50_ratio": ratios["sequential_p50"],
+            "results": results,
+            "ratios": ratios,
+            "targets_met": met,
+            "seconds": total,
+            "server_info": info,
+            "provenance": provenance(),
+        },
+    )
     print(f"wrote {args.out}")
 
 

@@ -22,8 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TEXT = ("the customer reports that checkout fails with an error after payment and the invoice shows a double "
-        "charge while support asks for logs from the web shop during the outage this morning")
+TEXT = (
+    "the customer reports that checkout fails with an error after payment and the invoice shows a double "
+    "charge while support asks for logs from the web shop during the outage this morning"
+)
 WORDS = TEXT.split()
 
 
@@ -36,16 +38,23 @@ def make_records(n_states: int, seed: int = 0) -> list:
         length = rng.choice([12, 20, 30, 160, 240])  # a mix of short and long states (words)
         state = f"Ticket {i}: " + " ".join(rng.choice(WORDS) for _ in range(length))
         questions = [
-            {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages",
-                          "support": "How-to questions"}},
+            {
+                "type": "choice",
+                "instructions": "Which team should handle this ticket?",
+                "criteria": {
+                    "billing": "Charges and refunds",
+                    "engineering": "Bugs and outages",
+                    "support": "How-to questions",
+                },
+            },
             {"type": "noul", "instructions": "Is a production system down?"},
             {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high", "critical"]},
         ]
         answers = [rng.choice(["billing", "engineering", "support"]), rng.random() < 0.5, rng.randrange(4)]
         for j, (q, a) in enumerate(zip(questions, answers, strict=True)):
-            records.extend(parse_record({"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": q,
-                                         "answer": a}))
+            records.extend(
+                parse_record({"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": q, "answer": a})
+            )
     return records
 
 
@@ -97,7 +106,7 @@ def main() -> None:
     shuffled = list(units)
     random.Random(1).shuffle(shuffled)
     modes = {
-        "plain": ([shuffled[i:i + args.batch] for i in range(0, len(shuffled), args.batch)], False),
+        "plain": ([shuffled[i : i + args.batch] for i in range(0, len(shuffled), args.batch)], False),
         "bucketed_shared": (plan_batches(units, args.batch, seed=0, epoch=0, length_buckets=True), True),
     }
     for batches, shared in modes.values():  # warm-up: every batch shape once in each mode (allocator, kernels)
@@ -105,22 +114,36 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     for name in ["plain", "bucketed_shared", "plain", "bucketed_shared"]:  # alternate, keep the better of two
         batches, shared = modes[name]
-        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared,
-                                                      OBJECTIVES["proper"])
-        row = {"seconds": seconds, "questions": questions, "questions_per_s": questions / seconds,
-               "tokens_processed": padded, "real_tokens": tokens, "padding_fraction": 1 - tokens / padded}
+        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, OBJECTIVES["proper"])
+        row = {
+            "seconds": seconds,
+            "questions": questions,
+            "questions_per_s": questions / seconds,
+            "tokens_processed": padded,
+            "real_tokens": tokens,
+            "padding_fraction": 1 - tokens / padded,
+        }
         if name not in results or row["questions_per_s"] > results[name]["questions_per_s"]:
             results[name] = row
-        print(f"  {name:16s} {questions / seconds:6.2f} questions/s  padding {1 - tokens / padded:5.1%}",
-              file=sys.stderr)
+        print(
+            f"  {name:16s} {questions / seconds:6.2f} questions/s  padding {1 - tokens / padded:5.1%}", file=sys.stderr
+        )
     ratio = results["bucketed_shared"]["questions_per_s"] / results["plain"]["questions_per_s"]
-    summary = {"benchmark": "train", "model": args.model, "states": args.states, "questions_per_state": 3,
-               "batch_size": args.batch, **{f"{k}": v for k, v in results.items()}, "speedup": ratio,
-               "target_speedup": 1.5}
+    summary = {
+        "benchmark": "train",
+        "model": args.model,
+        "states": args.states,
+        "questions_per_state": 3,
+        "batch_size": args.batch,
+        **{f"{k}": v for k, v in results.items()},
+        "speedup": ratio,
+        "target_speedup": 1.5,
+    }
     print(f"{'mode':18s} {'questions/s':>12s} {'padding':>8s} {'tokens':>8s}")
     for name, row in results.items():
-        print(f"{name:18s} {row['questions_per_s']:12.2f} {row['padding_fraction']:8.1%} "
-              f"{row['tokens_processed']:8.0f}")
+        print(
+            f"{name:18s} {row['questions_per_s']:12.2f} {row['padding_fraction']:8.1%} {row['tokens_processed']:8.0f}"
+        )
     print(f"speed-up bucketed+shared / plain: {ratio:.2f}x (target ≥ 1.5x)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

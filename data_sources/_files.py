@@ -69,8 +69,9 @@ def open_text(path: str | Path) -> TextIO:
         raise ValueError(f"{p}: is a directory, expected a file")
     if p.suffix in COMPRESSIONS:
         packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
-        return io.TextIOWrapper(io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8",
-                                errors="surrogateescape", newline="")
+        return io.TextIOWrapper(
+            io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8", errors="surrogateescape", newline=""
+        )
     return open(p, encoding="utf-8", errors="surrogateescape", newline="")
 
 
@@ -182,9 +183,12 @@ def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]
                 return
             except csv.Error as err:
                 end = reader.line_num
-                yield (f"{name}:{start}", f"lines {start}-{end}",
-                       f"unreadable CSV row, lines {start}-{end} ({err}): a quote that never closes, or text after "
-                       "a closing quote")
+                yield (
+                    f"{name}:{start}",
+                    f"lines {start}-{end}",
+                    f"unreadable CSV row, lines {start}-{end} ({err}): a quote that never closes, or text after "
+                    "a closing quote",
+                )
                 continue
             end = reader.line_num
             if not fields:
@@ -243,8 +247,7 @@ def iter_rows(path: str | Path) -> Iterator[Row]:
         return iter_jsonl(path)
     if suffix == ".parquet":
         return iter_parquet(path)
-    raise ValueError(
-        f"{path}: unknown file format {suffix!r} (expected .csv, .tsv, .jsonl, .json or .parquet)")
+    raise ValueError(f"{path}: unknown file format {suffix!r} (expected .csv, .tsv, .jsonl, .json or .parquet)")
 
 
 def load_hub(name: str, split: str, config: str | None = None) -> Any:

@@ -65,16 +65,22 @@ def _records(rows: Iterable[Row], split: str) -> Iterator[dict[str, Any]]:
             yield error_row(where, str(err), row)
             continue
         record: dict[str, Any] = {
-            "id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}", "task": TASK, "lang": "en",
-            "state": passage.strip(), "question": {"type": "noul", "instructions": as_question(question)},
-            "answer": answer, "_where": where}
+            "id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}",
+            "task": TASK,
+            "lang": "en",
+            "state": passage.strip(),
+            "question": {"type": "noul", "instructions": as_question(question)},
+            "answer": answer,
+            "_where": where,
+        }
         if row.get("title"):
             record["meta"] = {"title": str(row["title"])}
         yield record
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13,
-            split: str = "train") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None, *, limit: int | None = None, seed: int = 13, split: str = "train"
+) -> Iterator[dict[str, Any]]:
     """Yield one noul record per question of ``path`` (or of the Hugging Face split if ``path`` is None)."""
     if path is None:
         rows = iter_hub(load_hub(HUB_NAME, split), HUB_NAME, split)

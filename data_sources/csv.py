@@ -51,13 +51,22 @@ class ColumnLayout:
         return (*self.state_columns, self.answer_column, *((self.id_column,) if self.id_column else ()))
 
 
-def make_layout(*, source: str, path: str, type: str, instructions: str | None, criteria: Any,
-                state_column: str | list[str], answer_column: str, task: str | None, id_column: str | None,
-                lang: str) -> ColumnLayout:
+def make_layout(
+    *,
+    source: str,
+    path: str,
+    type: str,
+    instructions: str | None,
+    criteria: Any,
+    state_column: str | list[str],
+    answer_column: str,
+    task: str | None,
+    id_column: str | None,
+    lang: str,
+) -> ColumnLayout:
     """Check the recipe's column options (ValueError naming the option) and build the layout."""
     if type not in QUESTION_TYPES:
-        raise ValueError(
-            f"{source} source: option 'type' must be one of {list(QUESTION_TYPES)}, got {type!r}")
+        raise ValueError(f"{source} source: option 'type' must be one of {list(QUESTION_TYPES)}, got {type!r}")
     if not isinstance(instructions, str) or not instructions.strip():
         raise ValueError(f"{source} source: option 'instructions' must be a non-empty string")
     options = _options(source, type, criteria)
@@ -66,18 +75,25 @@ def make_layout(*, source: str, path: str, type: str, instructions: str | None, 
         raise ValueError(f"{source} source: option 'state_column' must be a column name or a list of them")
     if not isinstance(lang, str) or not lang:
         raise ValueError(f"{source} source: option 'lang' must be a language code such as 'en'")
-    return ColumnLayout(task=task or file_stem(path), type=type, instructions=instructions, criteria=criteria,
-                        options=options, state_columns=tuple(columns),
-                        state_is_object=not isinstance(state_column, str), answer_column=answer_column,
-                        id_column=id_column, lang=lang)
+    return ColumnLayout(
+        task=task or file_stem(path),
+        type=type,
+        instructions=instructions,
+        criteria=criteria,
+        options=options,
+        state_columns=tuple(columns),
+        state_is_object=not isinstance(state_column, str),
+        answer_column=answer_column,
+        id_column=id_column,
+        lang=lang,
+    )
 
 
 def check_columns(path: str, header: Iterable[str], layout: ColumnLayout) -> None:
     header = list(header)
     missing = [c for c in layout.columns if c not in header]
     if missing:
-        raise ValueError(
-            f"{path}: column(s) {missing} named in the recipe are not in the file; it has {header}")
+        raise ValueError(f"{path}: column(s) {missing} named in the recipe are not in the file; it has {header}")
 
 
 def _options(source: str, qtype: str, criteria: Any) -> tuple[str, ...]:
@@ -85,19 +101,16 @@ def _options(source: str, qtype: str, criteria: Any) -> tuple[str, ...]:
     if qtype == "noul":
         if criteria is None or (isinstance(criteria, Mapping) and set(criteria) <= {"true", "false"}):
             return ("true", "false")
-        raise ValueError(
-            f"{source} source: option 'criteria' of a noul must be absent or {{true: ..., false: ...}}")
+        raise ValueError(f"{source} source: option 'criteria' of a noul must be absent or {{true: ..., false: ...}}")
     if qtype == "score":
         if isinstance(criteria, list) and len(criteria) >= 2 and all(isinstance(c, str) for c in criteria):
             return tuple(str(i) for i in range(len(criteria)))
-        raise ValueError(
-            f"{source} source: option 'criteria' of a score must be a list of level texts, lowest first")
+        raise ValueError(f"{source} source: option 'criteria' of a score must be a list of level texts, lowest first")
     if isinstance(criteria, Mapping) and len(criteria) >= (2 if qtype == "choice" else 1):
         return tuple(str(k) for k in criteria)
     if isinstance(criteria, list) and len(criteria) >= (2 if qtype == "choice" else 1):
         return tuple(str(k) for k in criteria)
-    raise ValueError(
-        f"{source} source: option 'criteria' of a {qtype} must be a map id → description or a list of ids")
+    raise ValueError(f"{source} source: option 'criteria' of a {qtype} must be a map id → description or a list of ids")
 
 
 def _text(value: Any, column: str) -> str:
@@ -132,8 +145,7 @@ def parse_answer(value: Any, layout: ColumnLayout) -> Any:
         else:
             lowered = [level.lower() for level in levels]
             if str(value).lower() not in lowered:
-                raise RowError(
-                    f"column {column!r}: {value!r} is neither a level index nor one of the levels {levels}")
+                raise RowError(f"column {column!r}: {value!r} is neither a level index nor one of the levels {levels}")
             index = lowered.index(str(value).lower())
         if not 0 <= index < len(levels):
             raise RowError(f"column {column!r}: level {index} is outside 0..{len(levels) - 1}")
@@ -180,8 +192,15 @@ def layout_record(row: Mapping[str, Any], where: str, layout: ColumnLayout, row_
     question: dict[str, Any] = {"type": layout.type, "instructions": layout.instructions}
     if layout.criteria is not None:
         question["criteria"] = layout.criteria
-    return {"id": rid, "task": layout.task, "lang": layout.lang, "state": state, "question": question,
-            "answer": answer, "_where": where}
+    return {
+        "id": rid,
+        "task": layout.task,
+        "lang": layout.lang,
+        "state": state,
+        "question": question,
+        "answer": answer,
+        "_where": where,
+    }
 
 
 def layout_records(rows: Iterable[Row], layout: ColumnLayout, stem: str) -> Iterator[dict[str, Any]]:
@@ -196,16 +215,35 @@ def layout_records(rows: Iterable[Row], layout: ColumnLayout, stem: str) -> Iter
             yield error_row(where, str(err), row)
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13, type: str,
-            instructions: str, criteria: dict[str, str] | list[str] | None = None,
-            state_column: str | list[str] = "text", answer_column: str = "label", task: str | None = None,
-            id_column: str | None = None, lang: str = "en") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None,
+    *,
+    limit: int | None = None,
+    seed: int = 13,
+    type: str,
+    instructions: str,
+    criteria: dict[str, str] | list[str] | None = None,
+    state_column: str | list[str] = "text",
+    answer_column: str = "label",
+    task: str | None = None,
+    id_column: str | None = None,
+    lang: str = "en",
+) -> Iterator[dict[str, Any]]:
     """Yield one record per row of the CSV / TSV file at ``path`` (``seed`` is unused: no randomness)."""
     if path is None:
         raise ValueError("the csv source needs a path to a .csv or .tsv file")
     existing(path)
-    layout = make_layout(source="csv", path=path, type=type, instructions=instructions, criteria=criteria,
-                         state_column=state_column, answer_column=answer_column, task=task,
-                         id_column=id_column, lang=lang)
+    layout = make_layout(
+        source="csv",
+        path=path,
+        type=type,
+        instructions=instructions,
+        criteria=criteria,
+        state_column=state_column,
+        answer_column=answer_column,
+        task=task,
+        id_column=id_column,
+        lang=lang,
+    )
     check_columns(path, csv_columns(path), layout)
     return capped(layout_records(iter_csv(path), layout, file_stem(path)), limit)

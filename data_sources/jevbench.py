@@ -95,13 +95,26 @@ def _records(rows: Iterable[Row], gold: Mapping[str, Mapping[str, Any]]) -> Iter
             except ValueError as err:
                 yield error_row(where, f"question {key!r}: {err}", raw)
                 continue
-            yield {"id": f"jevbench-{case_id}-{key}", "task": f"jevbench_{domain}", "lang": "en",
-                   "state": case["state"], "question": dict(question), "answer": answer,
-                   "meta": {"case": case_id, "question_key": key, "domain": domain}, "_where": where}
+            yield {
+                "id": f"jevbench-{case_id}-{key}",
+                "task": f"jevbench_{domain}",
+                "lang": "en",
+                "state": case["state"],
+                "question": dict(question),
+                "answer": answer,
+                "meta": {"case": case_id, "question_key": key, "domain": domain},
+                "_where": where,
+            }
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13, gold: str | None = None,
-            suite: str = "jevbench-240") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None,
+    *,
+    limit: int | None = None,
+    seed: int = 13,
+    gold: str | None = None,
+    suite: str = "jevbench-240",
+) -> Iterator[dict[str, Any]]:
     """Yield one record (or error row) per question of every case in ``path`` (no randomness)."""
     cases = suite_cases(suite) if path is None else existing(path)
     answers = read_gold(gold) if gold is not None else {}

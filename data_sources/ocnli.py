@@ -67,17 +67,22 @@ def _records(rows: Iterable[Row], split: str, names: Sequence[str]) -> Iterator[
             yield error_row(where, str(err), row)
             continue
         record: dict[str, Any] = {
-            "id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}", "task": TASK, "lang": "zh",
+            "id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}",
+            "task": TASK,
+            "lang": "zh",
             "state": {"premise": premise.strip(), "hypothesis": hypothesis.strip()},
             "question": {"type": "choice", "instructions": INSTRUCTIONS, "criteria": dict(CRITERIA)},
-            "answer": label, "_where": where}
+            "answer": label,
+            "_where": where,
+        }
         if row.get("genre"):
             record["meta"] = {"genre": str(row["genre"])}
         yield record
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13,
-            split: str = "train") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None, *, limit: int | None = None, seed: int = 13, split: str = "train"
+) -> Iterator[dict[str, Any]]:
     """Yield one choice record per sentence pair of ``path`` (or of the Hugging Face split if no path)."""
     if path is None:
         dataset = load_hub(HUB_NAME, split, HUB_CONFIG)

@@ -15,16 +15,35 @@ from data_sources._files import capped, existing, file_stem, iter_parquet, parqu
 from data_sources.csv import check_columns, layout_records, make_layout
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13, type: str,
-            instructions: str, criteria: dict[str, str] | list[str] | None = None,
-            state_column: str | list[str] = "text", answer_column: str = "label", task: str | None = None,
-            id_column: str | None = None, lang: str = "en") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None,
+    *,
+    limit: int | None = None,
+    seed: int = 13,
+    type: str,
+    instructions: str,
+    criteria: dict[str, str] | list[str] | None = None,
+    state_column: str | list[str] = "text",
+    answer_column: str = "label",
+    task: str | None = None,
+    id_column: str | None = None,
+    lang: str = "en",
+) -> Iterator[dict[str, Any]]:
     """Yield one record per row of the Parquet file at ``path`` (``seed`` is unused: no randomness)."""
     if path is None:
         raise ValueError("the parquet source needs a path to a .parquet file")
     existing(path)
-    layout = make_layout(source="parquet", path=path, type=type, instructions=instructions, criteria=criteria,
-                         state_column=state_column, answer_column=answer_column, task=task,
-                         id_column=id_column, lang=lang)
+    layout = make_layout(
+        source="parquet",
+        path=path,
+        type=type,
+        instructions=instructions,
+        criteria=criteria,
+        state_column=state_column,
+        answer_column=answer_column,
+        task=task,
+        id_column=id_column,
+        lang=lang,
+    )
     check_columns(path, parquet_columns(path), layout)
     return capped(layout_records(iter_parquet(path), layout, file_stem(path)), limit)

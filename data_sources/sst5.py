@@ -93,14 +93,20 @@ def _records(rows: Iterable[Row], split: str) -> Iterator[dict[str, Any]]:
         except ValueError as err:
             yield error_row(where, str(err), row)
             continue
-        yield {"id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}", "task": TASK, "lang": "en",
-               "state": text.strip(),
-               "question": {"type": "score", "instructions": INSTRUCTIONS, "criteria": list(LEVELS)},
-               "answer": level, "_where": where}
+        yield {
+            "id": f"{TASK}-{split}-{where.rsplit(':', 1)[1]}",
+            "task": TASK,
+            "lang": "en",
+            "state": text.strip(),
+            "question": {"type": "score", "instructions": INSTRUCTIONS, "criteria": list(LEVELS)},
+            "answer": level,
+            "_where": where,
+        }
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13,
-            split: str = "train") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None, *, limit: int | None = None, seed: int = 13, split: str = "train"
+) -> Iterator[dict[str, Any]]:
     """Yield one score record per sentence of ``path`` (or of the Hugging Face split if ``path`` is None)."""
     if path is None:
         rows = iter_hub(load_hub(HUB_NAME, split), HUB_NAME, split)

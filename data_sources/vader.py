@@ -93,21 +93,34 @@ def _records(files: list[Path], form: str) -> Iterator[dict[str, Any]]:
                 if not rid.strip() or not text.strip():
                     yield error_row(where, "field 1 (id) or field 3 (text) is empty", line)
                     continue
-                base = {"id": f"vader-{corpus}-{rid.strip()}", "lang": "en", "state": text.strip(),
-                        "meta": {"corpus": corpus, "mean_rating": mean}, "_where": where}
+                base = {
+                    "id": f"vader-{corpus}-{rid.strip()}",
+                    "lang": "en",
+                    "state": text.strip(),
+                    "meta": {"corpus": corpus, "mean_rating": mean},
+                    "_where": where,
+                }
                 if form == "score":
-                    yield {**base, "task": SCORE_TASK, "answer": level(mean),
-                           "question": {"type": "score", "instructions": SCORE_INSTRUCTIONS,
-                                        "criteria": list(LEVELS)}}
+                    yield {
+                        **base,
+                        "task": SCORE_TASK,
+                        "answer": level(mean),
+                        "question": {"type": "score", "instructions": SCORE_INSTRUCTIONS, "criteria": list(LEVELS)},
+                    }
                 elif abs(mean) < 0.5:
                     yield error_row(where, NEUTRAL_REASON, line)
                 else:
-                    yield {**base, "task": NOUL_TASK, "answer": mean > 0,
-                           "question": {"type": "noul", "instructions": NOUL_INSTRUCTIONS}}
+                    yield {
+                        **base,
+                        "task": NOUL_TASK,
+                        "answer": mean > 0,
+                        "question": {"type": "noul", "instructions": NOUL_INSTRUCTIONS},
+                    }
 
 
-def convert(path: str | None = None, *, limit: int | None = None, seed: int = 13,
-            form: str = "score") -> Iterator[dict[str, Any]]:
+def convert(
+    path: str | None = None, *, limit: int | None = None, seed: int = 13, form: str = "score"
+) -> Iterator[dict[str, Any]]:
     """Yield one record per rated text (no randomness; ``path`` None reads the shipped sample)."""
     if form not in ("score", "noul"):
         raise ValueError(f"vader source: option 'form' must be 'score' or 'noul', got {form!r}")

@@ -100,9 +100,7 @@ def fit_temperature(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray],
     return float(math.exp(result.x))
 
 
-def apply_temperature(
-    logits: Sequence[np.ndarray] | np.ndarray, temperature: float
-) -> list[np.ndarray] | np.ndarray:
+def apply_temperature(logits: Sequence[np.ndarray] | np.ndarray, temperature: float) -> list[np.ndarray] | np.ndarray:
     """softmax(z / T) per row.
 
     A list of 1-D rows (any K each) gives a list of probability rows; a numpy array gives an array of the
@@ -149,9 +147,7 @@ def option_bucket(k: int) -> str:
     raise AssertionError("unreachable")
 
 
-def fitting_rows(
-    qtype: str, logits: np.ndarray, target: Sequence[float]
-) -> list[tuple[np.ndarray, np.ndarray]]:
+def fitting_rows(qtype: str, logits: np.ndarray, target: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The softmax rows one question contributes to fitting and scoring a temperature.
 
     choice / noul / score: one row (z, y). set: one binary row per label, ([d, 0], [p, 1 − p]) with d the
@@ -272,8 +268,7 @@ def fit_temperatures(
         "ece_before": ece(before, targets),
         "ece_after": ece(after, targets),
     }
-    return {"by_bucket": by_bucket, "min_rows": min_rows, "types": types, "buckets": buckets,
-            "overall": overall}
+    return {"by_bucket": by_bucket, "min_rows": min_rows, "types": types, "buckets": buckets, "overall": overall}
 
 
 class TemperatureTable:
@@ -306,8 +301,10 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     path = Path(path)
     if path.is_dir():
         inside = " (it holds temperatures.json: give that file)" if (path / "temperatures.json").is_file() else ""
-        raise IsADirectoryError(f"{path} is a directory; --temperatures takes the temperatures.json file that "
-                                f"`mydecide calibrate` wrote{inside}")
+        raise IsADirectoryError(
+            f"{path} is a directory; --temperatures takes the temperatures.json file that "
+            f"`mydecide calibrate` wrote{inside}"
+        )
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such temperatures file")
     try:
@@ -327,18 +324,22 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
             raise ValueError(f"{path}: {key}: temperature must be a finite number > 0, got {t!r}")
         if not low <= t <= high:
-            raise ValueError(f"{path}: {key}: temperature {t!r} is outside the range {low:.4g} to {high:.4g} that "
-                             "mydecide calibrate fits in")
+            raise ValueError(
+                f"{path}: {key}: temperature {t!r} is outside the range {low:.4g} to {high:.4g} that "
+                "mydecide calibrate fits in"
+            )
         return float(t)
 
     def known_type(qtype: str, key: str) -> str:
         if qtype not in QUESTION_TYPES:
-            raise ValueError(f"{path}: {key}: unknown question type {qtype!r} (the types are "
-                             f"{', '.join(QUESTION_TYPES)})")
+            raise ValueError(
+                f"{path}: {key}: unknown question type {qtype!r} (the types are {', '.join(QUESTION_TYPES)})"
+            )
         return qtype
 
-    types = {known_type(qtype, f"types.{qtype}"): value(entry, f"types.{qtype}")
-             for qtype, entry in data["types"].items()}
+    types = {
+        known_type(qtype, f"types.{qtype}"): value(entry, f"types.{qtype}") for qtype, entry in data["types"].items()
+    }
     buckets: dict[str, dict[str, float]] = {}
     raw_buckets = data.get("buckets") or {}
     if not isinstance(raw_buckets, dict):
@@ -349,8 +350,10 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
             raise ValueError(f"{path}: buckets.{qtype} must be an object bucket → entry")
         for name in entries:
             if name not in bucket_names:
-                raise ValueError(f"{path}: buckets.{qtype}.{name}: unknown option-count bucket {name!r} (the "
-                                 f"buckets are {', '.join(bucket_names)})")
+                raise ValueError(
+                    f"{path}: buckets.{qtype}.{name}: unknown option-count bucket {name!r} (the "
+                    f"buckets are {', '.join(bucket_names)})"
+                )
         buckets[qtype] = {
             name: value(entry, f"buckets.{qtype}.{name}")
             for name, entry in entries.items()
@@ -413,16 +416,26 @@ def check_calibration_data(path: str | Path, force: bool = False) -> None:
     """Raise ValueError when ``path`` is a training or held-out split, unless ``force``."""
     reason = protected_split(path)
     if reason and not force:
-        raise ValueError(f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
-                         "(dev.jsonl), or pass --force if this file really is held-out dev data")
+        raise ValueError(
+            f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
+            "(dev.jsonl), or pass --force if this file really is held-out dev data"
+        )
 
 
 # ------------------------------------------------------------------------------------------ calibrate a model
 
 
-def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket: bool = False,
-              min_rows: int = DEFAULT_MIN_ROWS, batch_size: int = 16, shared_prefix: bool = True,
-              progress: bool = True, scorer: Scorer | None = None) -> dict:
+def calibrate(
+    model: LoadedModel | None,
+    records: Sequence[Record],
+    *,
+    by_bucket: bool = False,
+    min_rows: int = DEFAULT_MIN_ROWS,
+    batch_size: int = 16,
+    shared_prefix: bool = True,
+    progress: bool = True,
+    scorer: Scorer | None = None,
+) -> dict:
     """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits.
 
     ``scorer`` replaces the model's scoring (see ``evaluation.Scorer``). Returns what :func:`fit_temperatures`
@@ -436,9 +449,14 @@ def calibrate(model: LoadedModel | None, records: Sequence[Record], *, by_bucket
         if model is None:
             raise ValueError("calibrate needs a model or a scorer")
         scorer = model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)
-    logits, _ = score_records(scorer, [(r.state, r.question) for r in records],
-                              chunk_prompts=batch_size, desc="calibrate: scoring", progress=progress,
-                              prompts_of=prompt_counter(model))
+    logits, _ = score_records(
+        scorer,
+        [(r.state, r.question) for r in records],
+        chunk_prompts=batch_size,
+        desc="calibrate: scoring",
+        progress=progress,
+        prompts_of=prompt_counter(model),
+    )
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
     return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
 
@@ -463,8 +481,15 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     if recipe.limit is not None:
         records = records[: recipe.limit]
     model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
-    fit = calibrate(model, records, by_bucket=recipe.by_bucket, min_rows=recipe.min_rows,
-                    batch_size=recipe.batch_size, shared_prefix=recipe.shared_prefix, progress=progress)
+    fit = calibrate(
+        model,
+        records,
+        by_bucket=recipe.by_bucket,
+        min_rows=recipe.min_rows,
+        batch_size=recipe.batch_size,
+        shared_prefix=recipe.shared_prefix,
+        progress=progress,
+    )
     document = {
         "format": TEMPERATURES_FORMAT,
         "model": recipe.model,

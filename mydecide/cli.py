@@ -18,7 +18,6 @@ app = typer.Typer(
 )
 
 
-
 def show_version(value: bool) -> None:
     if value:
         from mydecide import __version__
@@ -28,8 +27,11 @@ def show_version(value: bool) -> None:
 
 
 @app.callback()
-def root(version: bool = typer.Option(False, "--version", callback=show_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def root(
+    version: bool = typer.Option(
+        False, "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """Train, calibrate, evaluate and serve your own decision model."""
 
 

@@ -173,8 +173,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             with contextlib.suppress(TypeError):  # an unhashable key: the base constructor says so
                 if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
-                                                            key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -216,8 +215,9 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), *, model
     except ValidationError as err:
         where = str(path) if path is not None else "recipe"
         other = recipe_kind(from_file, exclude=model) if path is not None else None
-        if other is not None and any(len(e["loc"]) == 1 and e["type"] in ("extra_forbidden", "missing")
-                                     for e in err.errors()):
+        if other is not None and any(
+            len(e["loc"]) == 1 and e["type"] in ("extra_forbidden", "missing") for e in err.errors()
+        ):
             kind, verb = other
             article = "an" if kind[0] in "aeiou" else "a"
             raise RecipeError(f"{where}: this is {article} {kind} recipe: use `mydecide {verb}`") from None
@@ -267,8 +267,7 @@ def describe_errors(err: ValidationError, model: type[BaseModel], where: str, ov
         written = ".".join([*parent, str(loc[-1])] if loc else parent)
         key = written or "(top)"
         blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
-        problems.append(f"command-line override {blamed}: {key}: {message}" if blamed else
-                        f"{where}: {key}: {message}")
+        problems.append(f"command-line override {blamed}: {key}: {message}" if blamed else f"{where}: {key}: {message}")
     return "; ".join(problems)
 
 
@@ -314,7 +313,6 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
 
 # --- data recipes (prepare) ---------------------------------------------------------------------------------
 # The recipe of `mydecide prepare`, owned by the data-preparation code.
-
 
 
 class SourceSpec(Strict):
@@ -368,7 +366,8 @@ class SplitConfig(Strict):
         if self.dev_fraction + self.test_fraction >= 1.0:
             raise ValueError(
                 f"dev_fraction + test_fraction must leave rows for training, got "
-                f"{self.dev_fraction} + {self.test_fraction}")
+                f"{self.dev_fraction} + {self.test_fraction}"
+            )
         return self
 
 
@@ -396,8 +395,9 @@ class AugmentConfig(Strict):
             raise ValueError("paraphrase_instructions > 0 needs paraphrases: {instructions: [variant, ...]}")
         for template in self.negation_templates or []:
             if template.count("{instructions}") != 1 or template.replace("{instructions}", "").count("{"):
-                raise ValueError(f"negation template {template!r} must contain {{instructions}} once and no "
-                                 "other {…} field")
+                raise ValueError(
+                    f"negation template {template!r} must contain {{instructions}} once and no other {{…}} field"
+                )
         if self.negation_templates is not None and not self.negation_templates:
             raise ValueError("negation_templates must list at least one template (or be left out)")
         return self
@@ -461,5 +461,11 @@ class EvalRecipe(Strict):
     option_form: OptionForm | None = None
 
 
-RECIPE_COMMANDS.update({"DataRecipe": ("data", "prepare"), "TrainRecipe": ("training", "train"),
-                        "CalibrateRecipe": ("calibration", "calibrate"), "EvalRecipe": ("evaluation", "evaluate")})
+RECIPE_COMMANDS.update(
+    {
+        "DataRecipe": ("data", "prepare"),
+        "TrainRecipe": ("training", "train"),
+        "CalibrateRecipe": ("calibration", "calibrate"),
+        "EvalRecipe": ("evaluation", "evaluate"),
+    }
+)

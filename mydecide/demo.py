@@ -43,10 +43,12 @@ def pick(block: dict[str, Any]) -> dict[str, Any]:
 
 def blocks(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """base / tuned / tuned_calibrated / majority blocks (all questions) from one evaluate report."""
-    return {"base": pick(report["baselines"]["base_model"]["all"]),
-            "tuned": pick(report["uncalibrated"]["all"]),
-            "tuned_calibrated": pick(report["all"]),
-            "majority": pick(report["baselines"]["majority"]["all"])}
+    return {
+        "base": pick(report["baselines"]["base_model"]["all"]),
+        "tuned": pick(report["uncalibrated"]["all"]),
+        "tuned_calibrated": pick(report["all"]),
+        "majority": pick(report["baselines"]["majority"]["all"]),
+    }
 
 
 def fmt(value: Any) -> str:
@@ -65,12 +67,16 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 def by_task_table(report: dict[str, Any]) -> str:
     base = report["baselines"]["base_model"]["by_task"]
     tuned = report["uncalibrated"]["by_task"]
-    lines = ["| task | n | base accuracy | tuned accuracy | tuned + calibrated ECE | majority accuracy |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| task | n | base accuracy | tuned accuracy | tuned + calibrated ECE | majority accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
     majority = report["baselines"]["majority"]["by_task"]
     for task, block in report["by_task"].items():
-        lines.append(f"| {task} | {block['n']} | {fmt(base[task]['accuracy'])} | {fmt(tuned[task]['accuracy'])} | "
-                     f"{fmt(block['ece'])} | {fmt(majority.get(task, {}).get('accuracy'))} |")
+        lines.append(
+            f"| {task} | {block['n']} | {fmt(base[task]['accuracy'])} | {fmt(tuned[task]['accuracy'])} | "
+            f"{fmt(block['ece'])} | {fmt(majority.get(task, {}).get('accuracy'))} |"
+        )
     return "\n".join(lines)
 
 
@@ -79,10 +85,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "demo")
     parser.add_argument("--model", default=MODEL, help="Base model (default: the packaged smollm2-135m).")
     parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
-    parser.add_argument("--data", type=Path, default=None,
-                        help="A `mydecide prepare` output of recipes/data/demo.yaml to reuse instead of step 1.")
-    parser.add_argument("--trained", type=Path, default=None,
-                        help="A `mydecide train` run directory of that data to reuse instead of step 2.")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="A `mydecide prepare` output of recipes/data/demo.yaml to reuse instead of step 1.",
+    )
+    parser.add_argument(
+        "--trained",
+        type=Path,
+        default=None,
+        help="A `mydecide train` run directory of that data to reuse instead of step 2.",
+    )
     parser.add_argument("overrides", nargs="*", help="Training recipe overrides, e.g. optim.max_steps=40.")
     args = parser.parse_args()
     out: Path = args.out
@@ -92,36 +106,99 @@ def main() -> None:
     data, run, temps = args.data or out / "data", args.trained or out / "train", out / "temperatures.json"
     started = time.perf_counter()
     seconds = {
-        "prepare": 0.0 if args.data else step(
+        "prepare": 0.0
+        if args.data
+        else step(
             "1/5 prepare the bundled real data (score, noul and choice tasks; one task held out)",
-            ["prepare", "recipes/data/demo.yaml", "--out", str(data)]),
-        "train": 0.0 if args.trained else step(f"2/5 train a LoRA adapter on {args.model}",
-                      ["train", "recipes/train/demo.yaml", "--model", args.model, "--data", str(data), "--out",
-                       str(run), *args.overrides]),
-        "calibrate": step("3/5 fit temperatures on dev",
-                          ["calibrate", "--model", args.model, "--adapter", str(run / "adapter"), "--data",
-                           str(data / "dev.jsonl"), "--out", str(temps), "--min-rows", "20"]),
-        "evaluate_test": step("4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
-                              ["evaluate", "--model", args.model, "--adapter", str(run / "adapter"), "--temperatures",
-                               str(temps), "--data", str(data / "test.jsonl"), "--out", str(out / "eval_test"),
-                               "--permutations", "2"]),
-        "evaluate_heldout": step("5/5 evaluate on the held-out task (never trained on)",
-                                 ["evaluate", "--model", args.model, "--adapter", str(run / "adapter"),
-                                  "--temperatures", str(temps), "--data", str(data / "heldout_tasks.jsonl"),
-                                  "--out", str(out / "eval_heldout"), "--permutations", "2"]),
+            ["prepare", "recipes/data/demo.yaml", "--out", str(data)],
+        ),
+        "train": 0.0
+        if args.trained
+        else step(
+            f"2/5 train a LoRA adapter on {args.model}",
+            [
+                "train",
+                "recipes/train/demo.yaml",
+                "--model",
+                args.model,
+                "--data",
+                str(data),
+                "--out",
+                str(run),
+                *args.overrides,
+            ],
+        ),
+        "calibrate": step(
+            "3/5 fit temperatures on dev",
+            [
+                "calibrate",
+                "--model",
+                args.model,
+                "--adapter",
+                str(run / "adapter"),
+                "--data",
+                str(data / "dev.jsonl"),
+                "--out",
+                str(temps),
+                "--min-rows",
+                "20",
+            ],
+        ),
+        "evaluate_test": step(
+            "4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
+            [
+                "evaluate",
+                "--model",
+                args.model,
+                "--adapter",
+                str(run / "adapter"),
+                "--temperatures",
+                str(temps),
+                "--data",
+                str(data / "test.jsonl"),
+                "--out",
+                str(out / "eval_test"),
+                "--permutations",
+                "2",
+            ],
+        ),
+        "evaluate_heldout": step(
+            "5/5 evaluate on the held-out task (never trained on)",
+            [
+                "evaluate",
+                "--model",
+                args.model,
+                "--adapter",
+                str(run / "adapter"),
+                "--temperatures",
+                str(temps),
+                "--data",
+                str(data / "heldout_tasks.jsonl"),
+                "--out",
+                str(out / "eval_heldout"),
+                "--permutations",
+                "2",
+            ],
+        ),
     }
     test = json.loads((out / "eval_test" / "report.json").read_text())
     heldout = json.loads((out / "eval_heldout" / "report.json").read_text())
-    summary = {**blocks(test), "heldout": blocks(heldout), "by_task": test["by_task"],
-               "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
-               "seconds": {k: round(v, 1) for k, v in seconds.items()},
-               "total_seconds": round(time.perf_counter() - started, 1)}
+    summary = {
+        **blocks(test),
+        "heldout": blocks(heldout),
+        "by_task": test["by_task"],
+        "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "total_seconds": round(time.perf_counter() - started, 1),
+    }
     atomic_write_json(out / "summary.json", summary)
-    text = (f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"
-            f"{table({k: summary[k] for k in ('base', 'tuned', 'tuned_calibrated', 'majority')})}\n\n"
-            f"{by_task_table(test)}\n\n"
-            f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
-            f"{table(summary['heldout'])}\n")
+    text = (
+        f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"
+        f"{table({k: summary[k] for k in ('base', 'tuned', 'tuned_calibrated', 'majority')})}\n\n"
+        f"{by_task_table(test)}\n\n"
+        f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
+        f"{table(summary['heldout'])}\n"
+    )
     atomic_write_text(out / "summary.md", text)
     print("\n" + text)
     print(f"wrote {out / 'summary.json'}, {out / 'summary.md'}, plots in {out / 'eval_test' / 'reliability.png'}")
@@ -138,7 +215,7 @@ def update_readme(text: str, out: Path) -> None:
     content = readme.read_text()
     start, end = content.index(README_START), content.index(README_END)
     block = f"{README_START}\n{text}\n![reliability diagram](docs/demo-reliability.png)\n{README_END}"
-    atomic_write_text(readme, content[:start] + block + content[end + len(README_END):])
+    atomic_write_text(readme, content[:start] + block + content[end + len(README_END) :])
 
 
 if __name__ == "__main__":

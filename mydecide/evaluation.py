@@ -55,9 +55,24 @@ NEGATION_TOLERANCE = 0.05
 CONTEXT_TOLERANCE = 0.01
 """An answer depends on its companions when a probability moves by more than this (bf16 noise is ~1e-3)."""
 STATE_TOKEN_BUCKETS = (128, 512, 2048)
-METRIC_KEYS = ("n", "questions", "accuracy", "chance_corrected", "log_loss", "brier", "ece", "rps", "aurc",
-               "soft_accuracy", "total_variation", "n_soft", "flip_rate", "flip_n", "latency_p50_ms",
-               "latency_p95_ms")
+METRIC_KEYS = (
+    "n",
+    "questions",
+    "accuracy",
+    "chance_corrected",
+    "log_loss",
+    "brier",
+    "ece",
+    "rps",
+    "aurc",
+    "soft_accuracy",
+    "total_variation",
+    "n_soft",
+    "flip_rate",
+    "flip_n",
+    "latency_p50_ms",
+    "latency_p95_ms",
+)
 
 
 # ------------------------------------------------------------------------------------------------- scoring
@@ -125,8 +140,9 @@ def score_records(
     start = 0
     while start < len(index):
         stop, prompts = start, 0
-        while stop < len(index) and (prompts < chunk_prompts or (stop > start and keys[index[stop]] ==
-                                                                 keys[index[stop - 1]])):
+        while stop < len(index) and (
+            prompts < chunk_prompts or (stop > start and keys[index[stop]] == keys[index[stop - 1]])
+        ):
             prompts += prompts_of(items[index[stop]][1])
             stop += 1
         chunk = index[start:stop]
@@ -176,8 +192,12 @@ def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> 
     return pairs
 
 
-def flip_flags(records: Sequence[Record], logits: Sequence[np.ndarray], pairs: Sequence[tuple[int, tuple]],
-               permuted: Sequence[np.ndarray]) -> list[bool | None]:
+def flip_flags(
+    records: Sequence[Record],
+    logits: Sequence[np.ndarray],
+    pairs: Sequence[tuple[int, tuple]],
+    permuted: Sequence[np.ndarray],
+) -> list[bool | None]:
     """Per record: True when any other option order changes the argmax, None when not applicable."""
     flags: list[bool | None] = [None] * len(records)
     for (n, _), z in zip(pairs, permuted, strict=True):
@@ -208,17 +228,42 @@ class Row:
     label: str = ""  # set label rows: the label
 
 
-def question_rows(n: int, record: Record, probs: np.ndarray, *, state_tokens: int = 0,
-                  flipped: bool | None = None, latency: float | None = None, file: str = "") -> list[Row]:
+def question_rows(
+    n: int,
+    record: Record,
+    probs: np.ndarray,
+    *,
+    state_tokens: int = 0,
+    flipped: bool | None = None,
+    latency: float | None = None,
+    file: str = "",
+) -> list[Row]:
     """The metric rows of one question: itself, or one binary row per set label."""
     q = record.question
-    base: dict[str, Any] = {"question": n, "qtype": q.type, "task": record.task, "lang": record.lang, "k": q.k,
-            "state_tokens": state_tokens, "soft": record.soft, "latency": latency, "file": file}
+    base: dict[str, Any] = {
+        "question": n,
+        "qtype": q.type,
+        "task": record.task,
+        "lang": record.lang,
+        "k": q.k,
+        "state_tokens": state_tokens,
+        "soft": record.soft,
+        "latency": latency,
+        "file": file,
+    }
     if q.type != "set":
-        return [Row(probs=np.asarray(probs, dtype=float), target=np.asarray(record.target, dtype=float),
-                    flipped=flipped, **base)]
-    return [Row(probs=np.array([p, 1.0 - p]), target=np.array([y, 1.0 - y]), label=label, **base)
-            for p, y, label in zip(probs, record.target, q.options, strict=True)]
+        return [
+            Row(
+                probs=np.asarray(probs, dtype=float),
+                target=np.asarray(record.target, dtype=float),
+                flipped=flipped,
+                **base,
+            )
+        ]
+    return [
+        Row(probs=np.array([p, 1.0 - p]), target=np.array([y, 1.0 - y]), label=label, **base)
+        for p, y, label in zip(probs, record.target, q.options, strict=True)
+    ]
 
 
 def _percentile_ms(values: Sequence[float], q: float) -> float | None:
@@ -238,7 +283,8 @@ def block(rows: Sequence[Row]) -> dict[str, Any]:
     out["n_soft"] = len(soft)
     out["soft_accuracy"] = metrics.soft_accuracy([r.probs for r in soft], [r.target for r in soft]) if soft else None
     out["total_variation"] = (
-        metrics.total_variation([r.probs for r in soft], [r.target for r in soft]) if soft else None)
+        metrics.total_variation([r.probs for r in soft], [r.target for r in soft]) if soft else None
+    )
     flips = [r.flipped for r in rows if r.flipped is not None]
     out["flip_rate"] = float(np.mean(flips)) if flips else None
     out["flip_n"] = len(flips)
@@ -276,13 +322,20 @@ def set_metrics(rows: Sequence[Row]) -> dict[str, Any]:
         c[2] += gold and not predicted
         per_label.setdefault(key, []).append(r)
     tp, fp, fn = (sum(c[i] for c in counts.values()) for i in range(3))
-    return {"exact_set_accuracy": float(np.mean(list(right.values()))),
-            "micro_f1": _f1(tp, fp, fn),
-            "macro_f1": float(np.mean([_f1(*c) for c in counts.values()])),
-            "label_log_loss": metrics.log_loss([r.probs for r in rows], [r.target for r in rows]),
-            "by_label": {key: {"n": len(got), "log_loss": metrics.log_loss([r.probs for r in got],
-                                                                           [r.target for r in got]),
-                               "f1": _f1(*counts[key])} for key, got in sorted(per_label.items())}}
+    return {
+        "exact_set_accuracy": float(np.mean(list(right.values()))),
+        "micro_f1": _f1(tp, fp, fn),
+        "macro_f1": float(np.mean([_f1(*c) for c in counts.values()])),
+        "label_log_loss": metrics.log_loss([r.probs for r in rows], [r.target for r in rows]),
+        "by_label": {
+            key: {
+                "n": len(got),
+                "log_loss": metrics.log_loss([r.probs for r in got], [r.target for r in got]),
+                "f1": _f1(*counts[key]),
+            }
+            for key, got in sorted(per_label.items())
+        },
+    }
 
 
 def state_bucket(tokens: int) -> str:
@@ -325,7 +378,7 @@ def _bucket_order(name: str) -> tuple[float, str]:
 
 
 def metric_blocks(rows: Sequence[Row], *, slices: bool = True) -> dict[str, Any]:
-    """"all", one block per question type, "by_task", "by_file" (several files) and, optionally, "slices"."""
+    """ "all", one block per question type, "by_task", "by_file" (several files) and, optionally, "slices"."""
     out: dict[str, Any] = {"all": block(rows)}
     for qtype in QUESTION_TYPES:
         out[qtype] = block([r for r in rows if r.qtype == qtype])
@@ -335,8 +388,10 @@ def metric_blocks(rows: Sequence[Row], *, slices: bool = True) -> dict[str, Any]
         out["by_file"] = {name: block(group) for name, group in files.items()}
     if slices:
         out["slices"] = {
-            name: {value: block(group) for value, group in sorted(_group(rows, key).items(),
-                                                                   key=lambda kv: _bucket_order(kv[0]))}
+            name: {
+                value: block(group)
+                for value, group in sorted(_group(rows, key).items(), key=lambda kv: _bucket_order(kv[0]))
+            }
             for name, key in SLICES.items()
         }
     return out
@@ -426,8 +481,7 @@ def majority_rows(records: Sequence[Record], prior: LabelPrior | None) -> tuple[
         source = prior if prior is not None and prior.knows(record) else in_sample
         flipped = False if record.question.type == "choice" else None
         rows += question_rows(n, record, source.predict(record), flipped=flipped)
-    info = {"source": prior.source if prior is not None else "in-sample majority",
-            "in_sample_tasks": in_sample_tasks}
+    info = {"source": prior.source if prior is not None else "in-sample majority", "in_sample_tasks": in_sample_tasks}
     if prior is not None and in_sample_tasks:
         info["note"] = "tasks absent from the training split use the in-sample majority of the eval data"
     return rows, info
@@ -439,8 +493,7 @@ def majority_rows(records: Sequence[Record], prior: LabelPrior | None) -> tuple[
 def negated(question: Question) -> Question:
     """The noul question with its instruction negated and its yes / no criteria swapped."""
     yes, no = question.descriptions
-    return Question("noul", NEGATION_TEMPLATE.format(instructions=question.instructions), question.options,
-                    (no, yes))
+    return Question("noul", NEGATION_TEMPLATE.format(instructions=question.instructions), question.options, (no, yes))
 
 
 def anonymised(question: Question) -> Question:
@@ -449,9 +502,16 @@ def anonymised(question: Question) -> Question:
     return Question(question.type, question.instructions, ids, question.descriptions)
 
 
-def coherence_checks(scorer: Scorer, records: Sequence[Record], logits: Sequence[np.ndarray],
-                     temperature: TemperatureFn, *, progress: bool = True) -> dict[str, Any]:
+def coherence_checks(
+    scorer: Scorer,
+    records: Sequence[Record],
+    logits: Sequence[np.ndarray],
+    temperature: TemperatureFn,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
     """JevBench-style coherence laws, each as a violation rate over the questions it applies to."""
+
     def probs(record: Record, z: np.ndarray) -> np.ndarray:
         q = record.question
         return probabilities(q.type, z, temperature(q.type, q.k))
@@ -460,29 +520,47 @@ def coherence_checks(scorer: Scorer, records: Sequence[Record], logits: Sequence
 
     # 1. a noul and its negation sum to ~1
     nouls = [i for i, r in enumerate(records) if r.question.type == "noul"]
-    neg, _ = score_records(scorer, [(records[i].state, negated(records[i].question)) for i in nouls],
-                           desc="coherence: negation", progress=progress)
-    gaps = [abs(probs(records[i], logits[i])[0] + probabilities("noul", z, temperature("noul", 2))[0] - 1.0)
-            for i, z in zip(nouls, neg, strict=True)]
-    out["negation"] = {"n": len(gaps), "tolerance": NEGATION_TOLERANCE, "template": NEGATION_TEMPLATE,
-                       "violation_rate": float(np.mean([g > NEGATION_TOLERANCE for g in gaps])) if gaps else None,
-                       "mean_gap": float(np.mean(gaps)) if gaps else None}
+    neg, _ = score_records(
+        scorer,
+        [(records[i].state, negated(records[i].question)) for i in nouls],
+        desc="coherence: negation",
+        progress=progress,
+    )
+    gaps = [
+        abs(probs(records[i], logits[i])[0] + probabilities("noul", z, temperature("noul", 2))[0] - 1.0)
+        for i, z in zip(nouls, neg, strict=True)
+    ]
+    out["negation"] = {
+        "n": len(gaps),
+        "tolerance": NEGATION_TOLERANCE,
+        "template": NEGATION_TEMPLATE,
+        "violation_rate": float(np.mean([g > NEGATION_TOLERANCE for g in gaps])) if gaps else None,
+        "mean_gap": float(np.mean(gaps)) if gaps else None,
+    }
 
     # 2. anonymised option ids keep the answer (only where descriptions carry the meaning)
     choices = [i for i, r in enumerate(records) if r.question.type == "choice" and all(r.question.descriptions)]
-    renamed, _ = score_records(scorer, [(records[i].state, anonymised(records[i].question)) for i in choices],
-                               desc="coherence: renaming", progress=progress)
+    renamed, _ = score_records(
+        scorer,
+        [(records[i].state, anonymised(records[i].question)) for i in choices],
+        desc="coherence: renaming",
+        progress=progress,
+    )
     changed = [int(np.argmax(z)) != int(np.argmax(logits[i])) for i, z in zip(choices, renamed, strict=True)]
-    out["renaming"] = {"n": len(changed), "violation_rate": float(np.mean(changed)) if changed else None,
-                       "note": "choice questions whose options all have descriptions; ids → option_1 … option_K"}
+    out["renaming"] = {
+        "n": len(changed),
+        "violation_rate": float(np.mean(changed)) if changed else None,
+        "note": "choice questions whose options all have descriptions; ids → option_1 … option_K",
+    }
 
     # 3. an answer does not depend on the other questions scored with it
     out["context"] = context_independence(scorer, records, temperature, progress=progress)
     return out
 
 
-def context_independence(scorer: Scorer, records: Sequence[Record], temperature: TemperatureFn, *,
-                         companions: int = 2, progress: bool = True) -> dict[str, Any]:
+def context_independence(
+    scorer: Scorer, records: Sequence[Record], temperature: TemperatureFn, *, companions: int = 2, progress: bool = True
+) -> dict[str, Any]:
     """Each question scored alone vs in one request with the other questions of its state.
 
     A state with a single question borrows ``companions`` questions from other records (different states) so
@@ -495,14 +573,15 @@ def context_independence(scorer: Scorer, records: Sequence[Record], temperature:
         by_state.setdefault(render_state(r.state), []).append(i)
     diffs: list[float] = []
     argmax_changed: list[bool] = []
-    bar = tqdm(total=len(records), desc="coherence: context", unit="q", file=sys.stderr, disable=not progress,
-               leave=False)
+    bar = tqdm(
+        total=len(records), desc="coherence: context", unit="q", file=sys.stderr, disable=not progress, leave=False
+    )
     order = list(by_state.values())
     for g, members in enumerate(order):
         state = records[members[0]].state
         questions = [records[i].question for i in members]
         if len(members) == 1:
-            others = [records[j[0]].question for j in order[g + 1:] + order[:g]][:companions]
+            others = [records[j[0]].question for j in order[g + 1 :] + order[:g]][:companions]
             questions += others
         together = scorer([(state, q) for q in questions], None)
         for pos, i in enumerate(members):
@@ -515,10 +594,13 @@ def context_independence(scorer: Scorer, records: Sequence[Record], temperature:
                 argmax_changed.append(int(np.argmax(p_alone)) != int(np.argmax(p_together)))
             bar.update(1)
     bar.close()
-    return {"n": len(diffs), "tolerance": CONTEXT_TOLERANCE,
-            "violation_rate": float(np.mean([d > CONTEXT_TOLERANCE for d in diffs])) if diffs else None,
-            "argmax_change_rate": float(np.mean(argmax_changed)) if argmax_changed else None,
-            "max_abs_diff": max(diffs) if diffs else None}
+    return {
+        "n": len(diffs),
+        "tolerance": CONTEXT_TOLERANCE,
+        "violation_rate": float(np.mean([d > CONTEXT_TOLERANCE for d in diffs])) if diffs else None,
+        "argmax_change_rate": float(np.mean(argmax_changed)) if argmax_changed else None,
+        "max_abs_diff": max(diffs) if diffs else None,
+    }
 
 
 # ------------------------------------------------------------------------------------------------- evaluation
@@ -540,14 +622,35 @@ def _keyed(question: Question, values: Sequence[float] | np.ndarray) -> dict[str
     return {option: float(v) for option, v in zip(question.options, values, strict=True)}
 
 
-def prediction_row(record: Record, logits: np.ndarray, probs: np.ndarray, temperature: float, *,
-                   latency: float | None, flipped: bool | None, state_tokens: int, file: str) -> dict[str, Any]:
+def prediction_row(
+    record: Record,
+    logits: np.ndarray,
+    probs: np.ndarray,
+    temperature: float,
+    *,
+    latency: float | None,
+    flipped: bool | None,
+    state_tokens: int,
+    file: str,
+) -> dict[str, Any]:
     q = record.question
-    return {"id": record.id, "task": record.task, "type": q.type, "lang": record.lang, "k": q.k, "file": file,
-            "state_tokens": state_tokens, "probabilities": _keyed(q, probs), "gold": record.answer_json(),
-            "target": _keyed(q, record.target), "soft": record.soft,
-            "logits": [float(z) for z in logits], "temperature": temperature,
-            "latency_ms": None if latency is None else latency * 1000.0, "flipped": flipped}
+    return {
+        "id": record.id,
+        "task": record.task,
+        "type": q.type,
+        "lang": record.lang,
+        "k": q.k,
+        "file": file,
+        "state_tokens": state_tokens,
+        "probabilities": _keyed(q, probs),
+        "gold": record.answer_json(),
+        "target": _keyed(q, record.target),
+        "soft": record.soft,
+        "logits": [float(z) for z in logits],
+        "temperature": temperature,
+        "latency_ms": None if latency is None else latency * 1000.0,
+        "flipped": flipped,
+    }
 
 
 def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[Row]:
@@ -558,24 +661,36 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[Row]:
         probs = np.array([p["probabilities"][o] for o in options])
         target = np.array([p["target"][o] for o in options])
         latency = None if p.get("latency_ms") is None else p["latency_ms"] / 1000.0
-        common: dict[str, Any] = {"question": n, "qtype": p["type"], "task": p["task"], "lang": p["lang"], "k": p["k"],
-                  "state_tokens": p["state_tokens"], "soft": p["soft"], "latency": latency,
-                  "file": p.get("file", "")}
+        common: dict[str, Any] = {
+            "question": n,
+            "qtype": p["type"],
+            "task": p["task"],
+            "lang": p["lang"],
+            "k": p["k"],
+            "state_tokens": p["state_tokens"],
+            "soft": p["soft"],
+            "latency": latency,
+            "file": p.get("file", ""),
+        }
         if p["type"] == "set":
-            rows += [Row(probs=np.array([q, 1 - q]), target=np.array([y, 1 - y]), label=label, **common)
-                     for q, y, label in zip(probs, target, options, strict=True)]
+            rows += [
+                Row(probs=np.array([q, 1 - q]), target=np.array([y, 1 - y]), label=label, **common)
+                for q, y, label in zip(probs, target, options, strict=True)
+            ]
         else:
             rows.append(Row(probs=probs, target=target, flipped=p["flipped"], **common))
     return rows
 
 
-def threshold_report(rows: Sequence[Row], costs: dict[str, float],
-                     thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> dict[str, Any]:
+def threshold_report(
+    rows: Sequence[Row], costs: dict[str, float], thresholds: Sequence[float] = DEFAULT_THRESHOLDS
+) -> dict[str, Any]:
     """The auto-act threshold from payoffs and the coverage / accuracy / payoff table around it."""
     auto = metrics.auto_act_threshold(costs["right"], costs["wrong"], costs["escalate"])
     points = sorted({round(t, 6) for t in (*thresholds, auto)})
-    table = metrics.threshold_table([r.probs for r in rows], [r.target for r in rows], points,
-                                    costs["right"], costs["wrong"], costs["escalate"])
+    table = metrics.threshold_table(
+        [r.probs for r in rows], [r.target for r in rows], points, costs["right"], costs["wrong"], costs["escalate"]
+    )
     for entry in table:
         entry["auto_act"] = math.isclose(entry["threshold"] or 0.0, auto, abs_tol=1e-6)
     return {"costs": dict(costs), "auto_act_threshold": auto, "table": table}
@@ -589,8 +704,10 @@ def _check_scorable(records: Sequence[Record]) -> None:
     for r in records:
         most = limits.get(r.question.type)
         if most is not None and r.question.k > most:
-            raise ValueError(f"record {r.id!r} ({r.task}): {r.question.k} options, but a {r.question.type} "
-                             f"question has at most {most}")
+            raise ValueError(
+                f"record {r.id!r} ({r.task}): {r.question.k} options, but a {r.question.type} "
+                f"question has at most {most}"
+            )
 
 
 def run_evaluation(
@@ -645,16 +762,24 @@ def run_evaluation(
     prompts_of = prompt_counter(model)
 
     def scored(score: Scorer, label: str) -> tuple[list[np.ndarray], list[float], list[bool | None]]:
-        logits, latency = score_records(score, items, chunk_prompts=batch_size, desc=label, progress=progress,
-                                        prompts_of=prompts_of)
+        logits, latency = score_records(
+            score, items, chunk_prompts=batch_size, desc=label, progress=progress, prompts_of=prompts_of
+        )
         pairs = permuted_orders(records, permutations, seed)
-        permuted, _ = score_records(score, [items[n] for n, _ in pairs], [o for _, o in pairs],
-                                    chunk_prompts=batch_size, desc=f"{label}: option orders",
-                                    progress=progress, prompts_of=prompts_of)
+        permuted, _ = score_records(
+            score,
+            [items[n] for n, _ in pairs],
+            [o for _, o in pairs],
+            chunk_prompts=batch_size,
+            desc=f"{label}: option orders",
+            progress=progress,
+            prompts_of=prompts_of,
+        )
         return logits, latency, flip_flags(records, logits, pairs, permuted)
 
-    def rows_and_predictions(logits: list[np.ndarray], latency: list[float] | None, flips: list[bool | None],
-                             temp: TemperatureFn) -> tuple[list[Row], list[dict[str, Any]]]:
+    def rows_and_predictions(
+        logits: list[np.ndarray], latency: list[float] | None, flips: list[bool | None], temp: TemperatureFn
+    ) -> tuple[list[Row], list[dict[str, Any]]]:
         rows: list[Row] = []
         predictions = []
         for n, (record, z) in enumerate(zip(records, logits, strict=True)):
@@ -662,10 +787,14 @@ def run_evaluation(
             t = temp(q.type, q.k)
             p = probabilities(q.type, z, t)
             lat = latency[n] if latency is not None else None
-            rows += question_rows(n, record, p, state_tokens=state_tokens[n], flipped=flips[n], latency=lat,
-                                  file=files[n])
-            predictions.append(prediction_row(record, z, p, t, latency=lat, flipped=flips[n],
-                                              state_tokens=state_tokens[n], file=files[n]))
+            rows += question_rows(
+                n, record, p, state_tokens=state_tokens[n], flipped=flips[n], latency=lat, file=files[n]
+            )
+            predictions.append(
+                prediction_row(
+                    record, z, p, t, latency=lat, flipped=flips[n], state_tokens=state_tokens[n], file=files[n]
+                )
+            )
         return rows, predictions
 
     started = time.perf_counter()
@@ -676,10 +805,19 @@ def run_evaluation(
         "adapter": _adapter_path(model),
         "temperatures": temperature_path or ("(given)" if calibrated else None),
         "records": len(records),
-        "settings": {"permutations": permutations, "seed": seed, "batch_size": batch_size,
-                     "shared_prefix": shared_prefix, "coherence": coherence, "base": base,
-                     **({"option_form": model.renderer.config.option_form,
-                         "score_form": model.renderer.config.score_form} if model is not None else {})},
+        "settings": {
+            "permutations": permutations,
+            "seed": seed,
+            "batch_size": batch_size,
+            "shared_prefix": shared_prefix,
+            "coherence": coherence,
+            "base": base,
+            **(
+                {"option_form": model.renderer.config.option_form, "score_form": model.renderer.config.score_form}
+                if model is not None
+                else {}
+            ),
+        },
         **metric_blocks(rows),
     }
     raw_rows = None
@@ -700,8 +838,10 @@ def run_evaluation(
             with adapter_disabled(model):
                 b_logits, b_latency, b_flips = scored(scorer, "base model")
         b_rows, base_predictions = rows_and_predictions(b_logits, b_latency, b_flips, lambda qtype, k: 1.0)
-        baselines["base_model"] = {"note": "the same weights without the adapter, T = 1",
-                                   **metric_blocks(b_rows, slices=False)}
+        baselines["base_model"] = {
+            "note": "the same weights without the adapter, T = 1",
+            **metric_blocks(b_rows, slices=False),
+        }
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
     if coherence:
@@ -710,14 +850,18 @@ def run_evaluation(
     return Evaluation(report, predictions, base_predictions, rows, raw_rows)
 
 
-def evaluate(model: LoadedModel | None, records: Sequence[Record],
-             temperatures: TemperatureFn | str | Path | None = None, **options: Any) -> dict[str, Any]:
+def evaluate(
+    model: LoadedModel | None,
+    records: Sequence[Record],
+    temperatures: TemperatureFn | str | Path | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """The report dict of :func:`run_evaluation` (for in-process callers: the demo, the ablation sweep)."""
     return run_evaluation(model, records, temperatures, **options).report
 
 
 def _adapter_path(model: LoadedModel | None) -> str | None:
-    """"(loaded)" when the model carries an adapter (``evaluate_files`` writes the adapter's path instead)."""
+    """ "(loaded)" when the model carries an adapter (``evaluate_files`` writes the adapter's path instead)."""
     return "(loaded)" if has_adapter(model) else None
 
 
@@ -758,12 +902,28 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return [*lines, ""]
 
 
-FULL_COLUMNS = (("n", "n"), ("questions", "questions"), ("accuracy", "accuracy"),
-                ("chance_corrected", "chance-corr."), ("log_loss", "log loss"), ("brier", "Brier"),
-                ("ece", "ECE"), ("rps", "RPS"), ("aurc", "AURC"), ("flip_rate", "flip rate"),
-                ("latency_p50_ms", "p50 ms"), ("latency_p95_ms", "p95 ms"))
-SHORT_COLUMNS = (("n", "n"), ("accuracy", "accuracy"), ("chance_corrected", "chance-corr."),
-                 ("log_loss", "log loss"), ("ece", "ECE"), ("flip_rate", "flip rate"))
+FULL_COLUMNS = (
+    ("n", "n"),
+    ("questions", "questions"),
+    ("accuracy", "accuracy"),
+    ("chance_corrected", "chance-corr."),
+    ("log_loss", "log loss"),
+    ("brier", "Brier"),
+    ("ece", "ECE"),
+    ("rps", "RPS"),
+    ("aurc", "AURC"),
+    ("flip_rate", "flip rate"),
+    ("latency_p50_ms", "p50 ms"),
+    ("latency_p95_ms", "p95 ms"),
+)
+SHORT_COLUMNS = (
+    ("n", "n"),
+    ("accuracy", "accuracy"),
+    ("chance_corrected", "chance-corr."),
+    ("log_loss", "log loss"),
+    ("ece", "ECE"),
+    ("flip_rate", "flip rate"),
+)
 
 
 def _rows_for(blocks: dict[str, dict[str, Any]], columns: Sequence[tuple[str, str]]) -> list[list[Any]]:
@@ -775,25 +935,41 @@ def render_markdown(report: dict[str, Any]) -> str:
     model = report["model"] + (f" + {report['adapter']}" if report.get("adapter") else "")
     lines = [f"# Evaluation: {model}", ""]
     data = report.get("data") or []
-    lines += [f"- data: {', '.join(data) if data else '(in process)'} — {report['records']} questions",
-              f"- temperatures: {report.get('temperatures') or 'none (T = 1)'}",
-              f"- option orders per question: reversed + {report['settings']['permutations']} random "
-              f"(seed {report['settings']['seed']})", ""]
+    lines += [
+        f"- data: {', '.join(data) if data else '(in process)'} — {report['records']} questions",
+        f"- temperatures: {report.get('temperatures') or 'none (T = 1)'}",
+        f"- option orders per question: reversed + {report['settings']['permutations']} random "
+        f"(seed {report['settings']['seed']})",
+        "",
+    ]
 
     lines += ["## Overall", ""]
     overall = {name: report[name] for name in ("all", *QUESTION_TYPES)}
     lines += _table(["", *(label for _, label in FULL_COLUMNS)], _rows_for(overall, FULL_COLUMNS))
-    extra = [(t, report[t]) for t in QUESTION_TYPES if report[t].get("n") and (
-        report[t].get("n_soft") or report[t].get("exact_set_accuracy") is not None)]
+    extra = [
+        (t, report[t])
+        for t in QUESTION_TYPES
+        if report[t].get("n") and (report[t].get("n_soft") or report[t].get("exact_set_accuracy") is not None)
+    ]
     if extra:
-        lines += _table(["", "soft accuracy", "total variation", "exact-set accuracy", "micro F1", "macro F1",
-                         "label log loss"],
-                        [[t, b.get("soft_accuracy"), b.get("total_variation"), b.get("exact_set_accuracy"),
-                          b.get("micro_f1"), b.get("macro_f1"), b.get("label_log_loss")] for t, b in extra])
+        lines += _table(
+            ["", "soft accuracy", "total variation", "exact-set accuracy", "micro F1", "macro F1", "label log loss"],
+            [
+                [
+                    t,
+                    b.get("soft_accuracy"),
+                    b.get("total_variation"),
+                    b.get("exact_set_accuracy"),
+                    b.get("micro_f1"),
+                    b.get("macro_f1"),
+                    b.get("label_log_loss"),
+                ]
+                for t, b in extra
+            ],
+        )
 
     lines += ["## Baselines", ""]
-    side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""):
-                                       report["all"]}
+    side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""): report["all"]}
     if report.get("uncalibrated"):
         side["model, T = 1"] = report["uncalibrated"]["all"]
     baselines = report.get("baselines", {})
@@ -802,10 +978,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     if "majority" in baselines:
         side[f"majority ({baselines['majority']['source']})"] = baselines["majority"]["all"]
     lines += _table(["", *(label for _, label in SHORT_COLUMNS)], _rows_for(side, SHORT_COLUMNS))
-    if baselines.get("majority", {}).get("in_sample_tasks") and baselines["majority"]["source"] != \
-            "in-sample majority":
-        lines += [f"In-sample majority for tasks absent from the training split: "
-                  f"{', '.join(baselines['majority']['in_sample_tasks'])}.", ""]
+    if baselines.get("majority", {}).get("in_sample_tasks") and baselines["majority"]["source"] != "in-sample majority":
+        lines += [
+            f"In-sample majority for tasks absent from the training split: "
+            f"{', '.join(baselines['majority']['in_sample_tasks'])}.",
+            "",
+        ]
 
     lines += ["## Per task", ""]
     header = ["task", "type", *(label for _, label in SHORT_COLUMNS), "RPS", "majority acc."]
@@ -814,8 +992,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         header.append("base acc.")
     task_rows = []
     for task, b in report["by_task"].items():
-        row = [task, "/".join(b.get("types") or ["—"]), *(b.get(key) for key, _ in SHORT_COLUMNS), b.get("rps"),
-               baselines.get("majority", {}).get("by_task", {}).get(task, {}).get("accuracy")]
+        row = [
+            task,
+            "/".join(b.get("types") or ["—"]),
+            *(b.get(key) for key, _ in SHORT_COLUMNS),
+            b.get("rps"),
+            baselines.get("majority", {}).get("by_task", {}).get(task, {}).get("accuracy"),
+        ]
         if has_base:
             row.append(baselines["base_model"]["by_task"].get(task, {}).get("accuracy"))
         task_rows.append(row)
@@ -828,35 +1011,56 @@ def render_markdown(report: dict[str, Any]) -> str:
 
     th = report["thresholds"]
     costs = th["costs"]
-    lines += ["## Thresholds", "",
-              f"Payoffs right = {costs['right']:g}, wrong = {costs['wrong']:g}, escalate = {costs['escalate']:g}: "
-              f"auto-act when p > {th['auto_act_threshold']:.3f}, escalate otherwise.", ""]
-    lines += _table(["threshold", "coverage", "accuracy", "payoff / question", "auto-act"],
-                    [[e["threshold"], e["coverage"], e["accuracy"], e["payoff"], "◀" if e["auto_act"] else ""]
-                     for e in th["table"]])
+    lines += [
+        "## Thresholds",
+        "",
+        f"Payoffs right = {costs['right']:g}, wrong = {costs['wrong']:g}, escalate = {costs['escalate']:g}: "
+        f"auto-act when p > {th['auto_act_threshold']:.3f}, escalate otherwise.",
+        "",
+    ]
+    lines += _table(
+        ["threshold", "coverage", "accuracy", "payoff / question", "auto-act"],
+        [
+            [e["threshold"], e["coverage"], e["accuracy"], e["payoff"], "◀" if e["auto_act"] else ""]
+            for e in th["table"]
+        ],
+    )
 
     if report.get("coherence"):
         c = report["coherence"]
         lines += ["## Coherence", ""]
-        lines += _table(["law", "n", "violation rate", "detail"], [
-            ["noul + negation ≈ 1", c["negation"]["n"], c["negation"]["violation_rate"],
-             f"mean |p + p_neg − 1| = {_fmt(c['negation']['mean_gap'])}"],
-            ["anonymised option ids keep the answer", c["renaming"]["n"], c["renaming"]["violation_rate"], ""],
-            ["answer independent of other questions", c["context"]["n"], c["context"]["violation_rate"],
-             f"max |Δp| = {_fmt(c['context']['max_abs_diff'], 5)}, argmax changed "
-             f"{_fmt(c['context']['argmax_change_rate'])}"],
-        ])
+        lines += _table(
+            ["law", "n", "violation rate", "detail"],
+            [
+                [
+                    "noul + negation ≈ 1",
+                    c["negation"]["n"],
+                    c["negation"]["violation_rate"],
+                    f"mean |p + p_neg − 1| = {_fmt(c['negation']['mean_gap'])}",
+                ],
+                ["anonymised option ids keep the answer", c["renaming"]["n"], c["renaming"]["violation_rate"], ""],
+                [
+                    "answer independent of other questions",
+                    c["context"]["n"],
+                    c["context"]["violation_rate"],
+                    f"max |Δp| = {_fmt(c['context']['max_abs_diff'], 5)}, argmax changed "
+                    f"{_fmt(c['context']['argmax_change_rate'])}",
+                ],
+            ],
+        )
 
     if report.get("temperatures_used"):
         lines += ["## Temperatures", ""]
-        lines += _table(["type", "K", "T"], [[t, k, v] for t, ks in report["temperatures_used"].items()
-                                             for k, v in ks.items()])
+        lines += _table(
+            ["type", "K", "T"], [[t, k, v] for t, ks in report["temperatures_used"].items() for k, v in ks.items()]
+        )
     lines += ["## Reliability", "", "![reliability diagram](reliability.png)", ""]
     return "\n".join(lines)
 
 
-def plot_reliability(rows: Sequence[Row], path: str | Path, raw_rows: Sequence[Row] | None = None,
-                     bins: int = 10) -> None:
+def plot_reliability(
+    rows: Sequence[Row], path: str | Path, raw_rows: Sequence[Row] | None = None, bins: int = 10
+) -> None:
     """reliability.png: accuracy vs confidence per bin (before and after temperatures when both are known)
     beside the histogram of top probabilities. Written atomically."""
     import os
@@ -879,13 +1083,14 @@ def plot_reliability(rows: Sequence[Row], path: str | Path, raw_rows: Sequence[R
         ece = metrics.ece([r.probs for r in group], [r.target for r in group], bins)
         left.plot(rb.confidence[filled], rb.accuracy[filled], marker="o", label=f"{label} (ECE {ece:.3f})")
         offset = (n - (len(curves) - 1) / 2) * width / len(curves)
-        right.bar(rb.edges[:-1] + width / 2 + offset, rb.counts, width=width / len(curves), label=label,
-                  alpha=0.8)
-    left.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy",
-             title="Reliability diagram")
+        right.bar(rb.edges[:-1] + width / 2 + offset, rb.counts, width=width / len(curves), label=label, alpha=0.8)
+    left.set(
+        xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy", title="Reliability diagram"
+    )
     left.legend(loc="upper left", fontsize=8)
-    right.set(xlim=(0, 1), xlabel="confidence (top probability)", ylabel="questions (rows)",
-              title="Confidence histogram")
+    right.set(
+        xlim=(0, 1), xlabel="confidence (top probability)", ylabel="questions (rows)", title="Confidence histogram"
+    )
     right.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     path = Path(path)
@@ -907,8 +1112,12 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path) -> dict[str, Path
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"predictions": out / "predictions.jsonl", "report": out / "report.json",
-             "markdown": out / "report.md", "plot": out / "reliability.png"}
+    paths = {
+        "predictions": out / "predictions.jsonl",
+        "report": out / "report.json",
+        "markdown": out / "report.md",
+        "plot": out / "reliability.png",
+    }
     write_jsonl(paths["predictions"], evaluation.predictions)
     if evaluation.base_predictions is not None:
         paths["base_predictions"] = out / "base_predictions.jsonl"
@@ -952,10 +1161,21 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     prior = LabelPrior.from_file(train) if train is not None else None
     model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
     evaluation = run_evaluation(
-        model, records, recipe.temperatures, permutations=recipe.permutations, seed=recipe.seed,
-        costs=recipe.costs.model_dump(), thresholds=recipe.thresholds, coherence=recipe.coherence,
-        base=recipe.base, prior=prior, files=files, batch_size=recipe.batch_size,
-        shared_prefix=recipe.shared_prefix, progress=progress)
+        model,
+        records,
+        recipe.temperatures,
+        permutations=recipe.permutations,
+        seed=recipe.seed,
+        costs=recipe.costs.model_dump(),
+        thresholds=recipe.thresholds,
+        coherence=recipe.coherence,
+        base=recipe.base,
+        prior=prior,
+        files=files,
+        batch_size=recipe.batch_size,
+        shared_prefix=recipe.shared_prefix,
+        progress=progress,
+    )
     report = evaluation.report
     report["adapter"] = recipe.adapter
     report["data"] = [str(p) for p in recipe.data]

@@ -59,11 +59,16 @@ def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Pat
     if target.exists():
         if not target.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
-        foreign = sorted(p.name for p in target.iterdir()
-                         if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp")))
+        foreign = sorted(
+            p.name
+            for p in target.iterdir()
+            if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+        )
         if foreign:
-            raise FileExistsError(f"{target}: holds {', '.join(foreign[:5])}, which this command did not write; "
-                                  "choose an empty or new output directory")
+            raise FileExistsError(
+                f"{target}: holds {', '.join(foreign[:5])}, which this command did not write; "
+                "choose an empty or new output directory"
+            )
     above = next(p for p in target.parents if p.exists())
     if not above.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, f"not a directory, so {target} cannot be made there", str(above))
@@ -124,14 +129,17 @@ def check_against_manifest(path: str | Path) -> None:
     try:
         outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs")
     except (ValueError, AttributeError):
-        raise ValueError(f"{manifest}: unreadable, so {path.name} cannot be checked against it; "
-                         "re-run `mydecide prepare`") from None
+        raise ValueError(
+            f"{manifest}: unreadable, so {path.name} cannot be checked against it; re-run `mydecide prepare`"
+        ) from None
     entry = outputs.get(path.name) if isinstance(outputs, dict) else None
     if not isinstance(entry, dict) or "sha256" not in entry:
         return
     if sha256_file(path) != entry["sha256"]:
-        raise ValueError(f"{path}: does not match the sha256 that {manifest} records for it (the directory mixes "
-                         "two prepare runs, or the file was changed after); re-run `mydecide prepare`")
+        raise ValueError(
+            f"{path}: does not match the sha256 that {manifest} records for it (the directory mixes "
+            "two prepare runs, or the file was changed after); re-run `mydecide prepare`"
+        )
 
 
 def package_versions() -> dict[str, str | None]:

@@ -96,8 +96,12 @@ def shown_letter_index(k: int, position: int) -> int:
 
 def sub_question(question: Question, indices: Sequence[int]) -> Question:
     """The question restricted to the options ``indices`` (canonical indices), shown in that order."""
-    return Question(question.type, question.instructions, tuple(question.options[i] for i in indices),
-                    tuple(question.descriptions[i] for i in indices))
+    return Question(
+        question.type,
+        question.instructions,
+        tuple(question.options[i] for i in indices),
+        tuple(question.descriptions[i] for i in indices),
+    )
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
@@ -108,8 +112,9 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
     return z - m - np.log(np.exp(z - m).sum())
 
 
-def combine(groups: Sequence[Sequence[int]], group_logits: Sequence[np.ndarray], final_logits: np.ndarray,
-            k: int) -> np.ndarray:
+def combine(
+    groups: Sequence[Sequence[int]], group_logits: Sequence[np.ndarray], final_logits: np.ndarray, k: int
+) -> np.ndarray:
     """(K,) log P(o) in canonical order: log P(g) from the final round + log p(o | g) inside each group.
 
     ``group_logits[g]`` are group g's logits in the order of ``groups[g]``; ``final_logits`` (G,) the final
@@ -155,8 +160,12 @@ class ScoringPlan:
     concatenating their ``pending`` prompts (the server does), since every prompt is scored independently.
     """
 
-    def __init__(self, renderer: Renderer, items: Sequence[tuple[Any, Question]],
-                 orders: Sequence[Sequence[int] | None] | None = None):
+    def __init__(
+        self,
+        renderer: Renderer,
+        items: Sequence[tuple[Any, Question]],
+        orders: Sequence[Sequence[int] | None] | None = None,
+    ):
         self.renderer = renderer
         self.items: list[_Item] = []
         self.prompts: list[Prompt] = []  # round 1
@@ -279,6 +288,6 @@ def score_plans(plans: Sequence[ScoringPlan], score: Callable[[list[Prompt]], Se
         for plan in plans:
             n = len(plan.pending)
             if n:
-                plan.read(rows[start:start + n])
+                plan.read(rows[start : start + n])
                 start += n
         scored += len(pending)

@@ -31,20 +31,51 @@ REPORT_FILE = "merge_report.json"
 
 _TICKET = "Checkout returns HTTP 500 for every customer since 09:10. Two customers asked for refunds."
 SAMPLE_QUESTIONS: list[tuple[Any, dict[str, Any]]] = [
-    (_TICKET, {"type": "choice", "instructions": "Which team should handle this ticket?",
-               "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                            "support": "How-to and account questions"}}),
+    (
+        _TICKET,
+        {
+            "type": "choice",
+            "instructions": "Which team should handle this ticket?",
+            "criteria": {
+                "billing": "Charges, invoices and refunds",
+                "engineering": "Bugs, errors and outages",
+                "support": "How-to and account questions",
+            },
+        },
+    ),
     (_TICKET, {"type": "noul", "instructions": "Is a production system down?"}),
-    (_TICKET, {"type": "score", "instructions": "How urgent is this ticket?",
-               "criteria": ["not urgent", "soon", "today", "blocking"]}),
-    (_TICKET, {"type": "set", "instructions": "Which labels apply?",
-               "criteria": {"outage": "A system is down", "refund": "Money back is requested"}}),
-    ({"review": "The battery died after two days. Support never answered.", "stars": 1},
-     {"type": "choice", "instructions": "What is the sentiment?",
-      "criteria": ["very negative", "negative", "neutral", "positive", "very positive"]}),
-    (["Agent: I deleted the staging database.", "Agent: Restoring from last night's backup now."],
-     {"type": "noul", "instructions": "Did the agent take a destructive action?",
-      "criteria": {"true": "Data or systems were removed", "false": "Nothing was removed"}}),
+    (
+        _TICKET,
+        {
+            "type": "score",
+            "instructions": "How urgent is this ticket?",
+            "criteria": ["not urgent", "soon", "today", "blocking"],
+        },
+    ),
+    (
+        _TICKET,
+        {
+            "type": "set",
+            "instructions": "Which labels apply?",
+            "criteria": {"outage": "A system is down", "refund": "Money back is requested"},
+        },
+    ),
+    (
+        {"review": "The battery died after two days. Support never answered.", "stars": 1},
+        {
+            "type": "choice",
+            "instructions": "What is the sentiment?",
+            "criteria": ["very negative", "negative", "neutral", "positive", "very positive"],
+        },
+    ),
+    (
+        ["Agent: I deleted the staging database.", "Agent: Restoring from last night's backup now."],
+        {
+            "type": "noul",
+            "instructions": "Did the agent take a destructive action?",
+            "criteria": {"true": "Data or systems were removed", "false": "Nothing was removed"},
+        },
+    ),
 ]
 
 
@@ -131,9 +162,17 @@ def save_plain(lm: Any, out: Path, dtype: str) -> None:
     lm.save_pretrained(out)
 
 
-def merge_adapter(model: str | None, adapter: str | Path, out: str | Path, *, dtype: str = "float32",
-                  tolerance: float = 1e-3, items: Sequence[tuple[Any, Question]] | None = None,
-                  device: str | None = None, overwrite: bool = False) -> MergeReport:
+def merge_adapter(
+    model: str | None,
+    adapter: str | Path,
+    out: str | Path,
+    *,
+    dtype: str = "float32",
+    tolerance: float = 1e-3,
+    items: Sequence[tuple[Any, Question]] | None = None,
+    device: str | None = None,
+    overwrite: bool = False,
+) -> MergeReport:
     """Merge ``adapter`` into ``model`` (in float32), save to ``out``, reload it and compare probabilities.
 
     Returns the report; ``report.ok`` is False (and ``out`` is not written) when merged and unmerged option
@@ -174,9 +213,17 @@ def merge_adapter(model: str | None, adapter: str | Path, out: str | Path, *, dt
     if hasattr(merged.lm, "peft_config") or any("lora_" in k for k in merged.lm.state_dict()):
         raise MergeError(f"{tmp}: the saved model still carries LoRA weights")
     gap, worst = max_probability_gap(reference, option_probabilities(merged, items))
-    report = MergeReport(out=str(out), base=model, adapter=str(adapter), dtype=dtype, n_questions=len(items),
-                         max_abs_diff=gap, worst_question=items[worst][1].instructions, tolerance=tolerance,
-                         ok=gap <= tolerance)
+    report = MergeReport(
+        out=str(out),
+        base=model,
+        adapter=str(adapter),
+        dtype=dtype,
+        n_questions=len(items),
+        max_abs_diff=gap,
+        worst_question=items[worst][1].instructions,
+        tolerance=tolerance,
+        ok=gap <= tolerance,
+    )
     atomic_write_json(tmp / REPORT_FILE, {**asdict(report), "provenance": provenance()})
     final = out if report.ok else out.with_name(out.name + ".unverified")
     if final.exists():

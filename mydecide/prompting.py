@@ -82,8 +82,9 @@ def question_units(question: Question) -> list[Question]:
     units = []
     for label, description in zip(question.options, question.descriptions, strict=True):
         shown = f"{label} ({description})" if description else label
-        units.append(Question("noul", f"{question.instructions}\nDoes this label apply: {shown}?",
-                              ("yes", "no"), ("", "")))
+        units.append(
+            Question("noul", f"{question.instructions}\nDoes this label apply: {shown}?", ("yes", "no"), ("", ""))
+        )
     return units
 
 
@@ -116,27 +117,43 @@ def option_text(question: Question, index: int, show_ids: bool) -> str:
 def per_option_question_text(question: Question, show_ids: bool, list_options: bool) -> str:
     """The shared part of a per-option prompt: the question, and (``list_options``) every option in an order the
     client cannot change — choice options sorted by id, score levels lowest first."""
-    kind = {"choice": "Exactly one option is right. Is the option below the right one?",
-            "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?"}
+    kind = {
+        "choice": "Exactly one option is right. Is the option below the right one?",
+        "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?",
+    }
     lines = ["", "", f"Question: {question.instructions}", kind[question.type]]
     if list_options:
-        indices = range(question.k) if question.type == "score" else sorted(range(question.k),
-                                                                            key=lambda i: question.options[i])
+        indices = (
+            range(question.k)
+            if question.type == "score"
+            else sorted(range(question.k), key=lambda i: question.options[i])
+        )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
     return "\n".join(lines)
 
 
 def per_option_suffix_text(question: Question, index: int, show_ids: bool) -> str:
     name = "Level" if question.type == "score" else "Option"
-    return "\n".join(["", f"{name}: {option_text(question, index, show_ids)}", "A. yes", "B. no",
-                      "Answer with the letter only."])
+    return "\n".join(
+        ["", f"{name}: {option_text(question, index, show_ids)}", "A. yes", "B. no", "Answer with the letter only."]
+    )
 
 
 def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
-    kind = {"choice": "Choose one option.", "noul": "Answer yes or no.",
-            "score": "Choose one level (levels are listed lowest first).", "set": ""}[question.type]
-    lines = ["", "", f"Question: {question.instructions}", kind, *option_lines(question, order, show_ids),
-             "Answer with the letter only."]
+    kind = {
+        "choice": "Choose one option.",
+        "noul": "Answer yes or no.",
+        "score": "Choose one level (levels are listed lowest first).",
+        "set": "",
+    }[question.type]
+    lines = [
+        "",
+        "",
+        f"Question: {question.instructions}",
+        kind,
+        *option_lines(question, order, show_ids),
+        "Answer with the letter only.",
+    ]
     return "\n".join(lines)
 
 
@@ -208,8 +225,11 @@ class Renderer:
         # the fast tokenizer's pipeline without its added-token step (which would match "<think>" even with
         # split_special_tokens=True, since Qwen's <think> is an added token but not a special one)
         normalized = backend.normalizer.normalize_str(text) if backend.normalizer is not None else text
-        pieces = ([p for p, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
-                  if backend.pre_tokenizer is not None else [normalized])
+        pieces = (
+            [p for p, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
+            if backend.pre_tokenizer is not None
+            else [normalized]
+        )
         return [t.id for piece in pieces for t in backend.model.tokenize(piece)] + self._encode(tail)
 
     def _label_tokens(self) -> tuple[str, tuple[int, ...]]:
@@ -227,8 +247,10 @@ class Renderer:
                 ids.append(label[0])
             if len(ids) == len(LETTERS) and len(set(ids)) == len(ids):
                 return space + "A", tuple(ids)
-        raise LabelError(f"tokenizer {name!r}: the answer labels A–Z are not single tokens after the chat prompt "
-                         f"(tried the forms {[f + 'A' for f in forms]}); this model cannot be used as a decision model")
+        raise LabelError(
+            f"tokenizer {name!r}: the answer labels A–Z are not single tokens after the chat prompt "
+            f"(tried the forms {[f + 'A' for f in forms]}); this model cannot be used as a decision model"
+        )
 
     # -- rendering -----------------------------------------------------------------------------------------------
     def encode_state(self, state: Any) -> tuple[tuple[int, ...], bool]:
@@ -260,8 +282,7 @@ class Renderer:
             return self.config.score_form
         return "letters"
 
-    def render_per_option(self, state: Any, question: Question,
-                          indices: Sequence[int] | None = None) -> list[Prompt]:
+    def render_per_option(self, state: Any, question: Question, indices: Sequence[int] | None = None) -> list[Prompt]:
         """One yes / no prompt per option (``indices``: canonical indices, default all), read as A = yes, B = no.
 
         Every prompt has the same prefix (head, state, question and, with ``list_options``, the options in an order
@@ -274,9 +295,15 @@ class Renderer:
         shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options)
         prefix = state_ids + tuple(self._encode_user(shared))
         indices = range(question.k) if indices is None else indices
-        return [Prompt(prefix, tuple(self._encode_user(per_option_suffix_text(question, i, self.config.show_option_ids),
-                                                       self.tail)), (0, 1), truncated)
-                for i in indices]
+        return [
+            Prompt(
+                prefix,
+                tuple(self._encode_user(per_option_suffix_text(question, i, self.config.show_option_ids), self.tail)),
+                (0, 1),
+                truncated,
+            )
+            for i in indices
+        ]
 
     def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:
         """Render one single-answer question (use :func:`question_units` first for ``set``)."""
@@ -338,17 +365,26 @@ def collate(prompts: Sequence[Prompt], pad_id: int, shared_prefix: bool = True) 
     if not shared_prefix or len(groups) == len(prompts):
         seqs = [p.prefix + p.suffix for p in prompts]
         ids, mask = _pad(seqs, pad_id, left=True)
-        return Batch(option_mask, input_ids=ids, attention_mask=mask, n_tokens=sum(map(len, seqs)),
-                     n_padded=ids.numel())
+        return Batch(
+            option_mask, input_ids=ids, attention_mask=mask, n_tokens=sum(map(len, seqs)), n_padded=ids.numel()
+        )
     prefixes = list(groups)
     prefix_ids, prefix_mask = _pad(prefixes, pad_id, left=True)
     suffix_ids, suffix_mask = _pad([p.suffix for p in prompts], pad_id, left=False)
     group = torch.tensor([groups[p.prefix] for p in prompts])
     last = torch.tensor([len(p.suffix) - 1 for p in prompts])
     n_tokens = sum(map(len, prefixes)) + sum(len(p.suffix) for p in prompts)
-    return Batch(option_mask, prefix_ids=prefix_ids, prefix_mask=prefix_mask, suffix_ids=suffix_ids,
-                 suffix_mask=suffix_mask, group=group, last=last, n_tokens=n_tokens,
-                 n_padded=prefix_ids.numel() + suffix_ids.numel())
+    return Batch(
+        option_mask,
+        prefix_ids=prefix_ids,
+        prefix_mask=prefix_mask,
+        suffix_ids=suffix_ids,
+        suffix_mask=suffix_mask,
+        group=group,
+        last=last,
+        n_tokens=n_tokens,
+        n_padded=prefix_ids.numel() + suffix_ids.numel(),
+    )
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -359,8 +395,8 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if left:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s) :] = 1
         else:
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
             mask[i, : len(s)] = 1
@@ -388,9 +424,14 @@ def last_hidden(decoder: Any, batch: Batch) -> torch.Tensor:
     return out.last_hidden_state[rows, batch.last]  # suffixes are right-padded: read the last real position
 
 
-def read_option_logits(hidden: torch.Tensor, output_weight: torch.Tensor, label_ids: torch.Tensor,
-                       option_mask: torch.Tensor, output_bias: torch.Tensor | None = None,
-                       softcap: float | None = None) -> torch.Tensor:
+def read_option_logits(
+    hidden: torch.Tensor,
+    output_weight: torch.Tensor,
+    label_ids: torch.Tensor,
+    option_mask: torch.Tensor,
+    output_bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """(B, K) logits of the shown labels only; positions beyond a row's options are −inf.
 
     Only the K label rows of the output embedding are multiplied: no full-vocabulary logits are ever formed.

@@ -39,14 +39,23 @@ never falls back silently to a default. A key `a.b` below is written `a: {b: ...
 
 # (command, recipe model name in mydecide.config, what it is for)
 RECIPES = [
-    ("prepare", "DataRecipe", "Data recipes (`recipes/data/`): sources → validated, deduplicated, decontaminated "
-                              "and split JSONL. The record format is in [records.md](records.md)."),
-    ("train", "TrainRecipe", "Training recipes (`recipes/train/`): LoRA fine-tuning on a `prepare` output "
-                             "directory."),
-    ("calibrate", "CalibrateRecipe", "Calibration recipes (`recipes/calibrate/`): one temperature per question "
-                                     "type, fitted on dev data."),
-    ("evaluate", "EvalRecipe", "Evaluation recipes (`recipes/eval/`): metrics, baselines and robustness "
-                               "checks on decision-record files."),
+    (
+        "prepare",
+        "DataRecipe",
+        "Data recipes (`recipes/data/`): sources → validated, deduplicated, decontaminated "
+        "and split JSONL. The record format is in [records.md](records.md).",
+    ),
+    ("train", "TrainRecipe", "Training recipes (`recipes/train/`): LoRA fine-tuning on a `prepare` output directory."),
+    (
+        "calibrate",
+        "CalibrateRecipe",
+        "Calibration recipes (`recipes/calibrate/`): one temperature per question type, fitted on dev data.",
+    ),
+    (
+        "evaluate",
+        "EvalRecipe",
+        "Evaluation recipes (`recipes/eval/`): metrics, baselines and robustness checks on decision-record files.",
+    ),
 ]
 
 
@@ -141,8 +150,9 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def rows(model: type[BaseModel], prefix: str = "", only: str = "",
-         seen: dict[type, str] | None = None) -> Iterator[tuple[str, str, str, str]]:
+def rows(
+    model: type[BaseModel], prefix: str = "", only: str = "", seen: dict[type, str] | None = None
+) -> Iterator[tuple[str, str, str, str]]:
     """(key, type, default, description) for every key of ``model``, sections flattened to dotted keys.
 
     ``seen`` maps a section model to the key it was first documented under, so a second field holding the same

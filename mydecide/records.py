@@ -108,8 +108,13 @@ class Record:
         return dict(zip(q.options, self.target, strict=True))
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "task": self.task, "lang": self.lang, "state": self.state,
-                               "question": self.question.to_json()}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "task": self.task,
+            "lang": self.lang,
+            "state": self.state,
+            "question": self.question.to_json(),
+        }
         if self.soft:
             out["target"] = self.target_json()
         else:
@@ -162,7 +167,7 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
         if criteria is None:
             return Question("noul", instructions, NOUL_OPTIONS, ("", ""))
         if not isinstance(criteria, dict) or set(criteria) != {"true", "false"}:
-            raise RecordError(f"{label}: noul criteria must be absent, null or {{\"true\": ..., \"false\": ...}}")
+            raise RecordError(f'{label}: noul criteria must be absent, null or {{"true": ..., "false": ...}}')
         yes, no = criteria["true"], criteria["false"]
         if not isinstance(yes, str) or not isinstance(no, str):
             raise RecordError(f"{label}: noul criteria texts must be strings")
@@ -173,7 +178,8 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
             raise RecordError(f"{label}: score criteria must be a list of level descriptions, lowest first")
         if not MIN_SCORE_LEVELS <= len(criteria) <= MAX_SCORE_LEVELS:
             raise RecordError(
-                f"{label}: score needs {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}")
+                f"{label}: score needs {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}"
+            )
         return Question("score", instructions, tuple(str(i) for i in range(len(criteria))), tuple(criteria))
 
     # choice and set: a map id -> description, or (choice only) a list of ids
@@ -189,15 +195,17 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
         if not all(isinstance(d, str) for d in descriptions):
             raise RecordError(f"{label}: option descriptions must be strings")
     else:
-        form = "a map option_id → description or a list of option ids" if qtype == "choice" else \
-            "a map label → description"
+        form = (
+            "a map option_id → description or a list of option ids"
+            if qtype == "choice"
+            else "a map label → description"
+        )
         raise RecordError(f"{label}: {qtype} criteria must be {form}")
     if len(set(ids)) != len(ids):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         raise RecordError(f"{label}: duplicate option id(s) {dupes}")
     if qtype == "choice" and not MIN_CHOICE_OPTIONS <= len(ids) <= MAX_CHOICE_OPTIONS:
-        raise RecordError(
-            f"{label}: choice needs {MIN_CHOICE_OPTIONS} to {MAX_CHOICE_OPTIONS} options, got {len(ids)}")
+        raise RecordError(f"{label}: choice needs {MIN_CHOICE_OPTIONS} to {MAX_CHOICE_OPTIONS} options, got {len(ids)}")
     if qtype == "set" and not 1 <= len(ids) <= MAX_SET_LABELS:
         raise RecordError(f"{label}: set needs 1 to {MAX_SET_LABELS} labels, got {len(ids)}")
     return Question(qtype, instructions, tuple(ids), tuple(descriptions))  # type: ignore[arg-type]
@@ -385,9 +393,14 @@ def _parse_wire_record(obj: dict[str, Any]) -> list[Record]:
     base_id = obj.get("id") or stable_id({k: obj.get(k) for k in ("task", "state", "questions")})
     records = []
     for name, qobj in questions.items():
-        inner: dict[str, Any] = {"task": obj.get("task") or name, "state": obj.get("state"),
-                                 "lang": obj.get("lang", "en"), "question": qobj, "id": f"{base_id}:{name}",
-                                 "meta": {**(obj.get("meta") or {}), "question_name": name}}
+        inner: dict[str, Any] = {
+            "task": obj.get("task") or name,
+            "state": obj.get("state"),
+            "lang": obj.get("lang", "en"),
+            "question": qobj,
+            "id": f"{base_id}:{name}",
+            "meta": {**(obj.get("meta") or {}), "question_name": name},
+        }
         if expected is not None and name in expected:
             inner["answer"] = expected[name]
         if targets is not None and name in targets:

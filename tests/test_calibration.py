@@ -24,9 +24,7 @@ def test_fit_recovers_the_temperature_of_sampled_labels() -> None:
     targets: list[np.ndarray] = []
     for k in range(2, 7):
         z = rng.normal(0.0, 4.0, size=(20000, k))  # (N, K)
-        gold = np.argmax(
-            z / true_t + rng.gumbel(size=z.shape), axis=1
-        )  # Gumbel-max: a draw from softmax(z/T)
+        gold = np.argmax(z / true_t + rng.gumbel(size=z.shape), axis=1)  # Gumbel-max: a draw from softmax(z/T)
         logits += list(z)
         targets += list(np.eye(k)[gold])
     assert fit_temperature(logits, targets) == pytest.approx(true_t, rel=0.02)

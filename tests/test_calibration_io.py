@@ -64,8 +64,10 @@ def test_temperatures_never_change_an_argmax() -> None:
     rng = np.random.default_rng(8)
     items = [item for qtype in TRUE_T for item in _sampled(qtype, 1500, rng)]
     fit = fit_temperatures(items, by_bucket=True, min_rows=50)
-    table = TemperatureTable({t: s["temperature"] for t, s in fit["types"].items()},
-                             {t: {b: s["temperature"] for b, s in bs.items()} for t, bs in fit["buckets"].items()})
+    table = TemperatureTable(
+        {t: s["temperature"] for t, s in fit["types"].items()},
+        {t: {b: s["temperature"] for b, s in bs.items()} for t, bs in fit["buckets"].items()},
+    )
     for qtype, k, z, _ in items:
         t = table(qtype, k)
         assert t != 1.0
@@ -85,7 +87,18 @@ def test_set_rows_are_binary_softmax_rows_equal_to_the_sigmoid() -> None:
 
 def test_option_buckets() -> None:
     assert [option_bucket(k) for k in (2, 3, 4, 5, 8, 9, 16, 17, 26, 27, 255)] == [
-        "2", "3-4", "3-4", "5-8", "5-8", "9-16", "9-16", "17-26", "17-26", "27+", "27+"]
+        "2",
+        "3-4",
+        "3-4",
+        "5-8",
+        "5-8",
+        "9-16",
+        "9-16",
+        "17-26",
+        "17-26",
+        "27+",
+        "27+",
+    ]
 
 
 def test_small_buckets_fall_back_to_their_type_and_small_types_to_one() -> None:
@@ -116,13 +129,18 @@ def test_load_temperatures_round_trip_and_missing_type(tmp_path: Path) -> None:
     assert table("score", 5) == 1.0 and table("set", 3) == 1.0  # types the file does not list
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not valid JSON"),
-    ('{"temperature": 2}', "needs a 'types' object"),
-    ('{"types": {"choice": {"temperature": -1}}}', "types.choice: temperature must be a finite number > 0"),
-    ('{"types": {"noul": 1.2}, "buckets": {"choice": {"3-4": {"temperature": "hot"}}}}',
-     "buckets.choice.3-4: temperature must be"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"temperature": 2}', "needs a 'types' object"),
+        ('{"types": {"choice": {"temperature": -1}}}', "types.choice: temperature must be a finite number > 0"),
+        (
+            '{"types": {"noul": 1.2}, "buckets": {"choice": {"3-4": {"temperature": "hot"}}}}',
+            "buckets.choice.3-4: temperature must be",
+        ),
+    ],
+)
 def test_load_temperatures_names_the_file_and_key(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "t.json"
     path.write_text(content)
@@ -137,8 +155,15 @@ def test_load_temperatures_names_the_file_and_key(tmp_path: Path, content: str, 
 
 
 def _records_file(path: Path, n: int = 4) -> Path:
-    rows = [{"task": "t", "state": f"state {i}", "question": {"type": "noul", "instructions": "Is it on?"},
-             "answer": i % 2 == 0} for i in range(n)]
+    rows = [
+        {
+            "task": "t",
+            "state": f"state {i}",
+            "question": {"type": "noul", "instructions": "Is it on?"},
+            "answer": i % 2 == 0,
+        }
+        for i in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -155,8 +180,10 @@ def test_refuses_files_named_like_training_or_test_splits(tmp_path: Path) -> Non
 def test_refuses_a_file_the_manifest_lists_as_training_output(tmp_path: Path) -> None:
     renamed = _records_file(tmp_path / "copy_of_split.jsonl")
     dev = _records_file(tmp_path / "dev.jsonl", n=3)
-    manifest = {"outputs": {"train": {"path": "copy_of_split.jsonl", "rows": 4}, "dev": {"path": "dev.jsonl"}},
-                "recipe": {"augment": {"constraints": "copy_of_split.jsonl"}}}
+    manifest = {
+        "outputs": {"train": {"path": "copy_of_split.jsonl", "rows": 4}, "dev": {"path": "dev.jsonl"}},
+        "recipe": {"augment": {"constraints": "copy_of_split.jsonl"}},
+    }
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert "lists copy_of_split.jsonl as the training split" in (protected_split(renamed) or "")
     assert protected_split(dev) is None
@@ -169,8 +196,10 @@ def test_refuses_a_file_the_manifest_lists_as_training_output(tmp_path: Path) ->
 
 def test_cli_refuses_a_training_split_before_loading_any_model(tmp_path: Path) -> None:
     train = _records_file(tmp_path / "train.jsonl")
-    result = CliRunner().invoke(app, ["calibrate", "--model", str(tmp_path / "no-model"), "--data", str(train),
-                                      "--out", str(tmp_path / "t.json")])
+    result = CliRunner().invoke(
+        app,
+        ["calibrate", "--model", str(tmp_path / "no-model"), "--data", str(train), "--out", str(tmp_path / "t.json")],
+    )
     assert result.exit_code == 2
     assert "refusing to calibrate" in result.output and "--force" in result.output
     assert not (tmp_path / "t.json").exists()
@@ -185,8 +214,14 @@ def test_calibrate_with_a_scorer_fits_each_type_on_the_records_logits() -> None:
     for i in range(600):
         z = rng.normal(0.0, 3.0, size=3)
         gold = int(np.argmax(z / 2.0 + rng.gumbel(size=3)))
-        record = parse_record({"task": "t", "state": f"s{i}", "question": {
-            "type": "choice", "instructions": "Pick", "criteria": ["a", "b", "c"]}, "answer": "abc"[gold]})[0]
+        record = parse_record(
+            {
+                "task": "t",
+                "state": f"s{i}",
+                "question": {"type": "choice", "instructions": "Pick", "criteria": ["a", "b", "c"]},
+                "answer": "abc"[gold],
+            }
+        )[0]
         records.append(record)
         logits[record.state] = z
 
@@ -201,15 +236,34 @@ def test_calibrate_with_a_scorer_fits_each_type_on_the_records_logits() -> None:
 def test_cli_calibrate_writes_temperatures_json(tiny_llama_dir: Path, tmp_path: Path) -> None:
     dev = _records_file(tmp_path / "dev.jsonl", n=6)
     out = tmp_path / "cal" / "temperatures.json"
-    result = CliRunner().invoke(app, ["calibrate", "--model", str(tiny_llama_dir), "--data", str(dev),
-                                      "--out", str(out), "--min-rows", "2", "--by-bucket", "-q"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            "--model",
+            str(tiny_llama_dir),
+            "--data",
+            str(dev),
+            "--out",
+            str(out),
+            "--min-rows",
+            "2",
+            "--by-bucket",
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
     assert document["format"] == "mydecide.temperatures/1"
     assert document["data"] == str(dev) and document["model"] == str(tiny_llama_dir)
     assert document["types"]["noul"]["n"] == 6 and document["by_bucket"] is True
-    assert set(document["types"]["noul"]) >= {"temperature", "log_loss_before", "log_loss_after", "ece_before",
-                                              "ece_after"}
+    assert set(document["types"]["noul"]) >= {
+        "temperature",
+        "log_loss_before",
+        "log_loss_after",
+        "ece_before",
+        "ece_after",
+    }
     assert document["provenance"]["versions"]["torch"]
     assert load_temperatures(out)("noul", 2) == document["types"]["noul"]["temperature"]
     assert (tmp_path / "cal" / "temperatures.recipe.yaml").is_file()

@@ -22,14 +22,26 @@ REQUEST: dict[str, Any] = {
     "model": "my-decider",
     "state": "Checkout returns HTTP 500 for every customer since 09:10.",
     "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-                 "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                              "support": "How-to and account questions"}},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle this ticket?",
+            "criteria": {
+                "billing": "Charges, invoices and refunds",
+                "engineering": "Bugs, errors and outages",
+                "support": "How-to and account questions",
+            },
+        },
         "outage": {"type": "noul", "instructions": "Is a production system down?"},
-        "urgency": {"type": "score", "instructions": "How urgent is it?",
-                    "criteria": ["not urgent", "soon", "today", "blocking"]},
-        "labels": {"type": "set", "instructions": "Which labels apply?",
-                   "criteria": {"bug": "Something is broken", "refund": "Money back requested"}},
+        "urgency": {
+            "type": "score",
+            "instructions": "How urgent is it?",
+            "criteria": ["not urgent", "soon", "today", "blocking"],
+        },
+        "labels": {
+            "type": "set",
+            "instructions": "Which labels apply?",
+            "criteria": {"bug": "Something is broken", "refund": "Money back requested"},
+        },
     },
 }
 
@@ -118,18 +130,23 @@ def test_predict_without_shared_prefix_gives_the_same_answers(tiny_qwen_dir: Pat
 AT = r"^error: (\S*request\.json: )?"
 BAD_REQUESTS = [
     ("{not json", r"^error: \S*request\.json: invalid JSON.*Expecting property name enclosed in double quotes"),
-    ({**REQUEST, "questions": {"team": {**REQUEST["questions"]["team"], "criteria": ["billing"]}}},
-     AT + r"question 'team': choice needs 2 to 255 options, got 1$"),
-    ({**REQUEST, "questions": {"urgency": {**REQUEST["questions"]["urgency"], "type": "rank"}}},
-     AT + r"question 'urgency': type 'rank' is not one of \['choice', 'noul', 'score', 'set'\]$"),
+    (
+        {**REQUEST, "questions": {"team": {**REQUEST["questions"]["team"], "criteria": ["billing"]}}},
+        AT + r"question 'team': choice needs 2 to 255 options, got 1$",
+    ),
+    (
+        {**REQUEST, "questions": {"urgency": {**REQUEST["questions"]["urgency"], "type": "rank"}}},
+        AT + r"question 'urgency': type 'rank' is not one of \['choice', 'noul', 'score', 'set'\]$",
+    ),
     ({"questions": REQUEST["questions"]}, AT + r"state is required$"),
     ([1, 2], AT + r"the request body must be a JSON object$"),
 ]
 
 
 @pytest.mark.parametrize(("body", "pattern"), BAD_REQUESTS, ids=["json", "one-option", "type", "state", "list"])
-def test_a_bad_request_file_gives_one_line_and_exit_code_2(body: Any, pattern: str, tiny_llama_dir: Path,
-                                                           tmp_path: Path) -> None:
+def test_a_bad_request_file_gives_one_line_and_exit_code_2(
+    body: Any, pattern: str, tiny_llama_dir: Path, tmp_path: Path
+) -> None:
     result = CliRunner().invoke(app, ["predict", "--model", str(tiny_llama_dir), str(_write(tmp_path, body))])
     assert result.exit_code == 2
     assert result.stdout == ""
@@ -142,7 +159,8 @@ def test_missing_files_and_models_give_one_line_and_exit_code_2(tiny_llama_dir: 
     missing = CliRunner().invoke(app, ["predict", "--model", str(tiny_llama_dir), str(tmp_path / "nope.json")])
     assert missing.exit_code == 2
     assert missing.stderr.strip() == f"error: {tmp_path / 'nope.json'}: no such request file"
-    no_model = CliRunner().invoke(app, ["predict", "--model", str(tmp_path / "no-model"),
-                                        str(_write(tmp_path, REQUEST))])
+    no_model = CliRunner().invoke(
+        app, ["predict", "--model", str(tmp_path / "no-model"), str(_write(tmp_path, REQUEST))]
+    )
     assert no_model.exit_code == 2
     assert no_model.stderr.strip().splitlines() == [f"error: {tmp_path / 'no-model'}: no such model directory"]

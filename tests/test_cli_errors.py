@@ -20,9 +20,12 @@ from mydecide.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
-RECORD = {"task": "route", "state": "the invoice was charged twice",
-          "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
-          "answer": "billing"}
+RECORD = {
+    "task": "route",
+    "state": "the invoice was charged twice",
+    "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
+    "answer": "billing",
+}
 
 
 def prepared(out: Path) -> Path:
@@ -47,8 +50,19 @@ def test_a_second_run_into_an_existing_directory(tiny_llama_dir: Path, tmp_path:
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("")
-    result = CliRunner().invoke(app, ["train", str(SMOKE), "--model", str(tiny_llama_dir), "--data",
-                                      str(prepared(tmp_path / "data")), "--out", str(run)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(SMOKE),
+            "--model",
+            str(tiny_llama_dir),
+            "--data",
+            str(prepared(tmp_path / "data")),
+            "--out",
+            str(run),
+        ],
+    )
     line = one_line_error(result)
     assert line == f"error: {run}: run directory exists; pass --resume to continue it or choose --out"
 
@@ -57,37 +71,58 @@ def test_a_misspelt_model_fails_fast_offline_and_names_the_alias(tmp_path: Path)
     exe = Path(sys.executable).parent / "mydecide"
     run = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hub")}
-    cmd = [str(exe) if exe.is_file() else sys.executable, *([] if exe.is_file() else ["-m", "mydecide.cli"]),
-           "train", str(SMOKE), "--model", "smollm2-136m", "--data", str(prepared(tmp_path / "data")),
-           "--out", str(run)]
+    cmd = [
+        str(exe) if exe.is_file() else sys.executable,
+        *([] if exe.is_file() else ["-m", "mydecide.cli"]),
+        "train",
+        str(SMOKE),
+        "--model",
+        "smollm2-136m",
+        "--data",
+        str(prepared(tmp_path / "data")),
+        "--out",
+        str(run),
+    ]
     started = time.perf_counter()
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
     elapsed = time.perf_counter() - started
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert lines == [f"error: smollm2-136m: not a local model directory, not an alias (smollm2-135m; did you mean "
-                     f"smollm2-135m?), not in the local Hugging Face cache ({tmp_path / 'hub'}), and the hub is "
-                     "off (HF_HUB_OFFLINE is set)"]
+    assert lines == [
+        f"error: smollm2-136m: not a local model directory, not an alias (smollm2-135m; did you mean "
+        f"smollm2-135m?), not in the local Hugging Face cache ({tmp_path / 'hub'}), and the hub is "
+        "off (HF_HUB_OFFLINE is set)"
+    ]
     assert elapsed < 5, f"{elapsed:.1f}s"
     assert not run.exists()  # the typo left no run directory behind, so the corrected command just works
 
 
 @pytest.mark.parametrize("verb", ["predict", "calibrate", "evaluate", "serve", "merge"])
 def test_every_command_fails_fast_on_a_misspelt_model(verb: str, tmp_path: Path) -> None:
-    (tmp_path / "request.json").write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul",
-                                                                                      "instructions": "ok?"}}}))
+    (tmp_path / "request.json").write_text(
+        json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}})
+    )
     (tmp_path / "dev.jsonl").write_text(json.dumps({**RECORD, "id": "d"}) + "\n")
     (tmp_path / "adapter").mkdir()
     (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
-    args = {"predict": [str(tmp_path / "request.json")],
-            "calibrate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "t.json")],
-            "evaluate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "eval")],
-            "serve": [], "merge": ["--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "merged")]}[verb]
+    args = {
+        "predict": [str(tmp_path / "request.json")],
+        "calibrate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "t.json")],
+        "evaluate": ["--data", str(tmp_path / "dev.jsonl"), "--out", str(tmp_path / "eval")],
+        "serve": [],
+        "merge": ["--adapter", str(tmp_path / "adapter"), "--out", str(tmp_path / "merged")],
+    }[verb]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "mydecide.cli", verb, "--model", "smollm2-136m", *args],
-                            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "mydecide.cli", verb, "--model", "smollm2-136m", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
     elapsed = time.perf_counter() - started
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -100,13 +135,19 @@ class Unreachable(Exception):
     pass
 
 
-@pytest.mark.parametrize(("raised", "says"), [
-    (Unreachable("[Errno -2] Name or service not known"),
-     "the hub cannot be reached ([Errno -2] Name or service not known)"),
-    ("missing", "the hub has no model 'someone/smollm-2' (or it is private)"),
-])
-def test_a_hub_name_that_is_not_cached_asks_the_hub_once(raised: Any, says: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("raised", "says"),
+    [
+        (
+            Unreachable("[Errno -2] Name or service not known"),
+            "the hub cannot be reached ([Errno -2] Name or service not known)",
+        ),
+        ("missing", "the hub has no model 'someone/smollm-2' (or it is private)"),
+    ],
+)
+def test_a_hub_name_that_is_not_cached_asks_the_hub_once(
+    raised: Any, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -127,8 +168,10 @@ def test_a_hub_name_that_is_not_cached_asks_the_hub_once(raised: Any, says: str,
     monkeypatch.setattr(huggingface_hub, "model_info", model_info)
     with pytest.raises(ModelNotFoundError) as err:
         resolve_model_path("someone/smollm-2")
-    assert str(err.value) == (f"someone/smollm-2: not a local model directory, not an alias (smollm2-135m), not in "
-                              f"the local Hugging Face cache ({tmp_path}), and {says}")
+    assert str(err.value) == (
+        f"someone/smollm-2: not a local model directory, not an alias (smollm2-135m), not in "
+        f"the local Hugging Face cache ({tmp_path}), and {says}"
+    )
     assert calls == [("someone/smollm-2", HUB_PROBE_TIMEOUT_S)]
 
 
@@ -153,11 +196,13 @@ def test_train_data_given_as_a_file_or_a_missing_directory(tmp_path: Path) -> No
     as_file = CliRunner().invoke(app, [*base, "--data", str(data / "train.jsonl")])
     assert one_line_error(as_file) == (
         f"error: --data {data / 'train.jsonl'} is a file; train reads the directory `mydecide prepare` wrote, "
-        f"with train.jsonl and dev.jsonl in it (here: --data {data})")
+        f"with train.jsonl and dev.jsonl in it (here: --data {data})"
+    )
     data_recipe = REPO / "recipes" / "data" / "demo.yaml"
     as_recipe = CliRunner().invoke(app, [*base, "--data", str(data_recipe)])
-    assert one_line_error(as_recipe).endswith(f"in it; for a data recipe, run `mydecide prepare {data_recipe} --out "
-                                              "DIR` first")
+    assert one_line_error(as_recipe).endswith(
+        f"in it; for a data recipe, run `mydecide prepare {data_recipe} --out DIR` first"
+    )
     missing = CliRunner().invoke(app, [*base, "--data", str(tmp_path / "nope")])
     assert "no such directory" in one_line_error(missing)
     (data / "dev.jsonl").unlink()
@@ -169,26 +214,34 @@ def test_train_data_given_as_a_file_or_a_missing_directory(tmp_path: Path) -> No
 @pytest.mark.parametrize("verb", ["calibrate", "evaluate"])
 def test_a_directory_where_a_records_file_is_expected(verb: str, tmp_path: Path) -> None:
     data = prepared(tmp_path / "data")
-    result = CliRunner().invoke(app, [verb, "--model", "smollm2-135m", "--data", str(data),
-                                      "--out", str(tmp_path / "out")])
-    assert one_line_error(result) == (f"error: --data {data} is a directory; this command reads a JSONL file of "
-                                      "decision records: give one of its files (dev.jsonl, train.jsonl)")
+    result = CliRunner().invoke(
+        app, [verb, "--model", "smollm2-135m", "--data", str(data), "--out", str(tmp_path / "out")]
+    )
+    assert one_line_error(result) == (
+        f"error: --data {data} is a directory; this command reads a JSONL file of "
+        "decision records: give one of its files (dev.jsonl, train.jsonl)"
+    )
 
 
 def test_a_directory_where_the_temperatures_file_is_expected(tmp_path: Path) -> None:
     (tmp_path / "temperatures.json").write_text("{}")
-    (tmp_path / "request.json").write_text(json.dumps({"state": "s", "questions": {"q": {"type": "noul",
-                                                                                      "instructions": "ok?"}}}))
+    (tmp_path / "request.json").write_text(
+        json.dumps({"state": "s", "questions": {"q": {"type": "noul", "instructions": "ok?"}}})
+    )
     result = CliRunner().invoke(app, ["predict", "--temperatures", str(tmp_path), str(tmp_path / "request.json")])
-    assert one_line_error(result) == (f"error: {tmp_path} is a directory; --temperatures takes the temperatures.json "
-                                      "file that `mydecide calibrate` wrote (it holds temperatures.json: give that "
-                                      "file)")
+    assert one_line_error(result) == (
+        f"error: {tmp_path} is a directory; --temperatures takes the temperatures.json "
+        "file that `mydecide calibrate` wrote (it holds temperatures.json: give that "
+        "file)"
+    )
 
 
 def test_a_directory_where_a_request_file_is_expected(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["predict", str(tmp_path)])
-    assert one_line_error(result) == f"error: {tmp_path} is a directory; give a JSON file holding one " \
-                                     "/v1/systemone request"
+    assert (
+        one_line_error(result) == f"error: {tmp_path} is a directory; give a JSON file holding one "
+        "/v1/systemone request"
+    )
 
 
 def test_a_recipe_for_another_command(tmp_path: Path) -> None:
@@ -202,17 +255,21 @@ def test_a_recipe_for_another_command(tmp_path: Path) -> None:
 def test_an_override_is_blamed_on_the_command_line_with_a_did_you_mean(tmp_path: Path) -> None:
     data = str(prepared(tmp_path / "data"))
     typed = CliRunner().invoke(app, ["train", str(SMOKE), "lora.rr=8", "--data", data])
-    assert one_line_error(typed) == ("error: command-line override lora.rr=8: lora.rr: unknown key "
-                                     "(did you mean lora.r?)")
+    assert one_line_error(typed) == (
+        "error: command-line override lora.rr=8: lora.rr: unknown key (did you mean lora.r?)"
+    )
     tagged = CliRunner().invoke(app, ["train", str(SMOKE), "objective.kind=rlcd", "objective.group_sise=4"])
-    assert one_line_error(tagged) == ("error: command-line override objective.group_sise=4: objective.group_sise: "
-                                      "unknown key (did you mean objective.group_size?)")
+    assert one_line_error(tagged) == (
+        "error: command-line override objective.group_sise=4: objective.group_sise: "
+        "unknown key (did you mean objective.group_size?)"
+    )
     recipe = tmp_path / "typo.yaml"
     recipe.write_text("optim: {lr: 1e-3, batchsize: 8}\n")
     in_file = CliRunner().invoke(app, ["train", str(recipe), "optim.lr=0", "--data", data])
     assert one_line_error(in_file) == (
         f"error: command-line override optim.lr=0: optim.lr: Input should be greater than 0; {recipe}: "
-        "optim.batchsize: unknown key (did you mean optim.batch_size?)")
+        "optim.batchsize: unknown key (did you mean optim.batch_size?)"
+    )
 
 
 def test_a_bad_command_line_option_of_calibrate_is_one_line(tmp_path: Path) -> None:
@@ -236,8 +293,10 @@ def test_loading_an_adapter_prints_no_peft_future_warning(tiny_llama_dir: Path, 
     from mydecide.modeling import load_model, peft_warnings_silenced
 
     with peft_warnings_silenced():
-        lm = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
-                            LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+        lm = get_peft_model(
+            AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
+            LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+        )
     lm.save_pretrained(tmp_path / "adapter")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -245,6 +304,8 @@ def test_loading_an_adapter_prints_no_peft_future_warning(tiny_llama_dir: Path, 
     assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
     with warnings.catch_warnings(record=True) as caught:  # the warning silenced is real: unsilenced, it shows
         warnings.simplefilter("always")
-        get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
-                       LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+        get_peft_model(
+            AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
+            LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"),
+        )
     assert any("is_gradient_checkpointing" in str(w.message) for w in caught)

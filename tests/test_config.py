@@ -48,19 +48,34 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
 
 def test_an_unknown_key_given_as_an_override_is_an_error_too(tmp_path: Path) -> None:
     path = write(tmp_path, "seed: 1\n")  # blamed on the command line, not on the file
-    with pytest.raises(RecipeError, match=r"^command-line override optim\.learning_rate=0\.1: optim\.learning_rate: "
-                                          r"unknown key$"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^command-line override optim\.learning_rate=0\.1: optim\.learning_rate: "
+        r"unknown key$",
+    ):
         load_recipe(path, ["optim.learning_rate=0.1"], model=TrainRecipe)
-    with pytest.raises(RecipeError, match=r"^command-line override optim\.lrr=0\.1: optim\.lrr: unknown key "
-                                          r"\(did you mean optim\.lr\?\)$"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^command-line override optim\.lrr=0\.1: optim\.lrr: unknown key "
+        r"\(did you mean optim\.lr\?\)$",
+    ):
         load_recipe(path, ["optim.lrr=0.1"], model=TrainRecipe)
 
 
 def test_dotted_overrides_parse_and_win_over_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "lora: {r: 8, dropout: 0.1}\noptim: {lr: 0.5}\nobjective: {kind: ce}\n")
-    recipe = load_recipe(path, ["lora.r=16", "objective.kind=rlcd", "optim.lr=1e-3", "shuffle_options=false",
-                                "prompt.system_prompt=null", "lora.target_modules=[q_proj, v_proj]"],
-                         model=TrainRecipe)
+    recipe = load_recipe(
+        path,
+        [
+            "lora.r=16",
+            "objective.kind=rlcd",
+            "optim.lr=1e-3",
+            "shuffle_options=false",
+            "prompt.system_prompt=null",
+            "lora.target_modules=[q_proj, v_proj]",
+        ],
+        model=TrainRecipe,
+    )
     assert recipe.lora.r == 16 and recipe.lora.dropout == 0.1  # siblings in the file are kept
     assert recipe.objective == RlcdObjective()  # the tagged union switches kind and takes its defaults
     assert recipe.optim.lr == 1e-3 and isinstance(recipe.optim.lr, float)
@@ -71,18 +86,33 @@ def test_dotted_overrides_parse_and_win_over_the_file(tmp_path: Path) -> None:
 
 
 def test_parse_overrides_nests_and_parses_yaml_scalars() -> None:
-    assert parse_overrides(["lora.r=16", "lora.alpha=32.5", "objective.kind=rlcd", "optim.lr=1e-3",
-                            "prompt.system_prompt=", "out=runs/a=b"]) == {
-        "lora": {"r": 16, "alpha": 32.5}, "objective": {"kind": "rlcd"}, "optim": {"lr": "1e-3"},
-        "prompt": {"system_prompt": None}, "out": "runs/a=b"}
+    assert parse_overrides(
+        [
+            "lora.r=16",
+            "lora.alpha=32.5",
+            "objective.kind=rlcd",
+            "optim.lr=1e-3",
+            "prompt.system_prompt=",
+            "out=runs/a=b",
+        ]
+    ) == {
+        "lora": {"r": 16, "alpha": 32.5},
+        "objective": {"kind": "rlcd"},
+        "optim": {"lr": "1e-3"},
+        "prompt": {"system_prompt": None},
+        "out": "runs/a=b",
+    }
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("lora.r", "override 'lora.r' must look like KEY=VALUE (for example lora.r=16)"),
-    ("lora..r=16", "override 'lora..r=16': empty key segment"),
-    ("=16", "override '=16': empty key segment"),
-    ("lora.target_modules=[q_proj", "override 'lora.target_modules=[q_proj': value is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("lora.r", "override 'lora.r' must look like KEY=VALUE (for example lora.r=16)"),
+        ("lora..r=16", "override 'lora..r=16': empty key segment"),
+        ("=16", "override '=16': empty key segment"),
+        ("lora.target_modules=[q_proj", "override 'lora.target_modules=[q_proj': value is not valid YAML"),
+    ],
+)
 def test_malformed_overrides(override: str, message: str) -> None:
     with pytest.raises(RecipeError) as info:
         parse_overrides([override])
@@ -96,8 +126,11 @@ def test_an_override_below_a_scalar_is_refused() -> None:
 
 def test_bad_values_name_the_key(tmp_path: Path) -> None:
     path = write(tmp_path, "seed: 1\n")
-    with pytest.raises(RecipeError, match=r"^command-line override lora\.r=0: lora\.r: Input should be greater than "
-                                          r"or equal to 1"):
+    with pytest.raises(
+        RecipeError,
+        match=r"^command-line override lora\.r=0: lora\.r: Input should be greater than "
+        r"or equal to 1",
+    ):
         load_recipe(path, ["lora.r=0"], model=TrainRecipe)
     with pytest.raises(RecipeError, match=r"train\.yaml: lora\.r: Input should be greater than or equal to 1"):
         load_recipe(write(tmp_path, "lora: {r: 0}\n"), model=TrainRecipe)

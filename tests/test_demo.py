@@ -13,9 +13,23 @@ REPO = Path(__file__).resolve().parents[1]
 def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "mydecide.demo", "--out", str(out), "--model", str(tiny_llama_dir),
-         "optim.max_steps=2", "eval_every=2", "dev_limit=8"],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "-m",
+            "mydecide.demo",
+            "--out",
+            str(out),
+            "--model",
+            str(tiny_llama_dir),
+            "optim.max_steps=2",
+            "eval_every=2",
+            "dev_limit=8",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     for block in ("base", "tuned", "tuned_calibrated", "majority"):

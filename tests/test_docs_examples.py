@@ -39,9 +39,16 @@ def test_the_quoted_rejection_is_the_parsers() -> None:
     text = (DOCS / "records.md").read_text(encoding="utf-8")
     quoted = re.search(r"`train\.jsonl:1832: (answer 'enginering' [^`]*)`", text)
     assert quoted is not None
-    record = {"task": "t", "state": "s", "answer": "enginering",
-              "question": {"type": "choice", "instructions": "Which team?",
-                           "criteria": {"billing": "", "engineering": "", "support": ""}}}
+    record = {
+        "task": "t",
+        "state": "s",
+        "answer": "enginering",
+        "question": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {"billing": "", "engineering": "", "support": ""},
+        },
+    }
     with pytest.raises(RecordError) as err:
         parse_record(record)
     assert err.value.rule == quoted.group(1)
@@ -58,8 +65,9 @@ def test_the_wire_examples_are_a_request_and_its_response() -> None:
         probabilities = answer.get("probabilities", {})
         if question.type in ("choice", "score"):
             assert sum(probabilities.values()) == pytest.approx(1.0, abs=1e-6)
-            assert answer["confidence"] == pytest.approx(jev_confidence(max(probabilities.values()), question.k),
-                                                         abs=5e-3)
+            assert answer["confidence"] == pytest.approx(
+                jev_confidence(max(probabilities.values()), question.k), abs=5e-3
+            )
         if question.type == "choice":
             assert list(probabilities) == list(question.options)
             assert answer["choice"] == max(probabilities, key=probabilities.__getitem__)

@@ -29,9 +29,11 @@ from mydecide.evaluation import (
 from mydecide.records import Record, parse_record
 
 REPO = Path(__file__).resolve().parent.parent
-CHOICE = {"type": "choice", "instructions": "Which team should handle this ticket?",
-          "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages",
-                       "support": "How-to questions"}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team should handle this ticket?",
+    "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages", "support": "How-to questions"},
+}
 NOUL = {"type": "noul", "instructions": "Is a production system down?"}
 SCORE = {"type": "score", "instructions": "How urgent is it?", "criteria": ["not urgent", "today", "blocking"]}
 SET = {"type": "set", "instructions": "Which tags apply?", "criteria": {"bug": "a defect", "money": "payments"}}
@@ -43,13 +45,32 @@ def record_rows(n: int = 6) -> list[dict[str, Any]]:
     for i in range(n):
         outage = f"Checkout returns HTTP 500 for every customer since 09:{10 + i}."
         invoice = f"The invoice {i} was charged twice and the customer wants a refund."
-        rows.append({"task": "routing", "state": outage, "question": CHOICE,
-                     "answer": ("billing", "engineering", "support")[i % 3]})
+        rows.append(
+            {
+                "task": "routing",
+                "state": outage,
+                "question": CHOICE,
+                "answer": ("billing", "engineering", "support")[i % 3],
+            }
+        )
         rows.append({"task": "outage", "state": outage, "question": NOUL, "answer": i % 2 == 0})
-        rows.append({"task": "urgency", "lang": "de", "state": invoice, "question": SCORE,
-                     "target": {"0": 0.2, "1": 0.5, "2": 0.3}})
-        rows.append({"task": "tags", "state": {"ticket": invoice, "id": i}, "question": SET,
-                     "answer": ["money"] if i % 3 else ["bug", "money"]})
+        rows.append(
+            {
+                "task": "urgency",
+                "lang": "de",
+                "state": invoice,
+                "question": SCORE,
+                "target": {"0": 0.2, "1": 0.5, "2": 0.3},
+            }
+        )
+        rows.append(
+            {
+                "task": "tags",
+                "state": {"ticket": invoice, "id": i},
+                "question": SET,
+                "answer": ["money"] if i % 3 else ["bug", "money"],
+            }
+        )
     return rows
 
 
@@ -70,8 +91,9 @@ def make_adapter(model_dir: Path, out: Path) -> Path:
 
     torch.manual_seed(0)
     lm = AutoModelForCausalLM.from_pretrained(model_dir)
-    peft = get_peft_model(lm, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
-                                         init_lora_weights=False))
+    peft = get_peft_model(
+        lm, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    )
     peft.save_pretrained(out)
     return out
 
@@ -103,8 +125,11 @@ def _expected_all(predictions: list[dict[str, Any]]) -> dict[str, float]:
     conf = np.array([p.max() for p in p_rows])
     right = np.array([np.argmax(p) == np.argmax(y) for p, y in zip(p_rows, y_rows, strict=True)])
     bins = np.minimum((conf * 10).astype(int), 9)
-    ece = sum(abs(right[bins == b].mean() - conf[bins == b].mean()) * (bins == b).mean()
-              for b in range(10) if (bins == b).any())
+    ece = sum(
+        abs(right[bins == b].mean() - conf[bins == b].mean()) * (bins == b).mean()
+        for b in range(10)
+        if (bins == b).any()
+    )
     flips = [pred["flipped"] for pred in predictions if pred["flipped"] is not None]
     chance = np.mean([1 / len(p) for p in p_rows])
     return {
@@ -124,18 +149,41 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     dev = write_jsonl(data_dir / "dev.jsonl", record_rows(3))
-    train_rows = [dict(r, state=f"train {i}", answer="support") if r["task"] == "routing" else r
-                  for i, r in enumerate(record_rows(4))]
+    train_rows = [
+        dict(r, state=f"train {i}", answer="support") if r["task"] == "routing" else r
+        for i, r in enumerate(record_rows(4))
+    ]
     train = write_jsonl(data_dir / "train.jsonl", train_rows)
     adapter = make_adapter(tiny_llama_dir, tmp_path / "adapter")
     temperatures = tmp_path / "temperatures.json"
-    temperatures.write_text(json.dumps({"types": {"choice": {"temperature": 0.5}, "noul": {"temperature": 2.0},
-                                                  "set": {"temperature": 1.5}}}))
+    temperatures.write_text(
+        json.dumps(
+            {"types": {"choice": {"temperature": 0.5}, "noul": {"temperature": 2.0}, "set": {"temperature": 1.5}}}
+        )
+    )
     out = tmp_path / "eval"
-    result = CliRunner().invoke(app, [
-        "evaluate", "--model", str(tiny_llama_dir), "--adapter", str(adapter), "-t", str(temperatures),
-        "--data", str(dev), "--out", str(out), "--permutations", "1", "--coherence",
-        "--costs", "right=1,wrong=-3,escalate=-0.5", "-q"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            str(tiny_llama_dir),
+            "--adapter",
+            str(adapter),
+            "-t",
+            str(temperatures),
+            "--data",
+            str(dev),
+            "--out",
+            str(out),
+            "--permutations",
+            "1",
+            "--coherence",
+            "--costs",
+            "right=1,wrong=-3,escalate=-0.5",
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "auto-act when p > 0.625" in result.output
 
@@ -187,8 +235,9 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
     by_id = {p["id"]: p for p in base}
     for r, z in zip(recs, plain_logits, strict=True):
         assert np.allclose(by_id[r.id]["logits"], z, atol=1e-4)
-    assert not np.allclose([v for p in predictions for v in p["logits"]], [v for p in base for v in p["logits"]],
-                           atol=1e-3)  # the adapter does change the answers
+    assert not np.allclose(
+        [v for p in predictions for v in p["logits"]], [v for p in base for v in p["logits"]], atol=1e-3
+    )  # the adapter does change the answers
     assert report["baselines"]["base_model"]["all"]["accuracy"] == pytest.approx(_expected_all(base)["accuracy"])
     majority = report["baselines"]["majority"]
     assert majority["source"] == str(train) and majority["in_sample_tasks"] == []
@@ -205,8 +254,16 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
     assert report["coherence"]["context"]["max_abs_diff"] < 1e-3  # questions never see each other
 
     markdown = (out / "report.md").read_text()
-    for heading in ("## Overall", "## Baselines", "## Per task", "## Slices", "## Thresholds", "## Coherence",
-                    "## Temperatures", "reliability.png"):
+    for heading in (
+        "## Overall",
+        "## Baselines",
+        "## Per task",
+        "## Slices",
+        "## Thresholds",
+        "## Coherence",
+        "## Temperatures",
+        "reliability.png",
+    ):
         assert heading in markdown, heading
     assert "base model (no adapter)" in markdown and f"majority ({train})" in markdown
     assert "mean \\|p + p_neg − 1\\|" in markdown  # pipes inside a cell are escaped
@@ -264,10 +321,26 @@ def test_several_files_get_their_own_blocks_and_no_model_means_char_lengths() ->
 
 def test_permuted_orders_are_distinct_non_identity_and_seeded() -> None:
     recs = records(record_rows(1))
-    four = records([{"task": "t", "state": "s", "question": {"type": "choice", "instructions": "Pick",
-                                                              "criteria": ["a", "b", "c", "d"]}, "answer": "a"}])
-    two = records([{"task": "t", "state": "s", "question": {"type": "choice", "instructions": "Pick",
-                                                             "criteria": ["a", "b"]}, "answer": "b"}])
+    four = records(
+        [
+            {
+                "task": "t",
+                "state": "s",
+                "question": {"type": "choice", "instructions": "Pick", "criteria": ["a", "b", "c", "d"]},
+                "answer": "a",
+            }
+        ]
+    )
+    two = records(
+        [
+            {
+                "task": "t",
+                "state": "s",
+                "question": {"type": "choice", "instructions": "Pick", "criteria": ["a", "b"]},
+                "answer": "b",
+            }
+        ]
+    )
     pairs = permuted_orders(recs + four + two, permutations=4, seed=3)
     by_record: dict[int, list[tuple[int, ...]]] = {}
     for n, order in pairs:
@@ -286,8 +359,10 @@ def test_permuted_orders_are_distinct_non_identity_and_seeded() -> None:
 
 def test_majority_uses_the_training_distribution_and_names_in_sample_tasks() -> None:
     train = records([{"task": "outage", "state": f"s{i}", "question": NOUL, "answer": i < 3} for i in range(4)])
-    evals = records([{"task": "outage", "state": f"e{i}", "question": NOUL, "answer": False} for i in range(4)]
-                    + [{"task": "new", "state": "x", "question": CHOICE, "answer": "support"}])
+    evals = records(
+        [{"task": "outage", "state": f"e{i}", "question": NOUL, "answer": False} for i in range(4)]
+        + [{"task": "new", "state": "x", "question": CHOICE, "answer": "support"}]
+    )
     rows, info = majority_rows(evals, LabelPrior.from_records(train, "train.jsonl"))
     assert info["source"] == "train.jsonl" and info["in_sample_tasks"] == ["new"]
     # train says yes 3 of 4 → add-one smoothed (3 + 1) / (4 + 2); the eval file's own majority (no) is ignored
@@ -309,8 +384,12 @@ def test_coherence_checks_detect_each_violation() -> None:
         return [np.array([np.log(4.0), 0.0]) if q.type == "noul" else np.zeros(q.k) for _, q in items]
 
     def reads_negation(items, orders=None):
-        return [np.array([0.0, np.log(4.0)] if "NOT" in q.instructions else [np.log(4.0), 0.0])
-                if q.type == "noul" else np.zeros(q.k) for _, q in items]
+        return [
+            np.array([0.0, np.log(4.0)] if "NOT" in q.instructions else [np.log(4.0), 0.0])
+            if q.type == "noul"
+            else np.zeros(q.k)
+            for _, q in items
+        ]
 
     def by_option_id(items, orders=None):  # likes the id "engineering" (index 1), not its description
         return [np.array([2.0 if o == "engineering" else 0.0 for o in q.options]) for _, q in items]
@@ -334,10 +413,12 @@ def test_coherence_checks_detect_each_violation() -> None:
 
 
 def test_set_metrics_count_label_rows_and_whole_sets() -> None:
-    recs = records([
-        {"task": "t", "state": "a", "question": SET, "answer": ["money"]},
-        {"task": "t", "state": "b", "question": SET, "answer": ["bug", "money"]},
-    ])
+    recs = records(
+        [
+            {"task": "t", "state": "a", "question": SET, "answer": ["money"]},
+            {"task": "t", "state": "b", "question": SET, "answer": ["bug", "money"]},
+        ]
+    )
     rows = question_rows(0, recs[0], np.array([0.2, 0.9])) + question_rows(1, recs[1], np.array([0.3, 0.6]))
     got = block(rows)
     assert (got["n"], got["questions"]) == (4, 2)
@@ -349,16 +430,29 @@ def test_set_metrics_count_label_rows_and_whole_sets() -> None:
 def test_empty_blocks_keep_every_key_and_thresholds_follow_the_payoffs() -> None:
     assert block([]) == {**dict.fromkeys(METRIC_KEYS), "n": 0, "questions": 0}
     recs = records([{"task": "t", "state": f"s{i}", "question": NOUL, "answer": True} for i in range(4)])
-    rows = [r for n, (rec, p) in enumerate(zip(recs, (0.95, 0.7, 0.6, 0.3), strict=True))
-            for r in question_rows(n, rec, np.array([p, 1 - p]))]
+    rows = [
+        r
+        for n, (rec, p) in enumerate(zip(recs, (0.95, 0.7, 0.6, 0.3), strict=True))
+        for r in question_rows(n, rec, np.array([p, 1 - p]))
+    ]
     report = threshold_report(rows, {"right": 1.0, "wrong": -3.0, "escalate": -0.5}, thresholds=(0.5, 0.9))
     table = {row["threshold"]: row for row in report["table"]}
     assert list(table) == [0.5, 0.625, 0.9]
     # above 0.625: 0.95 and 0.7 (right), and P(yes) = 0.3, whose top probability 0.7 is on "no" (wrong)
-    assert table[0.625] == {"threshold": 0.625, "coverage": 0.75, "accuracy": pytest.approx(2 / 3),
-                            "auto_act": True, "payoff": pytest.approx((1 + 1 - 3 - 0.5) / 4)}
-    assert table[0.9] == {"threshold": 0.9, "coverage": 0.25, "accuracy": 1.0, "auto_act": False,
-                          "payoff": pytest.approx((1 - 0.5 * 3) / 4)}
+    assert table[0.625] == {
+        "threshold": 0.625,
+        "coverage": 0.75,
+        "accuracy": pytest.approx(2 / 3),
+        "auto_act": True,
+        "payoff": pytest.approx((1 + 1 - 3 - 0.5) / 4),
+    }
+    assert table[0.9] == {
+        "threshold": 0.9,
+        "coverage": 0.25,
+        "accuracy": 1.0,
+        "auto_act": False,
+        "payoff": pytest.approx((1 - 0.5 * 3) / 4),
+    }
     assert table[0.5]["coverage"] == 1.0 and table[0.5]["accuracy"] == 0.75
 
 
@@ -369,13 +463,14 @@ def test_empty_and_malformed_eval_files_name_the_file_and_line(tiny_llama_dir: P
     runner = CliRunner()
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
-    result = runner.invoke(app, ["evaluate", "--model", str(tiny_llama_dir), "--data", str(empty), "-q",
-                                 "--out", str(tmp_path / "out")])
+    result = runner.invoke(
+        app, ["evaluate", "--model", str(tiny_llama_dir), "--data", str(empty), "-q", "--out", str(tmp_path / "out")]
+    )
     assert result.exit_code == 2 and f"{empty}: file holds no records" in result.output
 
     good = json.dumps(record_rows(1)[1])
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(good + "\n{\"task\": \n")
+    bad.write_text(good + '\n{"task": \n')
     result = runner.invoke(app, ["evaluate", "--data", str(bad), "--model", str(tiny_llama_dir), "-q"])
     assert result.exit_code == 2 and "bad.jsonl:2: invalid JSON" in result.output
     bad.write_text(good + "\n" + good + "\n" + json.dumps({**record_rows(1)[0], "answer": "legal"}) + "\n")
@@ -400,8 +495,10 @@ def test_command_line_pieces_and_shipped_recipes(tmp_path: Path) -> None:
 
     recipe = resolve(EvalRecipe, ["limit=5", str(b)], {"data": [str(a)], "coherence": True})
     assert recipe.data == [str(a), str(b)] and recipe.limit == 5 and recipe.coherence is True
-    for path, model in ((REPO / "recipes/eval/default.yaml", EvalRecipe),
-                        (REPO / "recipes/calibrate/default.yaml", CalibrateRecipe)):
+    for path, model in (
+        (REPO / "recipes/eval/default.yaml", EvalRecipe),
+        (REPO / "recipes/calibrate/default.yaml", CalibrateRecipe),
+    ):
         text = path.read_text()
         assert text.startswith("#") and f"recipes/{path.parent.name}/default.yaml" in text
         assert load_recipe(path, model=model) == model()  # the shipped file spells out the defaults

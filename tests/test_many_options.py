@@ -24,8 +24,14 @@ STATE = "The invoice was charged twice and the customer wants a refund."
 
 
 def choice(k: int):
-    return parse_question({"type": "choice", "instructions": "Which team should handle this ticket?",
-                           "criteria": {f"team_{i}": f"Team number {i}" for i in range(k)}}, "q")
+    return parse_question(
+        {
+            "type": "choice",
+            "instructions": "Which team should handle this ticket?",
+            "criteria": {f"team_{i}": f"Team number {i}" for i in range(k)},
+        },
+        "q",
+    )
 
 
 NOUL = parse_question({"type": "noul", "instructions": "Is a production system down?"}, "n")
@@ -34,8 +40,9 @@ NOUL = parse_question({"type": "noul", "instructions": "Is a production system d
 # ------------------------------------------------------------------------------------------------- pure parts
 
 
-@pytest.mark.parametrize(("k", "sizes"), [(27, [14, 13]), (52, [26, 26]), (53, [18, 18, 17]),
-                                          (77, [26, 26, 25]), (255, [26] * 5 + [25] * 5)])
+@pytest.mark.parametrize(
+    ("k", "sizes"), [(27, [14, 13]), (52, [26, 26]), (53, [18, 18, 17]), (77, [26, 26, 25]), (255, [26] * 5 + [25] * 5)]
+)
 def test_groups_are_consecutive_nearly_equal_and_at_most_26(k: int, sizes: list[int]) -> None:
     order = list(np.random.default_rng(k).permutation(k))
     groups = option_groups(order)
@@ -161,10 +168,15 @@ def test_served_answer_has_every_option_and_matches_score_questions(model) -> No
     from mydecide.serving.app import create_app
     from mydecide.serving.batching import BatchOptions
 
-    big = {"type": "choice", "instructions": "Which team should handle this ticket?",
-           "criteria": {f"team_{i}": f"Team number {i}" for i in range(77)}}
-    others = {"outage": {"type": "noul", "instructions": "Is a production system down?"},
-              "small": {"type": "choice", "instructions": "Which word fits?", "criteria": ["refund", "outage"]}}
+    big = {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {f"team_{i}": f"Team number {i}" for i in range(77)},
+    }
+    others = {
+        "outage": {"type": "noul", "instructions": "Is a production system down?"},
+        "small": {"type": "choice", "instructions": "Which word fits?", "criteria": ["refund", "outage"]},
+    }
     (expected,) = score_questions(model, [(STATE, choice(77))])
     for packing in (True, False):
         with TestClient(create_app(model, batching=BatchOptions(packing=packing), warm_up=False)) as client:
@@ -252,9 +264,20 @@ def test_training_on_40_option_records_runs_and_dev_metrics_score_them(tiny_llam
         rows = [record(40, (i * 7) % 40, f"{name}{i}").to_json() for i in range(n)]
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     smoke = Path(__file__).resolve().parents[1] / "recipes" / "train" / "smoke.yaml"
-    run = train(load_recipe(smoke, [f"model={tiny_llama_dir}", f"data={data}", f"out={tmp_path / 'run'}",
-                                    "optim.max_steps=2", "optim.batch_size=2", "optim.grad_accum=1"],
-                            model=TrainRecipe))
+    run = train(
+        load_recipe(
+            smoke,
+            [
+                f"model={tiny_llama_dir}",
+                f"data={data}",
+                f"out={tmp_path / 'run'}",
+                "optim.max_steps=2",
+                "optim.batch_size=2",
+                "optim.grad_accum=1",
+            ],
+            model=TrainRecipe,
+        )
+    )
     dev = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
     assert len(dev) >= 2 and all(math.isfinite(r["log_loss"]) and r["n"] == 3 for r in dev)
     assert dev[0]["log_loss"] == pytest.approx(math.log(40), abs=1.0)  # a random model: near uniform over 40

@@ -26,17 +26,30 @@ from mydecide.modeling import (
 from mydecide.prompting import RenderConfig
 from mydecide.records import parse_question
 
-TEAM = parse_question({"type": "choice", "instructions": "Which team should handle this ticket?",
-                       "criteria": {"billing": "Charges", "engineering": "Bugs", "support": "How-to"}})
-LABELS = parse_question({"type": "set", "instructions": "Which labels apply?",
-                         "criteria": {"bug": "Something is broken", "refund": "", "vip": "Key account"}})
+TEAM = parse_question(
+    {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {"billing": "Charges", "engineering": "Bugs", "support": "How-to"},
+    }
+)
+LABELS = parse_question(
+    {
+        "type": "set",
+        "instructions": "Which labels apply?",
+        "criteria": {"bug": "Something is broken", "refund": "", "vip": "Key account"},
+    }
+)
 STATE = "The checkout page returns an error for every customer since this morning."
 
 
 def _llama_cpp_permute(weight: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp stores Q/K rows interleaved per head (rotary halves); loaders undo this on read."""
-    return weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:]).swapaxes(1, 2) \
+    return (
+        weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
         .reshape(weight.shape)
+    )
 
 
 def write_tiny_gguf(model_dir: Path, out: Path) -> Path:
@@ -76,9 +89,17 @@ def write_tiny_gguf(model_dir: Path, out: Path) -> Path:
     weights = {k: v.float().numpy() for k, v in lm.state_dict().items()}
     writer.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"])  # tied: no output.weight
     writer.add_tensor("output_norm.weight", weights["model.norm.weight"])
-    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    names = {
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
     for layer in range(config.num_hidden_layers):
         for hf_name, gguf_name in names.items():
             tensor = weights[f"model.layers.{layer}.{hf_name}.weight"]
@@ -135,8 +156,9 @@ def test_resolve_errors_name_the_path(tmp_path: Path) -> None:
         resolve_model_path(str(tmp_path / "empty"))
 
 
-def test_the_packaged_default_is_converted_once_into_the_cache(tiny_gguf: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_packaged_default_is_converted_once_into_the_cache(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MYDECIDE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(modeling, "packaged_gguf", lambda: tiny_gguf)
     calls: list[Path] = []
@@ -165,8 +187,9 @@ def test_a_missing_default_model_package_says_how_to_install_it(monkeypatch: pyt
 # ---------------------------------------------------------------------------------------------------- loading
 
 
-def test_gguf_hf_dir_and_converted_dir_give_the_same_logits(tiny_llama_dir: Path, tiny_gguf: Path,
-                                                            tmp_path: Path) -> None:
+def test_gguf_hf_dir_and_converted_dir_give_the_same_logits(
+    tiny_llama_dir: Path, tiny_gguf: Path, tmp_path: Path
+) -> None:
     from_dir = load_model(str(tiny_llama_dir), device="cpu")
     from_gguf = load_model(str(tiny_gguf), device="cpu")
     assert from_gguf.renderer.label_ids == from_dir.renderer.label_ids
@@ -201,8 +224,9 @@ def test_an_adapter_brings_its_render_config(tiny_llama_dir: Path, tmp_path: Pat
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter")
     save_render_config(tmp_path / "adapter", RenderConfig(max_state_tokens=12, system_prompt=None))
-    model = load_model(str(tiny_llama_dir), tmp_path / "adapter", device="cpu",
-                       render=RenderConfig(max_state_tokens=500))
+    model = load_model(
+        str(tiny_llama_dir), tmp_path / "adapter", device="cpu", render=RenderConfig(max_state_tokens=500)
+    )
     assert model.renderer.config.max_state_tokens == 12 and model.renderer.config.system_prompt is None
     assert model.renderer.render(STATE * 5, TEAM).truncated
     (z,) = score_questions(model, [(STATE, TEAM)])

@@ -18,14 +18,19 @@ from mydecide.prompting import RenderConfig, Renderer
 from mydecide.records import parse_question, parse_record
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
-CRITERIA = {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-            "support": "How-to and account questions", "sales": "New customers and quotes"}
+CRITERIA = {
+    "billing": "Charges, invoices and refunds",
+    "engineering": "Bugs, errors and outages",
+    "support": "How-to and account questions",
+    "sales": "New customers and quotes",
+}
 PER_OPTION = RenderConfig(option_form="per_option", score_form="per_option")
 
 
 def choice(criteria: dict[str, str]):
-    return parse_question({"type": "choice", "instructions": "Which team should handle this ticket?",
-                           "criteria": criteria}, "team")
+    return parse_question(
+        {"type": "choice", "instructions": "Which team should handle this ticket?", "criteria": criteria}, "team"
+    )
 
 
 def permuted(criteria: dict[str, str], order: list[int]) -> dict[str, str]:
@@ -73,8 +78,9 @@ def test_per_option_prompts_share_one_prefix_and_name_one_option_each(renderer: 
 def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:
     from transformers import AutoTokenizer
 
-    listing = Renderer(AutoTokenizer.from_pretrained(tiny_tokenizer_dir), PER_OPTION.model_copy(
-        update={"list_options": True}))
+    listing = Renderer(
+        AutoTokenizer.from_pretrained(tiny_tokenizer_dir), PER_OPTION.model_copy(update={"list_options": True})
+    )
     given = listing.render_per_option(STATE, choice(CRITERIA))
     reordered = listing.render_per_option(STATE, choice(permuted(CRITERIA, [3, 1, 0, 2])))
     assert given[0].prefix == reordered[0].prefix  # the list is sorted by option id
@@ -128,8 +134,9 @@ def test_a_prefix_shared_batch_equals_each_option_scored_alone(tiny_model_dir: P
 
     model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     prompts = model.renderer.render_per_option(STATE, choice(CRITERIA))
-    prompts += model.renderer.render_per_option("another, longer state: the checkout page returns HTTP 500 errors",
-                                                choice(CRITERIA))
+    prompts += model.renderer.render_per_option(
+        "another, longer state: the checkout page returns HTTP 500 errors", choice(CRITERIA)
+    )
     together = score_prompts(model, prompts, batch_size=len(prompts), shared_prefix=True)
     alone = [score_prompts(model, [p], batch_size=1, shared_prefix=False)[0] for p in prompts]
     assert np.abs(np.array(together) - np.array(alone)).max() <= 1e-4
@@ -160,12 +167,29 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
 
     model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     order = [2, 0, 3, 1]
-    records = [parse_record({"id": "a", "task": "t", "state": STATE, "question": choice(CRITERIA).to_json(),
-                             "answer": "billing"})[0],
-               parse_record({"id": "b", "task": "t", "state": STATE,
-                             "question": choice(permuted(CRITERIA, order)).to_json(), "answer": "billing"})[0],
-               parse_record({"id": "c", "task": "t", "state": "a noul state",
-                             "question": {"type": "noul", "instructions": "Urgent?"}, "answer": True})[0]]
+    records = [
+        parse_record(
+            {"id": "a", "task": "t", "state": STATE, "question": choice(CRITERIA).to_json(), "answer": "billing"}
+        )[0],
+        parse_record(
+            {
+                "id": "b",
+                "task": "t",
+                "state": STATE,
+                "question": choice(permuted(CRITERIA, order)).to_json(),
+                "answer": "billing",
+            }
+        )[0],
+        parse_record(
+            {
+                "id": "c",
+                "task": "t",
+                "state": "a noul state",
+                "question": {"type": "noul", "instructions": "Urgent?"},
+                "answer": True,
+            }
+        )[0],
+    ]
     units = epoch_units(model.renderer, records, seed=0, epoch=0, shuffle_options=True, orders_per_record=3)
     assert [len(u.prompts) for u in units] == [4, 4, 1]  # one unit per record: rotations mean nothing here
     assert units[0].target == (1.0, 0.0, 0.0, 0.0) and units[1].target == (0.0, 1.0, 0.0, 0.0)
@@ -192,17 +216,36 @@ def test_training_in_the_per_option_form_learns_and_saves_the_form(tiny_llama_di
     rows = []
     for i in range(120):
         team = "engineering" if rng.random() < 0.8 else rng.choice(["billing", "support"])
-        rows.append({"id": f"c{i}", "task": "route", "state": f"ticket {i}: {words[team]} {words[team]}",
-                     "question": {"type": "choice", "instructions": "Which team?",
-                                  "criteria": {"billing": "money", "engineering": "bugs", "support": "help"}},
-                     "answer": team})
+        rows.append(
+            {
+                "id": f"c{i}",
+                "task": "route",
+                "state": f"ticket {i}: {words[team]} {words[team]}",
+                "question": {
+                    "type": "choice",
+                    "instructions": "Which team?",
+                    "criteria": {"billing": "money", "engineering": "bugs", "support": "help"},
+                },
+                "answer": team,
+            }
+        )
     data = tmp_path / "data"
     data.mkdir()
     for name, part in (("train", rows[:96]), ("dev", rows[96:])):
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    recipe = load_recipe(Path(__file__).parent.parent / "recipes" / "train" / "smoke.yaml", [
-        f"model={tiny_llama_dir}", f"data={data}", f"out={tmp_path / 'run'}", "prompt.option_form=per_option",
-        "optim.max_steps=16", "optim.lr=2e-2", "eval_every=16"], model=TrainRecipe)
+    recipe = load_recipe(
+        Path(__file__).parent.parent / "recipes" / "train" / "smoke.yaml",
+        [
+            f"model={tiny_llama_dir}",
+            f"data={data}",
+            f"out={tmp_path / 'run'}",
+            "prompt.option_form=per_option",
+            "optim.max_steps=16",
+            "optim.lr=2e-2",
+            "eval_every=16",
+        ],
+        model=TrainRecipe,
+    )
     run = train(recipe)
     rows = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
     assert rows[-1]["log_loss"] < rows[0]["log_loss"] - 0.2, rows
@@ -224,23 +267,44 @@ def test_predict_and_evaluate_score_as_the_saved_form_says(tiny_llama_dir: Path,
     answers = []
     for name, criteria in (("given", CRITERIA), ("reordered", permuted(CRITERIA, order))):
         request = tmp_path / f"{name}.json"
-        request.write_text(json.dumps({"state": STATE, "questions": {"team": {
-            "type": "choice", "instructions": "Which team should handle this ticket?", "criteria": criteria}}}))
+        request.write_text(
+            json.dumps(
+                {
+                    "state": STATE,
+                    "questions": {
+                        "team": {
+                            "type": "choice",
+                            "instructions": "Which team should handle this ticket?",
+                            "criteria": criteria,
+                        }
+                    },
+                }
+            )
+        )
         result = CliRunner().invoke(app, ["predict", "--model", str(model_dir), str(request)])
         assert result.exit_code == 0, result.output
-        answers.append(json.loads(result.stdout[result.stdout.index("{"):])["answers"]["team"])
+        answers.append(json.loads(result.stdout[result.stdout.index("{") :])["answers"]["team"])
     given, reordered = (a["probabilities"] for a in answers)
     assert given.keys() == reordered.keys() and answers[0]["choice"] == answers[1]["choice"]
     assert max(abs(given[o] - reordered[o]) for o in given) <= 1e-5
 
-    rows = [{"id": f"r{i}", "task": "route", "state": f"ticket {i}: invoice", "question": {
-        "type": "choice", "instructions": "Which team?", "criteria": CRITERIA}, "answer": "billing"}
-        for i in range(6)]
+    rows = [
+        {
+            "id": f"r{i}",
+            "task": "route",
+            "state": f"ticket {i}: invoice",
+            "question": {"type": "choice", "instructions": "Which team?", "criteria": CRITERIA},
+            "answer": "billing",
+        }
+        for i in range(6)
+    ]
     data = tmp_path / "dev.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "eval"
-    result = CliRunner().invoke(app, ["evaluate", "--model", str(model_dir), "--data", str(data), "--out", str(out),
-                                      "--permutations", "3", "-q"])
+    result = CliRunner().invoke(
+        app,
+        ["evaluate", "--model", str(model_dir), "--data", str(data), "--out", str(out), "--permutations", "3", "-q"],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["all"]["flip_rate"] == 0.0
@@ -257,9 +321,16 @@ def test_serve_answers_permuted_options_with_permuted_probabilities(tiny_qwen_di
     with TestClient(create_app(model, model_name="tiny")) as client:
         got = []
         for criteria in (CRITERIA, permuted(CRITERIA, order)):
-            response = client.post("/v1/systemone", json={"state": STATE, "questions": {
-                "team": {"type": "choice", "instructions": "Which team?", "criteria": criteria},
-                "urgent": {"type": "noul", "instructions": "Is it urgent?"}}})
+            response = client.post(
+                "/v1/systemone",
+                json={
+                    "state": STATE,
+                    "questions": {
+                        "team": {"type": "choice", "instructions": "Which team?", "criteria": criteria},
+                        "urgent": {"type": "noul", "instructions": "Is it urgent?"},
+                    },
+                },
+            )
             assert response.status_code == 200, response.text
             got.append(response.json())
     a, b = (g["answers"]["team"]["probabilities"] for g in got)
@@ -269,7 +340,8 @@ def test_serve_answers_permuted_options_with_permuted_probabilities(tiny_qwen_di
 
 
 def test_a_form_the_model_was_not_trained_with_and_an_unknown_form_are_one_line_errors(
-        tiny_llama_dir: Path, tmp_path: Path) -> None:
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from mydecide.cli import app
@@ -277,28 +349,47 @@ def test_a_form_the_model_was_not_trained_with_and_an_unknown_form_are_one_line_
     model_dir = per_option_model_dir(tiny_llama_dir, tmp_path / "model")
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"state": STATE, "questions": {"team": choice(CRITERIA).to_json()}}))
-    for form, message in (("letters", "trained to score choice options with option_form=per_option"),
-                          ("per-option", "is not one of letters, per_option")):
-        result = CliRunner().invoke(app, ["predict", "--model", str(model_dir), "--option-form", form,
-                                          str(request)])
+    for form, message in (
+        ("letters", "trained to score choice options with option_form=per_option"),
+        ("per-option", "is not one of letters, per_option"),
+    ):
+        result = CliRunner().invoke(app, ["predict", "--model", str(model_dir), "--option-form", form, str(request)])
         assert result.exit_code != 0 and message in result.output, result.output
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
     data = tmp_path / "dev.jsonl"
-    data.write_text(json.dumps({"id": "r", "task": "t", "state": STATE, "question": choice(CRITERIA).to_json(),
-                                "answer": "billing"}) + "\n")
-    result = CliRunner().invoke(app, ["evaluate", "--model", str(model_dir), "--data", str(data),
-                                      "--out", str(tmp_path / "eval"), "option_form=letters", "-q"])
+    data.write_text(
+        json.dumps(
+            {"id": "r", "task": "t", "state": STATE, "question": choice(CRITERIA).to_json(), "answer": "billing"}
+        )
+        + "\n"
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "eval"),
+            "option_form=letters",
+            "-q",
+        ],
+    )
     assert result.exit_code != 0 and "option_form=per_option" in result.output, result.output
 
 
-def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(tiny_llama_dir: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_llama_dir, model_dir)
-    (model_dir / RENDER_CONFIG_FILE).write_text(json.dumps({"system_prompt": None, "show_option_ids": True,
-                                                            "max_state_tokens": 64, "label_form": "auto"}))
+    (model_dir / RENDER_CONFIG_FILE).write_text(
+        json.dumps({"system_prompt": None, "show_option_ids": True, "max_state_tokens": 64, "label_form": "auto"})
+    )
     model = load_model(str(model_dir), device="cpu")
     assert model.renderer.config.option_form == "letters" and model.renderer.config.max_state_tokens == 64
     assert load_model(str(model_dir), device="cpu", option_form="letters").renderer.form(choice(CRITERIA)) == "letters"

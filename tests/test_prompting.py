@@ -27,18 +27,37 @@ from mydecide.prompting import (
 from mydecide.records import Question, parse_question
 from mydecide.serving.wire import answer_request, parse_request
 
-TEAM = parse_question({"type": "choice", "instructions": "Which team should handle this ticket?",
-                       "criteria": {"billing": "Charges, invoices and refunds",
-                                    "engineering": "Bugs, errors and outages",
-                                    "support": "How-to and account questions"}})
+TEAM = parse_question(
+    {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {
+            "billing": "Charges, invoices and refunds",
+            "engineering": "Bugs, errors and outages",
+            "support": "How-to and account questions",
+        },
+    }
+)
 OUTAGE = parse_question({"type": "noul", "instructions": "Is a production system down?"})
-URGENCY = parse_question({"type": "score", "instructions": "How urgent is it?",
-                          "criteria": ["not urgent", "soon", "today", "this hour", "blocking"]})
-REFUND = parse_question({"type": "choice", "instructions": "What does the customer want?",
-                         "criteria": ["refund", "invoice", "nothing", "a call", "a discount", "to cancel"]})
+URGENCY = parse_question(
+    {
+        "type": "score",
+        "instructions": "How urgent is it?",
+        "criteria": ["not urgent", "soon", "today", "this hour", "blocking"],
+    }
+)
+REFUND = parse_question(
+    {
+        "type": "choice",
+        "instructions": "What does the customer want?",
+        "criteria": ["refund", "invoice", "nothing", "a call", "a discount", "to cancel"],
+    }
+)
 SHORT = "The checkout page returns an error."
-LONG = ("State: the invoice was charged twice and the customer wants a refund. " * 4
-        + "Every customer sees an error since this morning.")
+LONG = (
+    "State: the invoice was charged twice and the customer wants a refund. " * 4
+    + "Every customer sees an error since this morning."
+)
 MID = {"ticket": 17, "text": "The invoice page is slow.", "customer": "very positive"}
 
 
@@ -90,8 +109,15 @@ def test_alone_equals_inside_a_left_padded_batch(model: LoadedModel) -> None:
 
 def test_shared_prefix_equals_independent_full_prompts(model: LoadedModel) -> None:
     # several questions on one state, mixed with other states (of other lengths) in one batch
-    items = [(SHORT, TEAM), (LONG, OUTAGE), (SHORT, URGENCY), (MID, TEAM), (SHORT, OUTAGE), (LONG, REFUND),
-             (SHORT, REFUND)]
+    items = [
+        (SHORT, TEAM),
+        (LONG, OUTAGE),
+        (SHORT, URGENCY),
+        (MID, TEAM),
+        (SHORT, OUTAGE),
+        (LONG, REFUND),
+        (SHORT, REFUND),
+    ]
     prompts = [model.renderer.render(s, q) for s, q in items]
     batch = collate(prompts, model.tokenizer.pad_token_id, shared_prefix=True)
     assert batch.prefix_ids is not None and batch.prefix_ids.shape[0] == 3  # one prefix row per distinct state
@@ -130,8 +156,20 @@ def test_probabilities_sum_to_one_over_exactly_the_shown_options(model: LoadedMo
 def test_an_answer_does_not_depend_on_the_other_questions(model: LoadedModel) -> None:
     team = TEAM.to_json()
     alone = answer_request(model, parse_request({"state": LONG, "questions": {"team": team}}))
-    crowded = answer_request(model, parse_request({"state": LONG, "questions": {
-        "outage": OUTAGE.to_json(), "team": team, "urgency": URGENCY.to_json(), "refund": REFUND.to_json()}}))
+    crowded = answer_request(
+        model,
+        parse_request(
+            {
+                "state": LONG,
+                "questions": {
+                    "outage": OUTAGE.to_json(),
+                    "team": team,
+                    "urgency": URGENCY.to_json(),
+                    "refund": REFUND.to_json(),
+                },
+            }
+        ),
+    )
     a = alone["answers"]["team"]["probabilities"]
     b = crowded["answers"]["team"]["probabilities"]
     assert list(a) == list(b) == ["billing", "engineering", "support"]
@@ -144,8 +182,9 @@ def test_an_answer_does_not_depend_on_the_other_questions(model: LoadedModel) ->
 
 @pytest.fixture(scope="module")
 def short_state_model(tiny_llama_dir: Path) -> LoadedModel:
-    return sharpen(load_model(str(tiny_llama_dir), render=RenderConfig(max_state_tokens=24,
-                                                                       option_form="letters"), device="cpu"))
+    return sharpen(
+        load_model(str(tiny_llama_dir), render=RenderConfig(max_state_tokens=24, option_form="letters"), device="cpu")
+    )
 
 
 def test_truncation_cuts_only_the_state_and_marks_the_cut(short_state_model: LoadedModel) -> None:
@@ -174,8 +213,10 @@ def test_option_order_shows_permuted_letters_and_returns_canonical_logits(model:
     order = (2, 0, 1)  # shown: A = support, B = billing, C = engineering
     prompt = model.renderer.render(SHORT, TEAM, order)
     shown = model.tokenizer.decode(list(prompt.suffix))
-    assert "A. support — How-to and account questions\nB. billing — Charges, invoices and refunds\n" \
-           "C. engineering — Bugs, errors and outages\n" in shown
+    assert (
+        "A. support — How-to and account questions\nB. billing — Charges, invoices and refunds\n"
+        "C. engineering — Bugs, errors and outages\n" in shown
+    )
     batch = collate([prompt], model.tokenizer.pad_token_id)
     with torch.no_grad():
         raw = forward_option_logits(model.lm, batch, torch.tensor(model.renderer.label_ids))[0].double().numpy()

@@ -21,21 +21,28 @@ from mydecide.records import (
     write_jsonl,
 )
 
-CHOICE = {"type": "choice", "instructions": "Which team should handle this ticket?",
-          "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                       "support": "How-to and account questions"}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team should handle this ticket?",
+    "criteria": {
+        "billing": "Charges, invoices and refunds",
+        "engineering": "Bugs, errors and outages",
+        "support": "How-to and account questions",
+    },
+}
 NOUL = {"type": "noul", "instructions": "Is a production system down?"}
-SCORE = {"type": "score", "instructions": "How urgent is it?",
-         "criteria": ["not urgent", "soon", "today", "blocking"]}
-SET = {"type": "set", "instructions": "Which labels apply?",
-       "criteria": {"bug": "Something is broken", "refund": "Money back requested", "vip": "Key account"}}
+SCORE = {"type": "score", "instructions": "How urgent is it?", "criteria": ["not urgent", "soon", "today", "blocking"]}
+SET = {
+    "type": "set",
+    "instructions": "Which labels apply?",
+    "criteria": {"bug": "Something is broken", "refund": "Money back requested", "vip": "Key account"},
+}
 STATE = "Checkout returns HTTP 500 for every customer since 09:10."
 
 
 def rec(question: dict[str, Any] = CHOICE, **fields: Any) -> dict[str, Any]:
     """A valid record with ``fields`` replaced (a value of ``...`` removes the key)."""
-    base: dict[str, Any] = {"task": "ticket_routing", "state": STATE, "question": question,
-                            "answer": "engineering"}
+    base: dict[str, Any] = {"task": "ticket_routing", "state": STATE, "question": question, "answer": "engineering"}
     if question["type"] == "noul":
         base["answer"] = True
     elif question["type"] == "score":
@@ -61,35 +68,52 @@ BAD_RECORDS = [
     (rec(q(CHOICE, instructions=3)), "question: instructions must be a non-empty string"),
     (rec(q(CHOICE, hint="x")), "question has unknown key(s) ['hint']"),
     ({**rec(), "question": "Which team?"}, "question must be an object"),
-    (rec(q(CHOICE, criteria={"billing": "Charges"}), answer="billing"),
-     "question: choice needs 2 to 255 options, got 1"),
-    (rec(q(CHOICE, criteria={f"o{i}": "" for i in range(256)}), answer="o0"),
-     "question: choice needs 2 to 255 options, got 256"),
-    (rec(q(CHOICE, criteria=["billing", "billing", "support"]), answer="billing"),
-     "question: duplicate option id(s) ['billing']"),
-    (rec(q(CHOICE, criteria=["billing", ""])),
-     "question: choice options given as a list must be non-empty strings"),
-    (rec(q(CHOICE, criteria={"billing": 1, "support": "x"})),
-     "question: option descriptions must be strings"),
-    (rec(q(CHOICE, criteria={" ": "blank", "support": "x"})),
-     "question: option ids must be non-empty strings"),
-    (rec(q(CHOICE, criteria="billing")),
-     "question: choice criteria must be a map option_id → description or a list of option ids"),
+    (
+        rec(q(CHOICE, criteria={"billing": "Charges"}), answer="billing"),
+        "question: choice needs 2 to 255 options, got 1",
+    ),
+    (
+        rec(q(CHOICE, criteria={f"o{i}": "" for i in range(256)}), answer="o0"),
+        "question: choice needs 2 to 255 options, got 256",
+    ),
+    (
+        rec(q(CHOICE, criteria=["billing", "billing", "support"]), answer="billing"),
+        "question: duplicate option id(s) ['billing']",
+    ),
+    (rec(q(CHOICE, criteria=["billing", ""])), "question: choice options given as a list must be non-empty strings"),
+    (rec(q(CHOICE, criteria={"billing": 1, "support": "x"})), "question: option descriptions must be strings"),
+    (rec(q(CHOICE, criteria={" ": "blank", "support": "x"})), "question: option ids must be non-empty strings"),
+    (
+        rec(q(CHOICE, criteria="billing")),
+        "question: choice criteria must be a map option_id → description or a list of option ids",
+    ),
     (rec(q(SET, criteria=["bug", "vip"])), "question: set criteria must be a map label → description"),
     (rec(q(SET, criteria={}), answer=[]), "question: set needs 1 to 255 labels, got 0"),
-    (rec(q(SET, criteria={f"l{i}": "" for i in range(256)}), answer=[]),
-     "question: set needs 1 to 255 labels, got 256"),
+    (
+        rec(q(SET, criteria={f"l{i}": "" for i in range(256)}), answer=[]),
+        "question: set needs 1 to 255 labels, got 256",
+    ),
     (rec(q(SCORE, criteria=["only"]), answer=0), "question: score needs 2 to 10 levels, got 1"),
-    (rec(q(SCORE, criteria=[f"level {i}" for i in range(11)]), answer=0),
-     "question: score needs 2 to 10 levels, got 11"),
-    (rec(q(SCORE, criteria={"low": "a", "high": "b"})),
-     "question: score criteria must be a list of level descriptions, lowest first"),
-    (rec(q(SCORE, criteria=["low", ""])),
-     "question: score criteria must be a list of level descriptions, lowest first"),
-    (rec(q(NOUL, criteria={"yes": "down", "no": "up"})),
-     "question: noul criteria must be absent, null or {\"true\": ..., \"false\": ...}"),
-    (rec(q(NOUL, criteria=["down", "up"])),
-     "question: noul criteria must be absent, null or {\"true\": ..., \"false\": ...}"),
+    (
+        rec(q(SCORE, criteria=[f"level {i}" for i in range(11)]), answer=0),
+        "question: score needs 2 to 10 levels, got 11",
+    ),
+    (
+        rec(q(SCORE, criteria={"low": "a", "high": "b"})),
+        "question: score criteria must be a list of level descriptions, lowest first",
+    ),
+    (
+        rec(q(SCORE, criteria=["low", ""])),
+        "question: score criteria must be a list of level descriptions, lowest first",
+    ),
+    (
+        rec(q(NOUL, criteria={"yes": "down", "no": "up"})),
+        'question: noul criteria must be absent, null or {"true": ..., "false": ...}',
+    ),
+    (
+        rec(q(NOUL, criteria=["down", "up"])),
+        'question: noul criteria must be absent, null or {"true": ..., "false": ...}',
+    ),
     (rec(q(NOUL, criteria={"true": "down", "false": 0})), "question: noul criteria texts must be strings"),
     # gold answers
     (rec(answer="enginering"), f"answer 'enginering' is not one of the options {OPTIONS}"),
@@ -100,28 +124,32 @@ BAD_RECORDS = [
     (rec(SCORE, answer=True), "score answer must be a level index 0..3, got True"),
     (rec(NOUL, answer="maybe"), "noul answer must be true or false, got 'maybe'"),
     (rec(NOUL, answer=1), "noul answer must be true or false, got 1"),
-    (rec(SET, answer=["bug", "urgent"]),
-     "set answer label(s) ['urgent'] are not among the labels ['bug', 'refund', 'vip']"),
+    (
+        rec(SET, answer=["bug", "urgent"]),
+        "set answer label(s) ['urgent'] are not among the labels ['bug', 'refund', 'vip']",
+    ),
     (rec(SET, answer="bug"), "set answer must be a list of labels"),
     (rec(answer="engineering", expected="billing"), "give either answer or its alias expected, not both"),
     (rec(target={"engineering": 1.0}), "give either a hard answer or a soft target, not both"),
     (rec(answer=...), "record has no gold label: give answer (or expected) or a soft target"),
     (rec(answer=None), "record has no gold label: give answer (or expected) or a soft target"),
     # soft targets
-    (rec(answer=..., target={"billing": 0.5, "engineering": 0.4}),
-     "choice target probabilities must sum to 1, got 0.9000"),
-    (rec(SCORE, answer=..., target={"0": 0.7, "3": 0.7}),
-     "score target probabilities must sum to 1, got 1.4000"),
-    (rec(answer=..., target={"billing": 1.5, "engineering": -0.5}),
-     "target['billing'] must be in [0, 1], got 1.5"),
+    (
+        rec(answer=..., target={"billing": 0.5, "engineering": 0.4}),
+        "choice target probabilities must sum to 1, got 0.9000",
+    ),
+    (rec(SCORE, answer=..., target={"0": 0.7, "3": 0.7}), "score target probabilities must sum to 1, got 1.4000"),
+    (rec(answer=..., target={"billing": 1.5, "engineering": -0.5}), "target['billing'] must be in [0, 1], got 1.5"),
     (rec(answer=..., target={"billing": "half"}), "target['billing'] must be a number in [0, 1]"),
     (rec(answer=..., target={"sales": 1.0}), f"target key 'sales' is not one of the options {OPTIONS}"),
     (rec(answer=..., target={}), "choice target must be a non-empty map option → probability"),
     (rec(NOUL, answer=..., target={"yes": 1.0}), "noul target must be a number P(yes)"),
     (rec(NOUL, answer=..., target=1.2), "noul target must be in [0, 1], got 1.2"),
     (rec(NOUL, answer=..., target=True), "noul target must be a number in [0, 1]"),
-    (rec(SET, answer=..., target={"bug": 0.9, "vip": 0.2}),
-     "set target must give a probability for every label; missing ['refund']"),
+    (
+        rec(SET, answer=..., target={"bug": 0.9, "vip": 0.2}),
+        "set target must give a probability for every label; missing ['refund']",
+    ),
     # record shape
     (rec(label="x"), "unknown key(s) ['label']"),
     (rec(task=...), "task must be a non-empty string"),
@@ -161,8 +189,11 @@ def test_the_valid_base_records_parse() -> None:
 def test_question_forms_and_options() -> None:
     choice = parse_question(CHOICE)
     assert choice.options == ("billing", "engineering", "support")
-    assert choice.descriptions == ("Charges, invoices and refunds", "Bugs, errors and outages",
-                                   "How-to and account questions")
+    assert choice.descriptions == (
+        "Charges, invoices and refunds",
+        "Bugs, errors and outages",
+        "How-to and account questions",
+    )
     listed = parse_question(q(CHOICE, criteria=["a", "b"]))
     assert (listed.options, listed.descriptions) == (("a", "b"), ("", ""))
     assert parse_question(NOUL) == Question("noul", NOUL["instructions"], ("yes", "no"), ("", ""))
@@ -214,9 +245,13 @@ def test_ids_are_kept_or_stable_hashes() -> None:
 # ---------------------------------------------------------------------------------------- wire multi-question
 
 
-WIRE = {"id": "req-1", "task": "support", "state": STATE,
-        "questions": {"team": CHOICE, "outage": NOUL, "urgency": SCORE},
-        "expected": {"team": "engineering", "outage": True, "urgency": 3}}
+WIRE = {
+    "id": "req-1",
+    "task": "support",
+    "state": STATE,
+    "questions": {"team": CHOICE, "outage": NOUL, "urgency": SCORE},
+    "expected": {"team": "engineering", "outage": True, "urgency": 3},
+}
 
 
 def test_wire_records_explode_into_one_record_per_question() -> None:
@@ -229,8 +264,11 @@ def test_wire_records_explode_into_one_record_per_question() -> None:
 
 
 def test_wire_records_take_soft_targets_and_default_the_task_to_the_question_name() -> None:
-    obj = {"state": STATE, "questions": {"team": CHOICE, "outage": NOUL},
-           "target": {"team": {"billing": 0.5, "support": 0.5}, "outage": 0.1}}
+    obj = {
+        "state": STATE,
+        "questions": {"team": CHOICE, "outage": NOUL},
+        "target": {"team": {"billing": 0.5, "support": 0.5}, "outage": 0.1},
+    }
     team, outage = parse_record(obj)
     assert (team.task, outage.task) == ("team", "outage")
     assert team.soft and team.target == pytest.approx((0.5, 0.0, 0.5))
@@ -238,16 +276,18 @@ def test_wire_records_take_soft_targets_and_default_the_task_to_the_question_nam
 
 
 BAD_WIRE = [
-    ({**WIRE, "expected": {**WIRE["expected"], "team": "sales"}},
-     f"question 'team': answer 'sales' is not one of the options {OPTIONS}"),
-    ({**WIRE, "expected": {"team": "engineering", "outage": True}},
-     "question 'urgency' has no expected answer"),
+    (
+        {**WIRE, "expected": {**WIRE["expected"], "team": "sales"}},
+        f"question 'team': answer 'sales' is not one of the options {OPTIONS}",
+    ),
+    ({**WIRE, "expected": {"team": "engineering", "outage": True}}, "question 'urgency' has no expected answer"),
     ({**WIRE, "expected": {**WIRE["expected"], "extra": 1}}, "expected names unknown question(s) ['extra']"),
     ({**WIRE, "target": {"extra": 0.5}}, "target names unknown question(s) ['extra']"),
-    ({**WIRE, "target": {"outage": 0.9}},
-     "question 'outage': give either a hard answer or a soft target, not both"),
-    ({**WIRE, "questions": {**WIRE["questions"], "urgency": q(SCORE, criteria=["x"])}},
-     "question 'urgency': question: score needs 2 to 10 levels, got 1"),
+    ({**WIRE, "target": {"outage": 0.9}}, "question 'outage': give either a hard answer or a soft target, not both"),
+    (
+        {**WIRE, "questions": {**WIRE["questions"], "urgency": q(SCORE, criteria=["x"])}},
+        "question 'urgency': question: score needs 2 to 10 levels, got 1",
+    ),
     ({k: v for k, v in WIRE.items() if k != "expected"}, "multi-question record has no expected answers"),
     ({**WIRE, "questions": {}}, "questions must be a non-empty map name → question"),
     ({**WIRE, "expected": ["engineering"]}, "expected must be a map question name → answer"),
@@ -271,15 +311,18 @@ def _write_lines(path: Path, lines: list[str]) -> Path:
 
 
 def test_read_records_collects_rejects_with_file_and_line_and_keeps_going(tmp_path: Path) -> None:
-    path = _write_lines(tmp_path / "train.jsonl", [
-        json.dumps(rec()),
-        json.dumps(rec(answer="enginering")),
-        "{not json",
-        "",
-        json.dumps(rec(NOUL)),
-        json.dumps(WIRE),
-        json.dumps(rec(SCORE, answer=9)),
-    ])
+    path = _write_lines(
+        tmp_path / "train.jsonl",
+        [
+            json.dumps(rec()),
+            json.dumps(rec(answer="enginering")),
+            "{not json",
+            "",
+            json.dumps(rec(NOUL)),
+            json.dumps(WIRE),
+            json.dumps(rec(SCORE, answer=9)),
+        ],
+    )
     records, rejects = read_records(path)
     assert len(records) == 1 + 1 + 3
     assert [(r.where, r.reason) for r in rejects] == [
@@ -289,13 +332,14 @@ def test_read_records_collects_rejects_with_file_and_line_and_keeps_going(tmp_pa
     ]
     assert rejects[0].raw == rec(answer="enginering")  # the raw row is kept for rejects.jsonl
     assert rejects[1].raw == "{not json"
-    assert rejects[0].to_json() == {"where": "train.jsonl:2", "reason": rejects[0].reason,
-                                    "raw": rejects[0].raw}
+    assert rejects[0].to_json() == {"where": "train.jsonl:2", "reason": rejects[0].reason, "raw": rejects[0].raw}
 
 
 def test_load_records_raises_on_the_first_bad_line(tmp_path: Path) -> None:
-    path = _write_lines(tmp_path / "dev.jsonl", [json.dumps(rec()), json.dumps(rec()),
-                                                 json.dumps(rec(answer="enginering")), "{not json"])
+    path = _write_lines(
+        tmp_path / "dev.jsonl",
+        [json.dumps(rec()), json.dumps(rec()), json.dumps(rec(answer="enginering")), "{not json"],
+    )
     with pytest.raises(RecordError) as info:
         load_records(path)
     assert str(info.value) == f"dev.jsonl:3: answer 'enginering' is not one of the options {OPTIONS}"
@@ -312,8 +356,10 @@ def test_reading_missing_and_empty_files(tmp_path: Path) -> None:
 
 def test_duplicate_json_keys_are_rejected_not_silently_dropped(tmp_path: Path) -> None:
     # json.loads keeps the last of two equal keys: an option would vanish without a trace
-    line = ('{"task": "t", "state": "s", "answer": "a", "question": {"type": "choice", "instructions": "i", '
-            '"criteria": {"a": "first", "b": "x", "a": "second"}}}')
+    line = (
+        '{"task": "t", "state": "s", "answer": "a", "question": {"type": "choice", "instructions": "i", '
+        '"criteria": {"a": "first", "b": "x", "a": "second"}}}'
+    )
     records, rejects = read_records(_write_lines(tmp_path / "dup.jsonl", [line, json.dumps(rec())]))
     assert len(records) == 1
     assert [(r.where, r.reason) for r in rejects] == [("dup.jsonl:1", "invalid JSON (duplicate key 'a')")]
@@ -337,8 +383,7 @@ ROUND_TRIP = [
 ]
 
 
-@pytest.mark.parametrize("obj", ROUND_TRIP,
-                         ids=[f"{o['question']['type']}-{i}" for i, o in enumerate(ROUND_TRIP)])
+@pytest.mark.parametrize("obj", ROUND_TRIP, ids=[f"{o['question']['type']}-{i}" for i, o in enumerate(ROUND_TRIP)])
 def test_round_trip(obj: dict[str, Any], tmp_path: Path) -> None:
     (record,) = parse_record(obj)
     again = parse_record(json.loads(json.dumps(record.to_json())))

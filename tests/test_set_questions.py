@@ -29,8 +29,10 @@ def set_rows(n: int, seed: int) -> list[dict]:
 
 
 def test_set_metrics_exact_values() -> None:
-    recs = [parse_record({"task": "t", "state": "a", "question": SET, "answer": ["billing"]})[0],
-            parse_record({"task": "t", "state": "b", "question": SET, "answer": ["bug", "billing"]})[0]]
+    recs = [
+        parse_record({"task": "t", "state": "a", "question": SET, "answer": ["billing"]})[0],
+        parse_record({"task": "t", "state": "b", "question": SET, "answer": ["bug", "billing"]})[0],
+    ]
     rows = question_rows(0, recs[0], np.array([0.2, 0.9, 0.4])) + question_rows(1, recs[1], np.array([0.3, 0.6, 0.7]))
     got = set_metrics(rows)
     # bug: fn 1 → F1 0; billing: tp 2 → F1 1; outage: fp 1 → F1 0
@@ -50,14 +52,14 @@ def test_training_units_of_a_set_are_one_yes_no_question_per_label(tiny_llama_di
     from mydecide.training.batches import epoch_units, make_batch
 
     renderer = Renderer(AutoTokenizer.from_pretrained(tiny_llama_dir))
-    record = parse_record({"task": "t", "state": "crash and invoice", "question": SET,
-                           "answer": ["bug", "billing"]})[0]
+    record = parse_record({"task": "t", "state": "crash and invoice", "question": SET, "answer": ["bug", "billing"]})[0]
     units = epoch_units(renderer, [record], seed=0, epoch=0, shuffle_options=True)
     assert [u.target for u in units] == [(1.0, 0.0), (1.0, 0.0), (0.0, 1.0)]  # yes, yes, no
     assert len({u.prompt.prefix for u in units}) == 1 and all(u.prompt.k == 2 for u in units)
     for unit, label in zip(units, LABELS, strict=True):
         assert f"Does this label apply: {label} ({LABELS[label]})?" in renderer.tokenizer.decode(
-            list(unit.prompt.suffix))
+            list(unit.prompt.suffix)
+        )
     tb = make_batch(units, renderer.tokenizer.pad_token_id, shared_prefix=True)
     assert tb.batch.prefix_ids is not None and tb.batch.prefix_ids.shape[0] == 1  # the state once for 3 labels
 
@@ -77,8 +79,20 @@ def test_set_questions_train_calibrate_evaluate_and_serve(tiny_llama_dir: Path, 
     for name, rows in (("train", set_rows(16, 1)), ("dev", set_rows(6, 2))):
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     smoke = Path(__file__).resolve().parents[1] / "recipes" / "train" / "smoke.yaml"
-    run = train(load_recipe(smoke, [f"model={tiny_llama_dir}", f"data={data}", f"out={tmp_path / 'run'}",
-                                    "optim.max_steps=3", "optim.lr=2e-2", "eval_every=3"], model=TrainRecipe))
+    run = train(
+        load_recipe(
+            smoke,
+            [
+                f"model={tiny_llama_dir}",
+                f"data={data}",
+                f"out={tmp_path / 'run'}",
+                "optim.max_steps=3",
+                "optim.lr=2e-2",
+                "eval_every=3",
+            ],
+            model=TrainRecipe,
+        )
+    )
     dev_log = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
     assert dev_log and all(r["n"] == 6 * 3 and math.isfinite(r["log_loss"]) for r in dev_log)  # label rows
 
@@ -86,8 +100,10 @@ def test_set_questions_train_calibrate_evaluate_and_serve(tiny_llama_dir: Path, 
     dev = [parse_record(r)[0] for r in set_rows(6, 2)]
     fit = calibrate(model, dev, min_rows=1, progress=False)
     t_set = fit["types"]["set"]["temperature"]
-    assert fit["types"]["set"]["rows"] == 18 and fit["types"]["set"]["log_loss_after"] <= \
-        fit["types"]["set"]["log_loss_before"] + 1e-9
+    assert (
+        fit["types"]["set"]["rows"] == 18
+        and fit["types"]["set"]["log_loss_after"] <= fit["types"]["set"]["log_loss_before"] + 1e-9
+    )
     temperatures = TemperatureTable({"set": t_set})
 
     ev = run_evaluation(model, dev, temperatures, permutations=1, progress=False)
@@ -99,8 +115,10 @@ def test_set_questions_train_calibrate_evaluate_and_serve(tiny_llama_dir: Path, 
     assert s["label_log_loss"] == pytest.approx(s["log_loss"])  # only set rows in this block
     assert ev.report["baselines"]["base_model"]["set"]["n"] == 18  # the untuned base beside it
     # the report is what the predictions imply: exact-set accuracy recomputed from predictions.jsonl rows
-    right = [all((p >= 0.5) == (g in row["gold"]) for g, p in zip(LABELS, row["probabilities"].values(),
-                                                                   strict=True)) for row in ev.predictions]
+    right = [
+        all((p >= 0.5) == (g in row["gold"]) for g, p in zip(LABELS, row["probabilities"].values(), strict=True))
+        for row in ev.predictions
+    ]
     assert s["exact_set_accuracy"] == pytest.approx(float(np.mean(right)))
 
     state = dev[0].state

@@ -9,12 +9,21 @@ pytestmark = pytest.mark.slow
 REQUEST = {
     "state": "Checkout returns HTTP 500 for every customer since 09:10. The status page still says all green.",
     "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-                 "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                              "support": "How-to and account questions"}},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle this ticket?",
+            "criteria": {
+                "billing": "Charges, invoices and refunds",
+                "engineering": "Bugs, errors and outages",
+                "support": "How-to and account questions",
+            },
+        },
         "outage": {"type": "noul", "instructions": "Is a production system down?"},
-        "urgency": {"type": "score", "instructions": "How urgent is it?",
-                    "criteria": ["not urgent", "soon", "today", "blocking"]},
+        "urgency": {
+            "type": "score",
+            "instructions": "How urgent is it?",
+            "criteria": ["not urgent", "soon", "today", "blocking"],
+        },
     },
 }
 

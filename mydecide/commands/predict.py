@@ -14,15 +14,21 @@ def register(app: typer.Typer) -> None:
     @friendly_errors
     def predict(
         request: Path = typer.Argument(..., help="A JSON file with a /v1/systemone request body."),
-        model: str = typer.Option("smollm2-135m", "--model", "-m", help="Base model: HF dir, hub name, .gguf, "
-                                  "or smollm2-135m."),
+        model: str = typer.Option(
+            "smollm2-135m", "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m."
+        ),
         adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
-        temperatures: Path | None = typer.Option(None, "--temperatures", "-t", help="temperatures.json from "
-                                                 "`mydecide calibrate`."),
-        option_form: str | None = typer.Option(None, "--option-form", help="How choice options are scored: "
-                                               "letters or per_option (default: as the adapter was trained)."),
-        no_shared_prefix: bool = typer.Option(False, "--no-shared-prefix",
-                                              help="Score each question with its own full prompt."),
+        temperatures: Path | None = typer.Option(
+            None, "--temperatures", "-t", help="temperatures.json from `mydecide calibrate`."
+        ),
+        option_form: str | None = typer.Option(
+            None,
+            "--option-form",
+            help="How choice options are scored: letters or per_option (default: as the adapter was trained).",
+        ),
+        no_shared_prefix: bool = typer.Option(
+            False, "--no-shared-prefix", help="Score each question with its own full prompt."
+        ),
     ) -> None:
         """Answer one request file and print the Jev-format response JSON on stdout."""
         import json

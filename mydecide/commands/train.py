@@ -16,16 +16,25 @@ def register(app: typer.Typer) -> None:
         recipe: Path = typer.Argument(..., help="A training recipe, e.g. recipes/train/demo.yaml."),
         overrides: list[str] = typer.Argument(None, help="Dotted KEY=VALUE overrides, e.g. lora.r=16 optim.lr=1e-3."),
         data: Path | None = typer.Option(None, "--data", help="A `mydecide prepare` output directory."),
-        model: str | None = typer.Option(None, "--model", "-m", help="Base model (HF dir, hub name, .gguf, "
-                                         "smollm2-135m)."),
+        model: str | None = typer.Option(
+            None, "--model", "-m", help="Base model (HF dir, hub name, .gguf, smollm2-135m)."
+        ),
         objective: str | None = typer.Option(None, "--objective", help="proper | rlcd | ce | ce_then_proper."),
         out: Path | None = typer.Option(None, "--out", help="Run directory (adapter/, last/, checkpoints/, …)."),
-        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its newest readable "
-                                    "checkpoint; refused if the recipe or the data changed."),
-        allow_change: list[str] = typer.Option([], "--allow-change", metavar="KEY",
-                                               help="With --resume: a recipe key that may differ from the run's "
-                                               "(optim.max_steps, optim.epochs, eval_every, save_every, "
-                                               "keep_checkpoints, eval_batch_size, collapse_after, report_to)."),
+        resume: bool = typer.Option(
+            False,
+            "--resume",
+            help="Continue the run in --out from its newest readable "
+            "checkpoint; refused if the recipe or the data changed.",
+        ),
+        allow_change: list[str] = typer.Option(
+            [],
+            "--allow-change",
+            metavar="KEY",
+            help="With --resume: a recipe key that may differ from the run's "
+            "(optim.max_steps, optim.epochs, eval_every, save_every, "
+            "keep_checkpoints, eval_batch_size, collapse_after, report_to).",
+        ),
     ) -> None:
         """Train a LoRA adapter; keeps the best adapter on dev (RUN/adapter) and the last (RUN/last)."""
         from mydecide.config import TrainRecipe, load_recipe, validate_recipe

@@ -42,8 +42,14 @@ from typing import Any
 from mydecide.data.split import unit_interval
 from mydecide.records import Question, Record
 
-AUGMENTATIONS = ("anonymize_options", "drop_distractors", "paraphrase_instructions", "reword_instructions",
-                 "negate_noul", "rename_options")
+AUGMENTATIONS = (
+    "anonymize_options",
+    "drop_distractors",
+    "paraphrase_instructions",
+    "reword_instructions",
+    "negate_noul",
+    "rename_options",
+)
 REWORDINGS = (
     "Task: {instructions}",
     "Based on the state: {instructions}",
@@ -66,8 +72,9 @@ def _rng(record: Record, kind: str, seed: int) -> random.Random:
     return random.Random(f"{seed}\x1f{kind}\x1f{record.task}\x1f{record.id}")
 
 
-def _copy(record: Record, kind: str, question: Question, target: tuple[float, ...],
-          details: Mapping[str, Any]) -> Record:
+def _copy(
+    record: Record, kind: str, question: Question, target: tuple[float, ...], details: Mapping[str, Any]
+) -> Record:
     meta = {**record.meta, "augmented": kind, "source_id": record.id, **details}
     return replace(record, question=question, target=target, id=f"{record.id}~{kind}", meta=meta)
 
@@ -95,11 +102,11 @@ def drop_distractors(record: Record, rng: random.Random) -> Record | None:
         return None
     dropped = set(rng.sample(droppable, rng.randint(1, most)))
     keep = [i for i in range(q.k) if i not in dropped]
-    question = Question(q.type, q.instructions, tuple(q.options[i] for i in keep),
-                        tuple(q.descriptions[i] for i in keep))
+    question = Question(
+        q.type, q.instructions, tuple(q.options[i] for i in keep), tuple(q.descriptions[i] for i in keep)
+    )
     target = tuple(record.target[i] for i in keep)
-    return _copy(record, "drop_distractors", question, target,
-                 {"dropped": [q.options[i] for i in sorted(dropped)]})
+    return _copy(record, "drop_distractors", question, target, {"dropped": [q.options[i] for i in sorted(dropped)]})
 
 
 def paraphrase_instructions(record: Record, variants: Sequence[str], rng: random.Random) -> Record | None:
@@ -109,8 +116,7 @@ def paraphrase_instructions(record: Record, variants: Sequence[str], rng: random
     if not others:
         return None
     question = replace(q, instructions=rng.choice(others))
-    return _copy(record, "paraphrase_instructions", question, record.target,
-                 {"instructions_from": q.instructions})
+    return _copy(record, "paraphrase_instructions", question, record.target, {"instructions_from": q.instructions})
 
 
 def reword_instructions(record: Record, templates: Sequence[str], rng: random.Random) -> Record | None:
@@ -141,7 +147,7 @@ def rename_options(record: Record, rng: random.Random) -> Record | None:
         return None
     codes: list[str] = []
     while len(codes) < q.k:
-        code = f"opt-{rng.randrange(16 ** 4):04x}"
+        code = f"opt-{rng.randrange(16**4):04x}"
         if code not in codes and code not in q.options:
             codes.append(code)
     descriptions = tuple(d if d.strip() else old for old, d in zip(q.options, q.descriptions, strict=True))
@@ -173,15 +179,14 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
         made.append(drop_distractors(record, _rng(record, "drop_distractors", settings.seed)))
     variants = (settings.paraphrases or {}).get(record.question.instructions)
     if variants and chosen(record, "paraphrase_instructions", settings.paraphrase_instructions, settings.seed):
-        made.append(paraphrase_instructions(record, variants, _rng(record, "paraphrase_instructions",
-                                                                   settings.seed)))
+        made.append(paraphrase_instructions(record, variants, _rng(record, "paraphrase_instructions", settings.seed)))
     if chosen(record, "reword_instructions", settings.reword_instructions, settings.seed):
-        made.append(reword_instructions(record, settings.rewordings, _rng(record, "reword_instructions",
-                                                                           settings.seed)))
+        made.append(
+            reword_instructions(record, settings.rewordings, _rng(record, "reword_instructions", settings.seed))
+        )
     if record.question.type == "noul" and chosen(record, "negate_noul", settings.negate_noul, settings.seed):
         made.append(negate_noul(record, settings.negation_templates, _rng(record, "negate_noul", settings.seed)))
-    if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options,
-                                                   settings.seed):
+    if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options, settings.seed):
         made.append(rename_options(record, _rng(record, "rename_options", settings.seed)))
     return [copy for copy in made if copy is not None]
 

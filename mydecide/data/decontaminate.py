@@ -92,8 +92,7 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
                 problems.append(f"{where}: no state")
                 continue
             item_id = obj.get("id")
-            items.append(EvalItem(str(path), str(item_id) if item_id not in (None, "") else where,
-                                  state_text(state)))
+            items.append(EvalItem(str(path), str(item_id) if item_id not in (None, "") else where, state_text(state)))
     if not items:
         raise ValueError(f"{path}: no eval item with a state to decontaminate against")
     return items, problems
@@ -102,9 +101,20 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
 class EvalIndex:
     """The eval items indexed for the four checks; :meth:`match` finds the first contamination per text."""
 
-    def __init__(self, items: Sequence[EvalItem], *, exact: bool = True, near: bool = True,
-                 threshold: float = 0.7, num_perm: int = 128, shingling: Shingling | None = None, seed: int = 1,
-                 overlap_words: int = 13, whole_min_words: int = 5, keep_slot_changes: bool = True):
+    def __init__(
+        self,
+        items: Sequence[EvalItem],
+        *,
+        exact: bool = True,
+        near: bool = True,
+        threshold: float = 0.7,
+        num_perm: int = 128,
+        shingling: Shingling | None = None,
+        seed: int = 1,
+        overlap_words: int = 13,
+        whole_min_words: int = 5,
+        keep_slot_changes: bool = True,
+    ):
         self.items = list(items)
         self.exact = exact
         self.near = near
@@ -135,11 +145,22 @@ class EvalIndex:
             self._grams, self._gram_owner = _owned(shingle(self._words, overlap_words, short="skip"))
 
     def _sketch(self, texts: Sequence[str], tokenised: Words) -> list[MinHash]:
-        return sketch(tokenised if self.shingling.unit == "word" else texts, num_perm=self.num_perm,
-                      ngram=self.shingling.n, seed=self.seed, unit=self.shingling.unit)
+        return sketch(
+            tokenised if self.shingling.unit == "word" else texts,
+            num_perm=self.num_perm,
+            ngram=self.shingling.n,
+            seed=self.seed,
+            unit=self.shingling.unit,
+        )
 
-    def match(self, texts: Sequence[str], progress: Progress | None = None, *, tokenised: Words | None = None,
-              sketches: Sequence[MinHash] | None = None) -> list[Contamination | None]:
+    def match(
+        self,
+        texts: Sequence[str],
+        progress: Progress | None = None,
+        *,
+        tokenised: Words | None = None,
+        sketches: Sequence[MinHash] | None = None,
+    ) -> list[Contamination | None]:
         """One entry per text: the first check it fails (exact, near, n-gram, contained), or None if clean.
 
         ``tokenised`` (the texts' :class:`Words`) and ``sketches`` (their MinHash with this index's num_perm,
@@ -167,18 +188,20 @@ class EvalIndex:
             progress(len(texts))
         return found
 
-    def _hit(self, method: str, index: int, similarity: float | None = None,
-             shared: str | None = None) -> Contamination:
+    def _hit(
+        self, method: str, index: int, similarity: float | None = None, shared: str | None = None
+    ) -> Contamination:
         item = self.items[index]
         return Contamination(method, item.file, item.id, similarity, shared)
 
-    def _match_near(self, texts: Sequence[str], sketches: Sequence[MinHash],
-                    found: list[Contamination | None]) -> None:
-        verify = Verifier(texts, self.shingling, self.threshold, others=self.texts,
-                          keep_slot_changes=self.keep_slot_changes)
+    def _match_near(self, texts: Sequence[str], sketches: Sequence[MinHash], found: list[Contamination | None]) -> None:
+        verify = Verifier(
+            texts, self.shingling, self.threshold, others=self.texts, keep_slot_changes=self.keep_slot_changes
+        )
         lsh_threshold = candidate_threshold(self.threshold)
-        linked = sharing_a_band(band_keys(signature_matrix(sketches), lsh_threshold),
-                                band_keys(self._sigs, lsh_threshold))
+        linked = sharing_a_band(
+            band_keys(signature_matrix(sketches), lsh_threshold), band_keys(self._sigs, lsh_threshold)
+        )
         for i, one in enumerate(sketches):
             if found[i] is not None or not linked[i]:
                 continue
@@ -197,7 +220,7 @@ class EvalIndex:
         grams = shingle(Words.join([parts[i] for i in todo]), self.overlap_words, short="skip")
         for row, slot, owner in _shared(grams, self._grams, self._gram_owner):
             start = slot - int(grams.offsets[row])
-            shared = tokens(texts[todo[row]])[start:start + self.overlap_words]
+            shared = tokens(texts[todo[row]])[start : start + self.overlap_words]
             found[todo[row]] = self._hit("ngram", owner, shared=" ".join(shared))
 
     def _match_contained(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
@@ -219,15 +242,14 @@ class EvalIndex:
                 grams = shingle(Words.join([parts[i] for i in todo]), m, short="skip")
                 for row, slot, k in _shared(grams, wholes, owner):
                     start = slot - int(grams.offsets[row])
-                    shared = tokens(texts[todo[row]])[start:start + m]
+                    shared = tokens(texts[todo[row]])[start : start + m]
                     found[todo[row]] = self._hit("contained", int(short_items[k]), shared=" ".join(shared))
             short_rows = [i for i in todo if found[i] is None and len(parts[i]) == m]
             if short_rows:  # an m-word row among the eval items' m-grams
                 item_grams, item_owner = _owned(shingle(self._words, m, short="skip"))
                 wholes_of_rows = shingle(Words.join([parts[i] for i in short_rows]), m, short="skip")
                 for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
-                    found[short_rows[row]] = self._hit("contained", k,
-                                                       shared=" ".join(tokens(texts[short_rows[row]])))
+                    found[short_rows[row]] = self._hit("contained", k, shared=" ".join(tokens(texts[short_rows[row]])))
 
 
 def _owned(grams: Shingles) -> tuple[np.ndarray, np.ndarray]:

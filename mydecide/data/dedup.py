@@ -145,8 +145,10 @@ def words(texts: Sequence[str]) -> Words:
     starts = np.cumsum(lengths) - lengths
     empty = np.flatnonzero(lengths == 0)
     if len(empty):
-        pseudo = [int.from_bytes(hashlib.blake2b(normalise(texts[i]).encode("utf-8"), digest_size=8).digest(),
-                                 "little") for i in empty.tolist()]
+        pseudo = [
+            int.from_bytes(hashlib.blake2b(normalise(texts[i]).encode("utf-8"), digest_size=8).digest(), "little")
+            for i in empty.tolist()
+        ]
         hashes = np.insert(hashes, starts[empty], np.asarray(pseudo, dtype=np.uint64))
         lengths[empty] = 1
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
@@ -165,7 +167,7 @@ class Shingles:
         return len(self.offsets) - 1
 
     def of(self, index: int) -> np.ndarray:
-        return self.hashes[self.offsets[index]:self.offsets[index + 1]]
+        return self.hashes[self.offsets[index] : self.offsets[index + 1]]
 
 
 def _word_hashes(vocabulary: Sequence[str]) -> np.ndarray:
@@ -233,7 +235,7 @@ def _ngrams(values: np.ndarray, offsets: np.ndarray, n: int, short: str) -> Shin
         acc = values[:starts].copy()
         for j in range(1, n):
             acc *= POLY
-            acc += values[j: starts + j]
+            acc += values[j : starts + j]
         crossing = (offsets[1:, None] - np.arange(1, n)[None, :]).ravel()  # (N * (n - 1),)
         own_start = np.repeat(offsets[:-1], n - 1)
         valid = np.ones(starts, dtype=bool)
@@ -252,8 +254,9 @@ def _ngrams(values: np.ndarray, offsets: np.ndarray, n: int, short: str) -> Shin
     hashes[slot_long] = long_hashes
     if short == "whole":
         hashes[~slot_long] = np.asarray(
-            [_polynomial(values[offsets[i]:offsets[i + 1]].tolist()) for i in np.flatnonzero(~long_text).tolist()],
-            dtype=np.uint64)
+            [_polynomial(values[offsets[i] : offsets[i + 1]].tolist()) for i in np.flatnonzero(~long_text).tolist()],
+            dtype=np.uint64,
+        )
     return Shingles(hashes, shingle_offsets)
 
 
@@ -286,13 +289,16 @@ class Shingling:
             units = [normalise(text)]
         n = min(self.n, len(units)) or 1
         if self.unit == "char":
-            return {units[i:i + n] for i in range(max(1, len(units) - n + 1))}
-        return {tuple(units[i:i + n]) for i in range(max(1, len(units) - n + 1))}
+            return {units[i : i + n] for i in range(max(1, len(units) - n + 1))}
+        return {tuple(units[i : i + n]) for i in range(max(1, len(units) - n + 1))}
 
     def describe(self) -> dict[str, Any]:
         """How the manifest names this shingling."""
-        text = ("case-folded words joined by single spaces, punctuation and quotes dropped" if self.unit == "char"
-                else "case-folded words, punctuation dropped")
+        text = (
+            "case-folded words joined by single spaces, punctuation and quotes dropped"
+            if self.unit == "char"
+            else "case-folded words, punctuation dropped"
+        )
         return {"unit": self.unit, "n": self.n, "of": text}
 
 
@@ -305,12 +311,36 @@ def jaccard(a: set[Any], b: set[Any]) -> float:
 # ------------------------------------------------------------------------------------------------ look-alikes
 
 SLOT_WORDS = 24  # texts up to this many words are checked for a changed slot
-NEGATIONS = frozenset({"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without",
-                       "cannot", "t"})  # "t": the tokens of "don't" are "don", "t"
+NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without", "cannot", "t"}
+)  # "t": the tokens of "don't" are "don", "t"
 SWITCHES = frozenset({"on", "off", "yes", "no", "open", "close", "closed", "up", "down"})  # count when swapped
-TIME_WORDS = frozenset({"am", "pm", "noon", "midnight", "today", "tonight", "tomorrow", "yesterday", "morning",
-                        "afternoon", "evening", "night", "week", "weekend", "month", "year", "hour", "hours",
-                        "minute", "minutes", "day", "days"})
+TIME_WORDS = frozenset(
+    {
+        "am",
+        "pm",
+        "noon",
+        "midnight",
+        "today",
+        "tonight",
+        "tomorrow",
+        "yesterday",
+        "morning",
+        "afternoon",
+        "evening",
+        "night",
+        "week",
+        "weekend",
+        "month",
+        "year",
+        "hour",
+        "hours",
+        "minute",
+        "minutes",
+        "day",
+        "days",
+    }
+)
 _TYPO = 0.7  # two words at least this similar (difflib ratio) are one word misspelt, not two entities
 
 
@@ -352,8 +382,7 @@ def different_slots(a: str, b: str) -> bool:
             return True
         names_a = [w for w, (_, entity) in zip(fa[i1:i2], wa[i1:i2], strict=True) if entity]
         names_b = [w for w, (_, entity) in zip(fb[j1:j2], wb[j1:j2], strict=True) if entity]
-        if names_a and names_b and all(SequenceMatcher(None, x, y).ratio() < _TYPO
-                                       for x in names_a for y in names_b):
+        if names_a and names_b and all(SequenceMatcher(None, x, y).ratio() < _TYPO for x in names_a for y in names_b):
             return True
     return False
 
@@ -371,7 +400,7 @@ def _surface_words(text: str) -> tuple[tuple[str, bool], ...]:
     out: list[tuple[str, bool]] = []
     for match in TOKEN.finditer(text):
         word, start = match.group(), match.start()
-        starts_sentence = not out or bool(_SENTENCE_END.search(text[max(0, start - 3):start]))
+        starts_sentence = not out or bool(_SENTENCE_END.search(text[max(0, start - 3) : start]))
         out.append((word, word[0].isupper() and not word.isupper() and not starts_sentence))
     return tuple(out)
 
@@ -400,8 +429,9 @@ def permutations(num_perm: int, seed: int) -> np.ndarray:
     return MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
 
 
-def signatures(shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block: int = 8192,
-               progress: Progress | None = None) -> np.ndarray:
+def signatures(
+    shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block: int = 8192, progress: Progress | None = None
+) -> np.ndarray:
     """(N, P) uint32 MinHash signatures; a text without shingles keeps the empty signature (all 2^32 − 1).
 
     Shingles are permuted ``block`` at a time as one (P, block) array (a few MB, so it stays in cache; each
@@ -421,13 +451,13 @@ def signatures(shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block:
         lo, hi = int(offsets[i]), int(offsets[j])
         if j == i + 1:
             for start in range(lo, hi, block):
-                phv = h[None, start:min(hi, start + block)] * a  # (P, s)
+                phv = h[None, start : min(hi, start + block)] * a  # (P, s)
                 phv += b
                 np.minimum(sig[i], phv.min(axis=1), out=sig[i])
         elif hi > lo:
             phv = h[None, lo:hi] * a  # (P, s): the P permutations of every shingle in the block
             phv += b
-            nonempty = np.flatnonzero(offsets[i + 1:j + 1] > offsets[i:j]) + i
+            nonempty = np.flatnonzero(offsets[i + 1 : j + 1] > offsets[i:j]) + i
             sig[nonempty] = np.minimum.reduceat(phv, offsets[nonempty] - lo, axis=1).T
         if progress is not None:
             progress(j - i)
@@ -448,8 +478,9 @@ def minhashes(sigs: np.ndarray, seed: int) -> list[MinHash]:
     return [MinHash(seed=seed, hashvalues=row, permutations=perms, scheme="affine32") for row in sigs]
 
 
-def sketch(texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1,
-           unit: str = "char") -> list[MinHash]:
+def sketch(
+    texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1, unit: str = "char"
+) -> list[MinHash]:
     """MinHash sketches of the ``ngram`` shingles (``unit``: characters or words) of each text (the fast path)."""
     shingles = Shingling(unit, ngram).hashes(texts)
     return minhashes(signatures(shingles, num_perm=num_perm, seed=seed), seed)
@@ -490,7 +521,7 @@ def band_keys(sigs: np.ndarray, threshold: float) -> np.ndarray:
     """(N, b) uint64: a hash of each LSH band of each (N, P) signature, for the bands ``lsh_index`` uses at this
     threshold (two signatures share a bucket of band k exactly when their keys in column k are equal)."""
     bands, rows = lsh_bands(threshold, sigs.shape[1])
-    s = sigs[:, :bands * rows].astype(np.uint64).reshape(len(sigs), bands, rows)
+    s = sigs[:, : bands * rows].astype(np.uint64).reshape(len(sigs), bands, rows)
     keys = s[:, :, 0].copy()
     for j in range(1, rows):
         keys *= POLY
@@ -539,9 +570,18 @@ class NearMatch:
 SIGNATURE_MARGIN = 0.1
 
 
-def near_duplicates(texts: Sequence[str], *, threshold: float = 0.7, num_perm: int = 128, ngram: int = 5,
-                    unit: str = "char", seed: int = 1, groups: Sequence[str] | None = None,
-                    progress: Progress | None = None, keep_slot_changes: bool = True) -> dict[int, NearMatch]:
+def near_duplicates(
+    texts: Sequence[str],
+    *,
+    threshold: float = 0.7,
+    num_perm: int = 128,
+    ngram: int = 5,
+    unit: str = "char",
+    seed: int = 1,
+    groups: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    keep_slot_changes: bool = True,
+) -> dict[int, NearMatch]:
     """``{removed index: NearMatch}`` for texts that nearly repeat an earlier *kept* text of the same group.
 
     Rows are visited in order; a row is removed when some earlier kept row of its group (``groups[i]``, e.g.
@@ -550,13 +590,27 @@ def near_duplicates(texts: Sequence[str], *, threshold: float = 0.7, num_perm: i
     representative per cluster and never chains a removal through another removal.
     """
     sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed, unit=unit)
-    return near_duplicates_of(sketches, threshold=threshold, groups=groups, progress=progress, texts=texts,
-                              shingling=Shingling(unit, ngram), keep_slot_changes=keep_slot_changes)
+    return near_duplicates_of(
+        sketches,
+        threshold=threshold,
+        groups=groups,
+        progress=progress,
+        texts=texts,
+        shingling=Shingling(unit, ngram),
+        keep_slot_changes=keep_slot_changes,
+    )
 
 
-def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups: Sequence[str] | None = None,
-                       progress: Progress | None = None, texts: Sequence[str] | None = None,
-                       shingling: Shingling | None = None, keep_slot_changes: bool = True) -> dict[int, NearMatch]:
+def near_duplicates_of(
+    sketches: Sequence[MinHash],
+    *,
+    threshold: float,
+    groups: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    texts: Sequence[str] | None = None,
+    shingling: Shingling | None = None,
+    keep_slot_changes: bool = True,
+) -> dict[int, NearMatch]:
     """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps).
 
     With ``texts`` (and the ``shingling`` the sketches were made with), candidates whose MinHash estimate is
@@ -567,8 +621,11 @@ def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups:
         raise ValueError(f"groups has {len(groups)} entries for {len(sketches)} texts")
     if texts is not None and len(texts) != len(sketches):
         raise ValueError(f"texts has {len(texts)} entries for {len(sketches)} sketches")
-    verify = Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes) \
-        if texts is not None else None
+    verify = (
+        Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes)
+        if texts is not None
+        else None
+    )
     lsh_threshold = candidate_threshold(threshold) if verify else threshold
     sigs = signature_matrix(sketches)
     linked = sharing_a_band(band_keys(sigs, lsh_threshold)) if len(sketches) else np.zeros(0, dtype=bool)
@@ -579,8 +636,9 @@ def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups:
         if not linked[i]:
             candidates = []
         else:
-            candidates = [j for j in lsh.query(one)
-                          if j < i and j not in removed and (groups is None or groups[j] == groups[i])]
+            candidates = [
+                j for j in lsh.query(one) if j < i and j not in removed and (groups is None or groups[j] == groups[i])
+            ]
         if candidates:
             candidates.sort()
             similarity = estimated_jaccard(sigs[i], sigs[candidates])
@@ -602,8 +660,15 @@ def near_duplicates_of(sketches: Sequence[MinHash], *, threshold: float, groups:
 class Verifier:
     """Checks candidate pairs on their exact shingle sets (cached per text) and for a changed slot."""
 
-    def __init__(self, texts: Sequence[str], shingling: Shingling, threshold: float, *,
-                 others: Sequence[str] | None = None, keep_slot_changes: bool = True):
+    def __init__(
+        self,
+        texts: Sequence[str],
+        shingling: Shingling,
+        threshold: float,
+        *,
+        others: Sequence[str] | None = None,
+        keep_slot_changes: bool = True,
+    ):
         self.texts = texts
         self.keep_slot_changes = keep_slot_changes
         self.others = texts if others is None else others  # what candidates index into (eval items, or texts)
@@ -632,8 +697,11 @@ class Verifier:
             similarity = float(estimates[k])
             if similarity < self.threshold + SIGNATURE_MARGIN:
                 similarity = jaccard(self._set(i, False), self._set(j, True))
-            if similarity >= self.threshold and (best is None or similarity > best.similarity) \
-                    and not (self.keep_slot_changes and different_slots(self.texts[i], self.others[j])):
+            if (
+                similarity >= self.threshold
+                and (best is None or similarity > best.similarity)
+                and not (self.keep_slot_changes and different_slots(self.texts[i], self.others[j]))
+            ):
                 best = NearMatch(j, similarity)
                 if similarity == 1.0:
                     break

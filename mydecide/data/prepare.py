@@ -42,8 +42,9 @@ Log = Callable[[str], None]
 # ------------------------------------------------------------------------------------------------- the pipeline
 
 
-def prepare(recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False,
-            log: Log | None = None) -> dict[str, Any]:
+def prepare(
+    recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False, log: Log | None = None
+) -> dict[str, Any]:
     """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest."""
     out = Path(out if out is not None else recipe.out)
     say = log or (lambda _message: None)
@@ -141,8 +142,14 @@ class Ledger:
         self.rejected += 1
         self.dropped.append({"step": step, "reason": reason, "source": source, "where": where, "raw": raw})
 
-    def step(self, name: str, rows_in: Sequence[Row], kept: Sequence[Row],
-             removed: Sequence[tuple[Row, str, dict[str, Any] | None]], **extra: Any) -> list[Row]:
+    def step(
+        self,
+        name: str,
+        rows_in: Sequence[Row],
+        kept: Sequence[Row],
+        removed: Sequence[tuple[Row, str, dict[str, Any] | None]],
+        **extra: Any,
+    ) -> list[Row]:
         """Record one filtering step and return ``kept``; each removal is (row, reason, what it matched)."""
         if len(rows_in) != len(kept) + len(removed):
             raise RuntimeError(f"step {name}: {len(rows_in)} rows in but {len(kept)} kept + {len(removed)} removed")
@@ -153,13 +160,19 @@ class Ledger:
                 entry["matched"] = matched
             entry["record"] = row.record.to_json()
             self.dropped.append(entry)
-        self.steps.append({
-            "step": name, "in": len(rows_in), "out": len(kept), "removed": len(removed),
-            "reasons": dict(Counter(reason for _, reason, _ in removed).most_common()),
-            "by_source": _in_out(rows_in, kept, lambda r: r.source),
-            "by_type": _in_out(rows_in, kept, lambda r: r.record.question.type),
-            **extra, "seconds": self.lap(),
-        })
+        self.steps.append(
+            {
+                "step": name,
+                "in": len(rows_in),
+                "out": len(kept),
+                "removed": len(removed),
+                "reasons": dict(Counter(reason for _, reason, _ in removed).most_common()),
+                "by_source": _in_out(rows_in, kept, lambda r: r.source),
+                "by_type": _in_out(rows_in, kept, lambda r: r.record.question.type),
+                **extra,
+                "seconds": self.lap(),
+            }
+        )
         return list(kept)
 
 
@@ -174,8 +187,7 @@ def _in_out(rows_in: Sequence[Row], kept: Sequence[Row], key: Callable[[Row], st
 def source_labels(specs: Sequence[SourceSpec]) -> list[str]:
     """A label per source: its ``name``, else its kind (``kind#i`` when several sources share a kind)."""
     kinds = Counter(spec.kind for spec in specs if spec.name is None)
-    labels = [spec.name or (f"{spec.kind}#{i}" if kinds[spec.kind] > 1 else spec.kind)
-              for i, spec in enumerate(specs)]
+    labels = [spec.name or (f"{spec.kind}#{i}" if kinds[spec.kind] > 1 else spec.kind) for i, spec in enumerate(specs)]
     repeated = sorted(label for label, n in Counter(labels).items() if n > 1)
     if repeated:
         raise RecipeError(f"sources: the name(s) {repeated} are used by more than one source")
@@ -226,17 +238,30 @@ def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: 
                 counts["rejected"] += 1
                 reasons[reason_pattern(reason)] += 1
         if counts["out"] == 0 and spec.limit != 0:
-            raise RecipeError(f"sources[{index}] (kind {spec.kind}, {spec.path or 'its default data'}): "
-                              + ("no rows" if counts["in"] == 0 else f"all {counts['in']} rows were rejected, the "
-                                 f"first: {ledger.dropped[-counts['rejected']]['where']}: "
-                                 f"{ledger.dropped[-counts['rejected']]['reason']}"))
-    ledger.steps.append({
-        "step": "validate", "in": ledger.rows_read + ledger.exploded_extra, "out": len(rows),
-        "rejected": ledger.rejected, "rows_read": ledger.rows_read, "exploded_extra": ledger.exploded_extra,
-        "reasons": dict(reasons.most_common()), "by_source": per_source,
-        "by_type": {t: {"out": n} for t, n in sorted(Counter(r.record.question.type for r in rows).items())},
-        "seconds": ledger.lap(),
-    })
+            raise RecipeError(
+                f"sources[{index}] (kind {spec.kind}, {spec.path or 'its default data'}): "
+                + (
+                    "no rows"
+                    if counts["in"] == 0
+                    else f"all {counts['in']} rows were rejected, the "
+                    f"first: {ledger.dropped[-counts['rejected']]['where']}: "
+                    f"{ledger.dropped[-counts['rejected']]['reason']}"
+                )
+            )
+    ledger.steps.append(
+        {
+            "step": "validate",
+            "in": ledger.rows_read + ledger.exploded_extra,
+            "out": len(rows),
+            "rejected": ledger.rejected,
+            "rows_read": ledger.rows_read,
+            "exploded_extra": ledger.exploded_extra,
+            "reasons": dict(reasons.most_common()),
+            "by_source": per_source,
+            "by_type": {t: {"out": n} for t, n in sorted(Counter(r.record.question.type for r in rows).items())},
+            "seconds": ledger.lap(),
+        }
+    )
     return rows
 
 
@@ -258,20 +283,35 @@ def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bo
         return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
     sketches = sketched(rows, near)
     with _bar(progress, "near dedup", total=len(rows)) as bar:
-        matches = dedup.near_duplicates_of(sketches, threshold=near.threshold, progress=bar.update,
-                                           groups=[dedup.question_key(row.record.question) for row in rows],
-                                           texts=[row.text for row in rows], shingling=shingling(near),
-                                           keep_slot_changes=near.keep_slot_changes)
-    removed = [(rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
-               for i, m in sorted(matches.items())]
+        matches = dedup.near_duplicates_of(
+            sketches,
+            threshold=near.threshold,
+            progress=bar.update,
+            groups=[dedup.question_key(row.record.question) for row in rows],
+            texts=[row.text for row in rows],
+            shingling=shingling(near),
+            keep_slot_changes=near.keep_slot_changes,
+        )
+    removed = [
+        (rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
+        for i, m in sorted(matches.items())
+    ]
     kept = [row for i, row in enumerate(rows) if i not in matches]
     ledger.near_pairs = near_pairs(rows, matches)
     bands = Counter(similarity_band(m.similarity) for m in matches.values())
-    return ledger.step("near_dedup", rows, kept, removed, threshold=near.threshold, num_perm=near.num_perm,
-                       ngram=near.ngram, shingling=shingling(near).describe(),
-                       keep_slot_changes=near.keep_slot_changes,
-                       by_similarity={band: bands[band] for band in SIMILARITY_BANDS if bands[band]},
-                       pairs="near_pairs.jsonl")
+    return ledger.step(
+        "near_dedup",
+        rows,
+        kept,
+        removed,
+        threshold=near.threshold,
+        num_perm=near.num_perm,
+        ngram=near.ngram,
+        shingling=shingling(near).describe(),
+        keep_slot_changes=near.keep_slot_changes,
+        by_similarity={band: bands[band] for band in SIMILARITY_BANDS if bands[band]},
+        pairs="near_pairs.jsonl",
+    )
 
 
 SIMILARITY_BANDS = ("<0.7", "0.7-0.8", "0.8-0.9", "0.9-1.0", "1.0")
@@ -281,19 +321,27 @@ PAIR_CHARS = 1000  # of each state in near_pairs.jsonl (the whole removed record
 def similarity_band(similarity: float) -> str:
     if similarity >= 1.0:
         return "1.0"
-    return next((f"{lo}-{hi}" for lo, hi in (("0.9", "1.0"), ("0.8", "0.9"), ("0.7", "0.8"))
-                 if similarity >= float(lo)), "<0.7")
+    return next(
+        (f"{lo}-{hi}" for lo, hi in (("0.9", "1.0"), ("0.8", "0.9"), ("0.7", "0.8")) if similarity >= float(lo)), "<0.7"
+    )
 
 
 def near_pairs(rows: Sequence[Row], matches: dict[int, dedup.NearMatch]) -> list[dict[str, Any]]:
     """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top."""
+
     def side(row: Row) -> dict[str, Any]:
         text = row.text
         return {**row.ref(), "state": text if len(text) <= PAIR_CHARS else text[:PAIR_CHARS] + "…"}
 
-    return [{"similarity": round(m.similarity, 4), "band": similarity_band(m.similarity),
-             "removed": side(rows[i]), "kept": side(rows[m.kept])}
-            for i, m in sorted(matches.items(), key=lambda item: (item[1].similarity, item[0]))]
+    return [
+        {
+            "similarity": round(m.similarity, 4),
+            "band": similarity_band(m.similarity),
+            "removed": side(rows[i]),
+            "kept": side(rows[m.kept]),
+        }
+        for i, m in sorted(matches.items(), key=lambda item: (item[1].similarity, item[0]))
+    ]
 
 
 def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, Any]]]:
@@ -338,22 +386,45 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         return ledger.step("decontaminate", rows, rows, [], eval_files={})
     items, files = eval_items(recipe)
     settings, near = recipe.decontamination, recipe.dedup.near
-    index = EvalIndex(items, exact=settings.exact, near=settings.near,
-                      threshold=settings.near_threshold or near.threshold, num_perm=near.num_perm,
-                      shingling=shingling(near), seed=near.seed, overlap_words=settings.ngram,
-                      whole_min_words=settings.whole_min_words, keep_slot_changes=near.keep_slot_changes)
+    index = EvalIndex(
+        items,
+        exact=settings.exact,
+        near=settings.near,
+        threshold=settings.near_threshold or near.threshold,
+        num_perm=near.num_perm,
+        shingling=shingling(near),
+        seed=near.seed,
+        overlap_words=settings.ngram,
+        whole_min_words=settings.whole_min_words,
+        keep_slot_changes=near.keep_slot_changes,
+    )
     with _bar(progress, "decontaminate", total=len(rows)) as bar:
-        found = index.match([row.text for row in rows], progress=bar.update, tokenised=tokenised(rows),
-                            sketches=sketched(rows, near) if settings.near else None)
-    removed = [(row, f"eval overlap ({hit.method})", hit.to_json())
-               for row, hit in zip(rows, found, strict=True) if hit is not None]
+        found = index.match(
+            [row.text for row in rows],
+            progress=bar.update,
+            tokenised=tokenised(rows),
+            sketches=sketched(rows, near) if settings.near else None,
+        )
+    removed = [
+        (row, f"eval overlap ({hit.method})", hit.to_json())
+        for row, hit in zip(rows, found, strict=True)
+        if hit is not None
+    ]
     kept = [row for row, hit in zip(rows, found, strict=True) if hit is None]
     for file, info in files.items():
         info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
     release(rows)
-    return ledger.step("decontaminate", rows, kept, removed, eval_files=files,
-                       ngram=settings.ngram, whole_min_words=settings.whole_min_words,
-                       near_threshold=index.threshold, shingling=index.shingling.describe())
+    return ledger.step(
+        "decontaminate",
+        rows,
+        kept,
+        removed,
+        eval_files=files,
+        ngram=settings.ngram,
+        whole_min_words=settings.whole_min_words,
+        near_threshold=index.threshold,
+        shingling=index.shingling.describe(),
+    )
 
 
 def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
@@ -364,27 +435,47 @@ def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Ro
         if unknown:
             raise RecipeError(f"cap_per_task names task(s) {unknown} that have no records")
     over = split.capped([row.record for row in rows], caps, recipe.split.seed)
-    removed = [(rows[i], "over the task cap", {"cap": caps if isinstance(caps, int) else caps[task]})
-               for i, task in sorted(over.items())] if isinstance(caps, (int, dict)) else []
+    removed = (
+        [
+            (rows[i], "over the task cap", {"cap": caps if isinstance(caps, int) else caps[task]})
+            for i, task in sorted(over.items())
+        ]
+        if isinstance(caps, (int, dict))
+        else []
+    )
     kept = [row for i, row in enumerate(rows) if i not in over]
-    return ledger.step("cap_per_task", rows, kept, removed, cap=caps,
-                       by_task=_in_out(rows, kept, lambda r: r.record.task))
+    return ledger.step(
+        "cap_per_task", rows, kept, removed, cap=caps, by_task=_in_out(rows, kept, lambda r: r.record.task)
+    )
 
 
 def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str, list[Row]]:
     """Held-out tasks whole; the rest train / dev / test by the stable state hash."""
     cfg = recipe.split
     try:
-        indices = split.split_records([row.record for row in rows], heldout_tasks=cfg.heldout_tasks,
-                                      dev_fraction=cfg.dev_fraction, test_fraction=cfg.test_fraction,
-                                      seed=cfg.seed)
+        indices = split.split_records(
+            [row.record for row in rows],
+            heldout_tasks=cfg.heldout_tasks,
+            dev_fraction=cfg.dev_fraction,
+            test_fraction=cfg.test_fraction,
+            seed=cfg.seed,
+        )
     except ValueError as err:
         raise RecipeError(str(err)) from None
     splits = {name: [rows[i] for i in idx] for name, idx in indices.items()}
-    ledger.steps.append({"step": "split", "in": len(rows), "out": len(rows), "removed": 0,
-                         "splits": {name: len(part) for name, part in splits.items()},
-                         "by_task": {name: dict(sorted(Counter(r.record.task for r in part).items()))
-                                     for name, part in splits.items()}, "seconds": ledger.lap()})
+    ledger.steps.append(
+        {
+            "step": "split",
+            "in": len(rows),
+            "out": len(rows),
+            "removed": 0,
+            "splits": {name: len(part) for name, part in splits.items()},
+            "by_task": {
+                name: dict(sorted(Counter(r.record.task for r in part).items())) for name, part in splits.items()
+            },
+            "seconds": ledger.lap(),
+        }
+    )
     return splits
 
 
@@ -393,11 +484,16 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
     cfg = recipe.augment
     schema = cfg.schema_resampling
     settings = augmenting.AugmentSettings(
-        anonymize_options=max(cfg.anonymize_options, schema), drop_distractors=max(cfg.drop_distractors, schema),
-        paraphrase_instructions=cfg.paraphrase_instructions, paraphrases=cfg.paraphrases,
+        anonymize_options=max(cfg.anonymize_options, schema),
+        drop_distractors=max(cfg.drop_distractors, schema),
+        paraphrase_instructions=cfg.paraphrase_instructions,
+        paraphrases=cfg.paraphrases,
         reword_instructions=max(cfg.reword_instructions, schema),
-        negate_noul=max(cfg.negate_noul, cfg.consistency), rename_options=max(cfg.rename_options, cfg.consistency),
-        negation_templates=cfg.negation_templates or augmenting.NEGATION_TEMPLATES, seed=cfg.seed)
+        negate_noul=max(cfg.negate_noul, cfg.consistency),
+        rename_options=max(cfg.rename_options, cfg.consistency),
+        negation_templates=cfg.negation_templates or augmenting.NEGATION_TEMPLATES,
+        seed=cfg.seed,
+    )
     out: list[Row] = []
     added: Counter[str] = Counter()
     for row in train:
@@ -406,12 +502,18 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
             out.append(Row(copy, row.source, row.where))
             added[str(copy.meta["augmented"])] += 1
     ledger.augmented = sum(added.values())
-    ledger.steps.append({"step": "augment", "in": len(train), "out": len(out), "removed": 0,
-                         "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
-                         "share": {kind: round(added[kind] / len(train), 4) if train else 0.0
-                                   for kind in augmenting.AUGMENTATIONS},
-                         "shuffle_options": "by the training collator, every epoch"
-                         if cfg.shuffle_options else "off", "seconds": ledger.lap()})
+    ledger.steps.append(
+        {
+            "step": "augment",
+            "in": len(train),
+            "out": len(out),
+            "removed": 0,
+            "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
+            "share": {kind: round(added[kind] / len(train), 4) if train else 0.0 for kind in augmenting.AUGMENTATIONS},
+            "shuffle_options": "by the training collator, every epoch" if cfg.shuffle_options else "off",
+            "seconds": ledger.lap(),
+        }
+    )
     return out
 
 
@@ -434,10 +536,15 @@ def distributions(rows: Sequence[Row]) -> dict[str, Any]:
         "lang": dict(sorted(Counter(row.record.lang for row in rows).items())),
         "task": dict(sorted(Counter(row.record.task for row in rows).items())),
         "option_count": {str(k): n for k, n in sorted(Counter(row.record.question.k for row in rows).items())},
-        "state_chars": {"min": lengths[0] if lengths else None, "median": quantile(0.5), "p90": quantile(0.9),
-                        "max": lengths[-1] if lengths else None,
-                        "histogram": {b: bins[b] for b in [f"<={x}" for x in STATE_LENGTH_BINS]
-                                      + [f">{STATE_LENGTH_BINS[-1]}"] if bins[b]}},
+        "state_chars": {
+            "min": lengths[0] if lengths else None,
+            "median": quantile(0.5),
+            "p90": quantile(0.9),
+            "max": lengths[-1] if lengths else None,
+            "histogram": {
+                b: bins[b] for b in [f"<={x}" for x in STATE_LENGTH_BINS] + [f">{STATE_LENGTH_BINS[-1]}"] if bins[b]
+            },
+        },
     }
 
 
@@ -445,14 +552,21 @@ def build_manifest(recipe: DataRecipe, ledger: Ledger, splits: dict[str, list[Ro
     kept = sum(len(part) for part in splits.values()) - ledger.augmented
     return {
         "conservation": {
-            "input": ledger.rows_read + ledger.exploded_extra, "rows_read": ledger.rows_read,
-            "exploded_extra": ledger.exploded_extra, "kept": kept, "rejected": ledger.rejected,
-            "removed": ledger.removed, "augmented_copies": ledger.augmented,
+            "input": ledger.rows_read + ledger.exploded_extra,
+            "rows_read": ledger.rows_read,
+            "exploded_extra": ledger.exploded_extra,
+            "kept": kept,
+            "rejected": ledger.rejected,
+            "removed": ledger.removed,
+            "augmented_copies": ledger.augmented,
             "law": "input = kept + rejected + removed (augmented copies are extra rows of train)",
         },
         "steps": ledger.steps,
-        "splits": {name: distributions(part) for name, part in splits.items()
-                   if name != "test" or recipe.split.test_fraction > 0},
+        "splits": {
+            name: distributions(part)
+            for name, part in splits.items()
+            if name != "test" or recipe.split.test_fraction > 0
+        },
         "recipe": recipe.model_dump(mode="json"),
         "provenance": provenance(),
         "outputs": {},
@@ -463,20 +577,33 @@ def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
     """Input rows = kept + rejected + removed, and every rejected or removed row is in rejects.jsonl."""
     c = manifest["conservation"]
     if c["input"] != c["kept"] + c["rejected"] + c["removed"]:
-        raise RuntimeError(f"row conservation broken: input {c['input']} != kept {c['kept']} + rejected "
-                           f"{c['rejected']} + removed {c['removed']}")
+        raise RuntimeError(
+            f"row conservation broken: input {c['input']} != kept {c['kept']} + rejected "
+            f"{c['rejected']} + removed {c['removed']}"
+        )
     if len(ledger.dropped) != c["rejected"] + c["removed"]:
-        raise RuntimeError(f"rejects.jsonl would hold {len(ledger.dropped)} rows, not "
-                           f"{c['rejected']} rejected + {c['removed']} removed")
+        raise RuntimeError(
+            f"rejects.jsonl would hold {len(ledger.dropped)} rows, not "
+            f"{c['rejected']} rejected + {c['removed']} removed"
+        )
 
 
 # what prepare writes; an existing --out may hold only these (anything else is the user's and stays untouched)
-OUTPUT_FILES = ("train.jsonl", "dev.jsonl", "test.jsonl", "heldout_tasks.jsonl", "rejects.jsonl", "near_pairs.jsonl",
-                "recipe.yaml", "manifest.json")
+OUTPUT_FILES = (
+    "train.jsonl",
+    "dev.jsonl",
+    "test.jsonl",
+    "heldout_tasks.jsonl",
+    "rejects.jsonl",
+    "near_pairs.jsonl",
+    "recipe.yaml",
+    "manifest.json",
+)
 
 
-def write_outputs(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],
-                  recipe: DataRecipe) -> None:
+def write_outputs(
+    out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any], recipe: DataRecipe
+) -> None:
     """Write every output into a new directory beside ``out`` that then replaces ``out`` whole, so an interrupted
     re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest."""
     with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
@@ -492,8 +619,9 @@ def earlier_outputs(out: Path) -> list[str]:
     return [name for name in outputs if isinstance(name, str) and "/" not in name] if isinstance(outputs, dict) else []
 
 
-def write_files(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any],
-                recipe: DataRecipe) -> None:
+def write_files(
+    out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any], recipe: DataRecipe
+) -> None:
     """Each file is written atomically; the manifest (with every output's sha256) comes last."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"train.jsonl": splits["train"], "dev.jsonl": splits["dev"], "heldout_tasks.jsonl": splits["heldout"]}
@@ -508,8 +636,10 @@ def write_files(out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifes
     atomic_write_text(out / "recipe.yaml", dump_recipe(recipe))
     for name in [*files, "rejects.jsonl", "near_pairs.jsonl", "recipe.yaml"]:
         data = (out / name).read_bytes()
-        manifest["outputs"][name] = {"rows": data.count(b"\n") if name.endswith(".jsonl") else None,
-                                     "sha256": hashlib.sha256(data).hexdigest()}
+        manifest["outputs"][name] = {
+            "rows": data.count(b"\n") if name.endswith(".jsonl") else None,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
     atomic_write_json(out / "manifest.json", manifest)
 
 

@@ -37,8 +37,14 @@ def assign(record: Record, *, dev_fraction: float, test_fraction: float, seed: i
     return "train"
 
 
-def split_records(records: Sequence[Record], *, heldout_tasks: Sequence[str] = (), dev_fraction: float = 0.05,
-                  test_fraction: float = 0.0, seed: int = 13) -> dict[str, list[int]]:
+def split_records(
+    records: Sequence[Record],
+    *,
+    heldout_tasks: Sequence[str] = (),
+    dev_fraction: float = 0.05,
+    test_fraction: float = 0.0,
+    seed: int = 13,
+) -> dict[str, list[int]]:
     """Indices of ``records`` per split (``train``, ``dev``, ``test``, ``heldout``), each in input order.
 
     A held-out task that no record has is an error naming the task and the tasks present (a typo would
@@ -47,13 +53,15 @@ def split_records(records: Sequence[Record], *, heldout_tasks: Sequence[str] = (
     tasks = {r.task for r in records}
     missing = [t for t in heldout_tasks if t not in tasks]
     if missing:
-        raise ValueError(
-            f"split.heldout_tasks: no records for task(s) {missing}; the tasks are {sorted(tasks)}")
+        raise ValueError(f"split.heldout_tasks: no records for task(s) {missing}; the tasks are {sorted(tasks)}")
     held = set(heldout_tasks)
     out: dict[str, list[int]] = {name: [] for name in SPLITS}
     for index, record in enumerate(records):
-        name = "heldout" if record.task in held else assign(
-            record, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed)
+        name = (
+            "heldout"
+            if record.task in held
+            else assign(record, dev_fraction=dev_fraction, test_fraction=test_fraction, seed=seed)
+        )
         out[name].append(index)
     return out
 

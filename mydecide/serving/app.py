@@ -37,9 +37,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("mydecide.serve")
 
 ENDPOINT = "/v1/systemone"
-WARMUP_REQUEST = {"state": "Warm-up.", "questions": {"q": {"type": "noul", "instructions": "Ready?"},
-                                                     "r": {"type": "choice", "instructions": "Which?",
-                                                           "criteria": ["a", "b"]}}}
+WARMUP_REQUEST = {
+    "state": "Warm-up.",
+    "questions": {
+        "q": {"type": "noul", "instructions": "Ready?"},
+        "r": {"type": "choice", "instructions": "Which?", "criteria": ["a", "b"]},
+    },
+}
 
 
 class ApiError(Exception):
@@ -77,8 +81,11 @@ def check_host(header: str | None, allowed: Sequence[str]) -> None:
     host = host_of(header or "")
     if not host or host not in {a.lower() for a in allowed}:
         shown = (header or "")[:60]
-        raise ApiError(400, f"Host header {shown!r} is not allowed; this server answers {', '.join(allowed)} "
-                            f"(start it with --allowed-hosts to add a name)")
+        raise ApiError(
+            400,
+            f"Host header {shown!r} is not allowed; this server answers {', '.join(allowed)} "
+            f"(start it with --allowed-hosts to add a name)",
+        )
 
 
 def check_bearer(headers: list[str], api_key: str) -> None:
@@ -125,11 +132,19 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         raise ApiError(400, "the client closed the connection before sending the whole body") from None
 
 
-def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: TemperatureFn | None = None,
-               limits: Limits = Limits(), api_key: str | None = None,
-               batching: BatchOptions = BatchOptions(), model_name: str | None = None,
-               request_timeout_s: float = 120.0, body_timeout_s: float = 30.0, warm_up: bool = True,
-               allowed_hosts: Sequence[str] | None = None) -> FastAPI:
+def create_app(
+    model: LoadedModel | Callable[[], LoadedModel],
+    *,
+    temperature: TemperatureFn | None = None,
+    limits: Limits = Limits(),
+    api_key: str | None = None,
+    batching: BatchOptions = BatchOptions(),
+    model_name: str | None = None,
+    request_timeout_s: float = 120.0,
+    body_timeout_s: float = 30.0,
+    warm_up: bool = True,
+    allowed_hosts: Sequence[str] | None = None,
+) -> FastAPI:
     """Build the app. ``model`` is a loaded model or a function that loads one (called at startup).
 
     ``model_name`` is reported when a request names no model (default: the model's name, a path cut to its last
@@ -146,8 +161,13 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
             await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST))  # whatever the limits
         scorer.limits = limits
         app.state.scorer = scorer
-        log.info("serving %s (batching=%s, shared_prefix=%s, auth=%s)", scorer.model_name, batching.batching,
-                 batching.shared_prefix, "on" if api_key else "off")
+        log.info(
+            "serving %s (batching=%s, shared_prefix=%s, auth=%s)",
+            scorer.model_name,
+            batching.batching,
+            batching.shared_prefix,
+            "on" if api_key else "off",
+        )
         try:
             yield
         finally:
@@ -162,9 +182,10 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
         path = request.url.path if len(request.url.path) <= 100 else request.url.path[:100] + "…"
-        message = {404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
-                   405: f"method {request.method[:20]} is not allowed on {path}"}.get(
-            err.status_code, str(err.detail))
+        message = {
+            404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
+            405: f"method {request.method[:20]} is not allowed on {path}",
+        }.get(err.status_code, str(err.detail))
         return error_response(err.status_code, message, getattr(err, "headers", None))
 
     @app.exception_handler(Exception)
@@ -188,15 +209,26 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
             status = response.status_code
             return response
         finally:
-            log.info("%s %s %d %.1fms questions=%d", request.method, request.url.path, status,
-                     (time.perf_counter() - started) * 1000, request.state.questions)
+            log.info(
+                "%s %s %d %.1fms questions=%d",
+                request.method,
+                request.url.path,
+                status,
+                (time.perf_counter() - started) * 1000,
+                request.state.questions,
+            )
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
         scorer: Scorer = request.app.state.scorer
-        return {"status": "ok", "model": public_name(scorer.model_name), "pending": scorer.pending,
-                "packed": scorer.packed,
-                "batching": scorer.options.batching, "stats": scorer.stats.as_dict()}
+        return {
+            "status": "ok",
+            "model": public_name(scorer.model_name),
+            "pending": scorer.pending,
+            "packed": scorer.packed,
+            "batching": scorer.options.batching,
+            "stats": scorer.stats.as_dict(),
+        }
 
     @app.post(ENDPOINT)
     async def systemone(request: Request) -> JSONResponse:
@@ -218,8 +250,9 @@ def create_app(model: LoadedModel | Callable[[], LoadedModel], *, temperature: T
         try:
             answer = await asyncio.wait_for(asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s)
         except TimeoutError:
-            raise ApiError(503, f"no answer within {request_timeout_s:g} s; the server is overloaded",
-                           {"Retry-After": "5"}) from None
+            raise ApiError(
+                503, f"no answer within {request_timeout_s:g} s; the server is overloaded", {"Retry-After": "5"}
+            ) from None
         except RequestError as err:  # a limit only the tokenised prompts show (max_input_tokens …)
             raise ApiError(422, str(err)) from None
         return JSONResponse(answer)

@@ -60,8 +60,7 @@ class BatchOptions:
     @classmethod
     def baseline(cls) -> BatchOptions:
         """No micro-batching and no shared prefix: each question is its own prompt and its own forward pass."""
-        return cls(batching=False, shared_prefix=False, packing=False, window_ms=0.0, max_requests=1,
-                   forward_batch=1)
+        return cls(batching=False, shared_prefix=False, packing=False, window_ms=0.0, max_requests=1, forward_batch=1)
 
 
 @dataclass
@@ -122,9 +121,14 @@ def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
 class Scorer:
     """Owns the model and its worker thread; ``submit`` returns a future with the Jev response."""
 
-    def __init__(self, model: LoadedModel, options: BatchOptions = BatchOptions(),
-                 temperature: TemperatureFn | None = None, model_name: str | None = None,
-                 limits: Limits | None = None):
+    def __init__(
+        self,
+        model: LoadedModel,
+        options: BatchOptions = BatchOptions(),
+        temperature: TemperatureFn | None = None,
+        model_name: str | None = None,
+        limits: Limits | None = None,
+    ):
         self.model = model
         self.options = options
         self.limits = limits  # the token limits are checked once a request is tokenised (render_request)
@@ -156,15 +160,21 @@ class Scorer:
 
         if not supports_packing(self.model.lm):
             return False
-        probe = [Request("", state, {
-            "a": parse_question({"type": "noul", "instructions": "Is it ready?"}, "a"),
-            "b": parse_question({"type": "choice", "instructions": "Which?", "criteria": ["x", "y", "z"]}, "b"),
-        }) for state in ("A short state.", "A somewhat longer state, to make the rows differ in length.")]
+        probe = [
+            Request(
+                "",
+                state,
+                {
+                    "a": parse_question({"type": "noul", "instructions": "Is it ready?"}, "a"),
+                    "b": parse_question({"type": "choice", "instructions": "Which?", "criteria": ["x", "y", "z"]}, "b"),
+                },
+            )
+            for state in ("A short state.", "A somewhat longer state, to make the rows differ in length.")
+        ]
         prompts = [p for r in probe for p in render_request(self.model, r).prompts]
         if packing_agrees(self.model, prompts):
             return True
-        log.warning("packed scoring does not reproduce score_prompts on %s; using the KV-cache path",
-                    self.model_name)
+        log.warning("packed scoring does not reproduce score_prompts on %s; using the KV-cache path", self.model_name)
         return False
 
     def score(self, prompts: list[Prompt]) -> list[np.ndarray]:
@@ -185,8 +195,9 @@ class Scorer:
 
         if self.packed:
             return score_packed(self.model, prompts, max_batch_tokens=self.options.max_batch_tokens)
-        return score_prompts(self.model, prompts, batch_size=self.options.forward_batch,
-                             shared_prefix=self.options.shared_prefix)
+        return score_prompts(
+            self.model, prompts, batch_size=self.options.forward_batch, shared_prefix=self.options.shared_prefix
+        )
 
     def _answer_waiting(self) -> None:
         """Between two slices of a large batch: answer the requests queued since that fit in one slice (the
@@ -296,8 +307,9 @@ class Scorer:
             if not job.future.set_running_or_notify_cancel():
                 continue  # the client went away while it waited
             try:
-                job.rendered = render_request(self.model, job.request, shared_prefix=self.options.shared_prefix,
-                                              limits=self.limits)
+                job.rendered = render_request(
+                    self.model, job.request, shared_prefix=self.options.shared_prefix, limits=self.limits
+                )
             except RequestError as err:  # over a limit: the client's 422, not a scoring failure
                 job.future.set_exception(err)
                 continue

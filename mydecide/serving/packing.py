@@ -73,8 +73,8 @@ def pack(groups: Sequence[tuple[tuple[int, ...], Sequence[Prompt]]], pad_id: int
     for r, ((prefix, prompts), length) in enumerate(zip(groups, lengths, strict=True)):
         start = width - length  # left padding
         p_len = len(prefix)
-        ids[r, start:start + p_len] = torch.tensor(prefix, dtype=torch.long)
-        pos[r, start:start + p_len] = torch.arange(p_len)
+        ids[r, start : start + p_len] = torch.tensor(prefix, dtype=torch.long)
+        pos[r, start : start + p_len] = torch.arange(p_len)
         prefix_slice = slice(start, start + p_len)
         allowed[r, prefix_slice, prefix_slice] = torch.ones(p_len, p_len, dtype=torch.bool).tril()
         at = start + p_len
@@ -116,8 +116,12 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
         by_prefix.setdefault(p.prefix, []).append(i)
     groups = sorted(by_prefix.items(), key=lambda g: len(g[0]) + sum(len(prompts[i].suffix) for i in g[1]))
     out: list[np.ndarray] = [np.empty(0)] * len(prompts)
-    too_long = [i for prefix, members in groups
-                if len(prefix) + sum(len(prompts[j].suffix) for j in members) > MAX_ROW_TOKENS for i in members]
+    too_long = [
+        i
+        for prefix, members in groups
+        if len(prefix) + sum(len(prompts[j].suffix) for j in members) > MAX_ROW_TOKENS
+        for i in members
+    ]
     if too_long:
         for i, z in zip(too_long, score_prompts(model, [prompts[i] for i in too_long]), strict=True):
             out[i] = z
@@ -134,8 +138,12 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
     def flush() -> None:
         batch = pack([(prefix, [prompts[i] for i in members]) for prefix, members in chunk], pad_id, dtype)
         device = model.device
-        hidden = decoder(input_ids=batch.input_ids.to(device), position_ids=batch.position_ids.to(device),
-                         attention_mask=batch.mask.to(device), use_cache=False).last_hidden_state  # (B, L, H)
+        hidden = decoder(
+            input_ids=batch.input_ids.to(device),
+            position_ids=batch.position_ids.to(device),
+            attention_mask=batch.mask.to(device),
+            use_cache=False,
+        ).last_hidden_state  # (B, L, H)
         last = hidden[batch.rows.to(device), batch.cols.to(device)]  # (N, H)
         logits = read_option_logits(last, weight, label_ids, batch.option_mask.to(device), bias, softcap)
         rows = logits.double().cpu().numpy()  # (N, K)
@@ -166,5 +174,7 @@ def packing_agrees(model: LoadedModel, prompts: Sequence[Prompt], tolerance: flo
 
     reference = score_prompts(model, prompts, shared_prefix=False)
     packed = score_packed(model, prompts)
-    return all(float(np.abs(to_probabilities("choice", a) - to_probabilities("choice", b)).max()) <= tolerance
-               for a, b in zip(reference, packed, strict=True))
+    return all(
+        float(np.abs(to_probabilities("choice", a) - to_probabilities("choice", b)).max()) <= tolerance
+        for a, b in zip(reference, packed, strict=True)
+    )

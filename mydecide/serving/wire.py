@@ -126,8 +126,13 @@ def decode_body(raw: bytes | str) -> Any:
     import json
 
     try:
-        return json.loads(raw, object_pairs_hook=unique_keys, parse_constant=_no_constant,
-                          parse_float=_finite_float, parse_int=_bounded_int)
+        return json.loads(
+            raw,
+            object_pairs_hook=unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
     except json.JSONDecodeError as err:
         raise RequestError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except DuplicateKeyError as err:
@@ -188,15 +193,19 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
     elif not isinstance(state, dict) or not state:
         raise RequestError("state must be a non-empty string, JSON object or list of strings")
     if state_size(state, stop=limits.max_state_chars) > limits.max_state_chars:
-        raise RequestError(f"state is longer than the limit of {limits.max_state_chars} characters"
-                           + ("" if isinstance(state, str) else " (as the model reads it: a JSON object as indented "
-                              "JSON, a list one string per line)"))
+        raise RequestError(
+            f"state is longer than the limit of {limits.max_state_chars} characters"
+            + (
+                ""
+                if isinstance(state, str)
+                else " (as the model reads it: a JSON object as indented JSON, a list one string per line)"
+            )
+        )
     questions = body.get("questions")
     if not isinstance(questions, dict) or not questions:
         raise RequestError("questions must be a non-empty object mapping a name to a question")
     if len(questions) > limits.max_questions:
-        raise RequestError(f"{len(questions)} questions exceed the limit of {limits.max_questions} "
-                           "per request")
+        raise RequestError(f"{len(questions)} questions exceed the limit of {limits.max_questions} per request")
     parsed: dict[str, Question] = {}
     n_prompts = 0
     prompt_chars = 0
@@ -204,30 +213,39 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
         if not name.strip():
             raise RequestError("question names must be non-empty")
         if len(name) > limits.max_name_chars:
-            raise RequestError(f"question {name[:40]!r}…: its name is longer than the limit of "
-                               f"{limits.max_name_chars} characters")
+            raise RequestError(
+                f"question {name[:40]!r}…: its name is longer than the limit of {limits.max_name_chars} characters"
+            )
         try:
             question = parse_question(_noul_without_criteria(obj), name)
         except RecordError as err:
             raise RequestError(str(err)) from None
         prompt_chars += _check_text_limits(name, question, limits)
         if prompt_chars > limits.max_prompt_chars:
-            raise RequestError(f"question {name!r}: the request's prompts hold more than {limits.max_prompt_chars} "
-                               "characters of question text, the limit per request (instructions count once per "
-                               "prompt: per label of a set, per group of 26 options)")
+            raise RequestError(
+                f"question {name!r}: the request's prompts hold more than {limits.max_prompt_chars} "
+                "characters of question text, the limit per request (instructions count once per "
+                "prompt: per label of a set, per group of 26 options)"
+            )
         k = question.k
         if question.type == "choice" and not limits.min_choice_options <= k <= limits.max_choice_options:
-            raise RequestError(f"question {name!r}: choice needs {limits.min_choice_options} to "
-                               f"{limits.max_choice_options} options on this server, got {question.k}")
+            raise RequestError(
+                f"question {name!r}: choice needs {limits.min_choice_options} to "
+                f"{limits.max_choice_options} options on this server, got {question.k}"
+            )
         if question.type == "score" and not limits.min_score_levels <= question.k <= limits.max_score_levels:
-            raise RequestError(f"question {name!r}: score needs {limits.min_score_levels} to "
-                               f"{limits.max_score_levels} levels on this server, got {question.k}")
+            raise RequestError(
+                f"question {name!r}: score needs {limits.min_score_levels} to "
+                f"{limits.max_score_levels} levels on this server, got {question.k}"
+            )
         n_prompts += prompt_count(question, form(question) if form is not None else "letters")
         if n_prompts > limits.max_prompts:
-            raise RequestError(f"question {name!r}: the request needs more than {limits.max_prompts} scored "
-                               "prompts (one per question, one per label of a set question, one per option of a "
-                               "question scored per option, one per group of 26 options + 1 for a larger choice "
-                               "scored with letters), the limit per request")
+            raise RequestError(
+                f"question {name!r}: the request needs more than {limits.max_prompts} scored "
+                "prompts (one per question, one per label of a set question, one per option of a "
+                "question scored per option, one per group of 26 options + 1 for a larger choice "
+                "scored with letters), the limit per request"
+            )
         parsed[name] = question
     return Request(model, state, parsed)
 
@@ -240,14 +258,18 @@ def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
     """Refuse an oversized part of one question; return about how many characters its prompts hold besides the
     state (generously: enough to refuse before tokenising what would be far over ``max_input_tokens``)."""
     if len(question.instructions) > limits.max_instructions_chars:
-        raise RequestError(f"question {name!r}: instructions are longer than the limit of "
-                           f"{limits.max_instructions_chars} characters")
+        raise RequestError(
+            f"question {name!r}: instructions are longer than the limit of {limits.max_instructions_chars} characters"
+        )
     for option, description in zip(question.options, question.descriptions, strict=True):
         if len(option) > limits.max_option_chars or len(description) > limits.max_option_chars:
-            raise RequestError(f"question {name!r}: option {option[:40]!r} is longer than the limit of "
-                               f"{limits.max_option_chars} characters")
-    options = sum(len(o) + len(d) + OPTION_OVERHEAD_CHARS
-                  for o, d in zip(question.options, question.descriptions, strict=True))
+            raise RequestError(
+                f"question {name!r}: option {option[:40]!r} is longer than the limit of "
+                f"{limits.max_option_chars} characters"
+            )
+    options = sum(
+        len(o) + len(d) + OPTION_OVERHEAD_CHARS for o, d in zip(question.options, question.descriptions, strict=True)
+    )
     return prompt_count(question) * (len(question.instructions) + PROMPT_OVERHEAD_CHARS) + options
 
 
@@ -263,16 +285,27 @@ def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
         return {"type": "noul", "noul": p[0]}
     if question.type == "set":
         probabilities = dict(zip(question.options, p, strict=True))
-        return {"type": "set", "probabilities": probabilities,
-                "selected": [label for label, v in probabilities.items() if v >= 0.5]}
+        return {
+            "type": "set",
+            "probabilities": probabilities,
+            "selected": [label for label, v in probabilities.items() if v >= 0.5],
+        }
     best = max(range(len(p)), key=p.__getitem__)
     confidence = jev_confidence(p[best], len(p))
     if question.type == "score":
-        return {"type": "score", "score": sum(i * v for i, v in enumerate(p)), "confidence": confidence,
-                "probabilities": {str(i): v for i, v in enumerate(p)},
-                "legend": {str(i): d for i, d in enumerate(question.descriptions)}}
-    return {"type": "choice", "choice": question.options[best], "confidence": confidence,
-            "probabilities": dict(zip(question.options, p, strict=True))}
+        return {
+            "type": "score",
+            "score": sum(i * v for i, v in enumerate(p)),
+            "confidence": confidence,
+            "probabilities": {str(i): v for i, v in enumerate(p)},
+            "legend": {str(i): d for i, d in enumerate(question.descriptions)},
+        }
+    return {
+        "type": "choice",
+        "choice": question.options[best],
+        "confidence": confidence,
+        "probabilities": dict(zip(question.options, p, strict=True)),
+    }
 
 
 @dataclass(frozen=True)
@@ -299,8 +332,9 @@ class RenderedRequest:
         return self.plan.tokens(self.shared_prefix)
 
 
-def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool = True,
-                   limits: Limits | None = None) -> RenderedRequest:
+def render_request(
+    model: LoadedModel, request: Request, *, shared_prefix: bool = True, limits: Limits | None = None
+) -> RenderedRequest:
     """Tokenise every question of a request (the first round of its scoring plan).
 
     With ``limits``, raises :class:`RequestError` when one prompt holds more than ``max_prompt_tokens`` tokens, or
@@ -313,10 +347,12 @@ def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool 
         names = list(request.questions)
         longest = max(range(len(rendered.prompts)), key=lambda i: len(rendered.prompts[i]))
         if len(rendered.prompts[longest]) > limits.max_prompt_tokens:
-            raise RequestError(f"question {names[rendered.owner[longest]]!r}: a prompt of "
-                               f"{len(rendered.prompts[longest])} tokens is over the limit of "
-                               f"{limits.max_prompt_tokens} tokens in one prompt (the state, cut to "
-                               f"{len(rendered.prompts[longest].prefix)}, plus the question)")
+            raise RequestError(
+                f"question {names[rendered.owner[longest]]!r}: a prompt of "
+                f"{len(rendered.prompts[longest])} tokens is over the limit of "
+                f"{limits.max_prompt_tokens} tokens in one prompt (the state, cut to "
+                f"{len(rendered.prompts[longest].prefix)}, plus the question)"
+            )
         max_input_tokens = limits.max_input_tokens
         tokens = rendered.plan.tokens(shared_prefix=True)
         if tokens > max_input_tokens:
@@ -324,14 +360,20 @@ def render_request(model: LoadedModel, request: Request, *, shared_prefix: bool 
             for n, prompt in zip(rendered.owner, rendered.prompts, strict=True):
                 per_question[n] += len(prompt.suffix)
             largest = max(range(len(names)), key=per_question.__getitem__)
-            raise RequestError(f"the request's prompts hold {tokens} tokens, over the limit of {max_input_tokens} "
-                               f"input tokens (question {names[largest]!r} holds the most: "
-                               f"{per_question[largest]}, the state {len(rendered.prompts[0].prefix)})")
+            raise RequestError(
+                f"the request's prompts hold {tokens} tokens, over the limit of {max_input_tokens} "
+                f"input tokens (question {names[largest]!r} holds the most: "
+                f"{per_question[largest]}, the state {len(rendered.prompts[0].prefix)})"
+            )
     return rendered
 
 
-def build_response(rendered: RenderedRequest, logits: list[np.ndarray] | None = None,
-                   temperature: TemperatureFn | None = None, model_name: str = "") -> dict[str, Any]:
+def build_response(
+    rendered: RenderedRequest,
+    logits: list[np.ndarray] | None = None,
+    temperature: TemperatureFn | None = None,
+    model_name: str = "",
+) -> dict[str, Any]:
     """The Jev response of one request whose plan has been scored (``score_plans``).
 
     ``logits``, when given, are the first round's per-prompt option logits (in ``rendered.prompts`` order), for
@@ -349,17 +391,28 @@ def build_response(rendered: RenderedRequest, logits: list[np.ndarray] | None = 
     for name, question, z in zip(names, questions, per_question, strict=True):
         t = temperature(question.type, question.k) if temperature else 1.0
         answers[name] = build_answer(question, to_probabilities(question.type, z, t))
-    return {"model": request.model or model_name, "answers": answers,
-            "usage": {"input_tokens": rendered.input_tokens, "output_tokens": 0}}
+    return {
+        "model": request.model or model_name,
+        "answers": answers,
+        "usage": {"input_tokens": rendered.input_tokens, "output_tokens": 0},
+    }
 
 
-def answer_request(model: LoadedModel, request: Request, temperature: TemperatureFn | None = None,
-                   *, shared_prefix: bool = True, model_name: str | None = None,
-                   batch_size: int = 16) -> dict[str, Any]:
+def answer_request(
+    model: LoadedModel,
+    request: Request,
+    temperature: TemperatureFn | None = None,
+    *,
+    shared_prefix: bool = True,
+    model_name: str | None = None,
+    batch_size: int = 16,
+) -> dict[str, Any]:
     """Score every question of one request (one shared state prefix) and build the Jev response."""
     from mydecide.modeling import score_prompts
 
     rendered = render_request(model, request, shared_prefix=shared_prefix)
-    score_plans([rendered.plan], lambda prompts: score_prompts(model, prompts, batch_size=batch_size,
-                                                               shared_prefix=shared_prefix))
+    score_plans(
+        [rendered.plan],
+        lambda prompts: score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix),
+    )
     return build_response(rendered, None, temperature, model_name or model.name)

@@ -77,8 +77,14 @@ class TrainBatch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device)
 
-        return TrainBatch(self.batch.to(device), self.targets.to(device), self.is_score.to(device), self.units,
-                          move(self.index), move(self.option_mask))
+        return TrainBatch(
+            self.batch.to(device),
+            self.targets.to(device),
+            self.is_score.to(device),
+            self.units,
+            move(self.index),
+            move(self.option_mask),
+        )
 
     def logits(self, prompt_logits: torch.Tensor) -> torch.Tensor:
         """(B, K) unit logits from the (R, Kp) prompt logits of the forward pass."""
@@ -133,8 +139,7 @@ def rotated_orders(record: Record, order: Sequence[int], count: int, per_option:
     return [list(order[s:]) + list(order[:s]) for s in shifts]
 
 
-def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
-                    size: int = GROUP_SIZE) -> list[int]:
+def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int, size: int = GROUP_SIZE) -> list[int]:
     """The ≤ ``size`` options (canonical indices, in ``order``) a record with more options shows in one epoch.
 
     Every option with target mass stays (the ``size`` largest, ties by index, if more have mass); the rest are
@@ -150,15 +155,18 @@ def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
     return [i for i in order if i in chosen]
 
 
-def record_units(renderer: Renderer, record: Record, index: int, order: Sequence[int], *, seed: int = 0,
-                 epoch: int = 0) -> list[Unit]:
+def record_units(
+    renderer: Renderer, record: Record, index: int, order: Sequence[int], *, seed: int = 0, epoch: int = 0
+) -> list[Unit]:
     """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
     more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
     per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order)."""
     q = record.question
     if q.type == "set":
-        return [Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
-                for unit, p in zip(question_units(q), record.target, strict=True)]
+        return [
+            Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
+            for unit, p in zip(question_units(q), record.target, strict=True)
+        ]
     per_option = renderer.form(q) == "per_option"
     if q.k > GROUP_SIZE:
         shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
@@ -168,14 +176,24 @@ def record_units(renderer: Renderer, record: Record, index: int, order: Sequence
             return [Unit(tuple(renderer.render_per_option(record.state, q, shown)), target, False, index, True)]
         return [Unit((renderer.render(record.state, sub_question(q, shown)),), target, False, index)]
     if per_option:
-        return [Unit(tuple(renderer.render_per_option(record.state, q)), tuple(record.target), q.type == "score",
-                     index, True)]
+        return [
+            Unit(
+                tuple(renderer.render_per_option(record.state, q)), tuple(record.target), q.type == "score", index, True
+            )
+        ]
     prompt = renderer.render(record.state, q, order)
     return [Unit((prompt,), tuple(record.target[i] for i in order), q.type == "score", index)]
 
 
-def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch: int,
-                shuffle_options: bool, shuffle_fraction: float = 1.0, orders_per_record: int = 1) -> list[Unit]:
+def epoch_units(
+    renderer: Renderer,
+    records: Sequence[Record],
+    seed: int,
+    epoch: int,
+    shuffle_options: bool,
+    shuffle_fraction: float = 1.0,
+    orders_per_record: int = 1,
+) -> list[Unit]:
     """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice record yields one unit per
     rotation of its shown order (:func:`rotated_orders`), kept in one batch by :func:`plan_batches`."""
     units: list[Unit] = []
@@ -187,8 +205,9 @@ def epoch_units(renderer: Renderer, records: Sequence[Record], seed: int, epoch:
     return units
 
 
-def plan_batches(units: Sequence[Unit], batch_size: int, seed: int, epoch: int,
-                 length_buckets: bool = True) -> list[list[Unit]]:
+def plan_batches(
+    units: Sequence[Unit], batch_size: int, seed: int, epoch: int, length_buckets: bool = True
+) -> list[list[Unit]]:
     """Group units into batches of ``batch_size`` questions.
 
     Units on one state stay adjacent (one prefix per state in a batch); with ``length_buckets`` the state groups are
@@ -212,11 +231,13 @@ def plan_batches(units: Sequence[Unit], batch_size: int, seed: int, epoch: int,
                 current, size = [], 0
         if current:
             flat_windows.append(current)
-        ordered = [g for w in flat_windows
-                   for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(p.suffix) for u in g
-                                                                                   for p in u.prompts))]
+        ordered = [
+            g
+            for w in flat_windows
+            for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(p.suffix) for u in g for p in u.prompts))
+        ]
     flat = [u for g in ordered for u in g]
-    batches = [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
+    batches = [flat[i : i + batch_size] for i in range(0, len(flat), batch_size)]
     rng.shuffle(batches)
     return batches
 

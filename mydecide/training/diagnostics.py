@@ -33,8 +33,15 @@ class CollapseReport:
         return dict(self.__dict__)
 
 
-def collapse_report(predicted_positions: Sequence[int], gold_positions: Sequence[int], flips: Sequence[bool],
-                    accuracy: float, majority_accuracy: float, *, check_majority: bool = True) -> CollapseReport:
+def collapse_report(
+    predicted_positions: Sequence[int],
+    gold_positions: Sequence[int],
+    flips: Sequence[bool],
+    accuracy: float,
+    majority_accuracy: float,
+    *,
+    check_majority: bool = True,
+) -> CollapseReport:
     """Positions are shown-order indices (0 = "A") of the predicted and gold options under shuffled order."""
     if not predicted_positions:
         raise ValueError("collapse_report needs at least one prediction")
@@ -47,10 +54,12 @@ def collapse_report(predicted_positions: Sequence[int], gold_positions: Sequence
     if share > LETTER_SHARE_LIMIT and share - gold_share > LETTER_EXCESS_LIMIT:
         report.warnings.append(
             f"{share:.0%} of dev answers are letter {report.top_letter} (gold: {gold_share:.0%}): the model is "
-            "learning an answer position, not the task")
+            "learning an answer position, not the task"
+        )
     if flip_rate > FLIP_LIMIT:
         report.warnings.append(f"{flip_rate:.0%} of dev answers change when the options are reordered")
     if check_majority and accuracy <= majority_accuracy:
         report.warnings.append(
-            f"dev accuracy {accuracy:.3f} does not beat the majority-class baseline {majority_accuracy:.3f}")
+            f"dev accuracy {accuracy:.3f} does not beat the majority-class baseline {majority_accuracy:.3f}"
+        )
     return report

@@ -51,25 +51,30 @@ def prepared_data(data: str | None) -> Path:
             hint = f"; for a data recipe, run `mydecide prepare {path} --out DIR` first"
         else:
             hint = ""
-        raise NotADirectoryError(f"--data {path} is a file; train reads the directory `mydecide prepare` wrote, "
-                                 f"with train.jsonl and dev.jsonl in it{hint}")
+        raise NotADirectoryError(
+            f"--data {path} is a file; train reads the directory `mydecide prepare` wrote, "
+            f"with train.jsonl and dev.jsonl in it{hint}"
+        )
     if not path.is_dir():
         raise FileNotFoundError(f"--data {path}: no such directory (give the output directory of `mydecide prepare`)")
     missing = [name for name in ("train.jsonl", "dev.jsonl") if not (path / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"--data {path}: no {' or '.join(missing)} in it; it is not an output directory of "
-                                "`mydecide prepare`")
+        raise FileNotFoundError(
+            f"--data {path}: no {' or '.join(missing)} in it; it is not an output directory of `mydecide prepare`"
+        )
     return path
 
 
-def select_tasks(train_records: list[Record], dev_records: list[Record], tasks: list[str],
-                 data_dir: Path) -> tuple[list[Record], list[Record]]:
+def select_tasks(
+    train_records: list[Record], dev_records: list[Record], tasks: list[str], data_dir: Path
+) -> tuple[list[Record], list[Record]]:
     """The records of ``tasks`` only; a task with no training records is an error naming the tasks there are."""
     present = Counter(r.task for r in train_records)
     missing = [t for t in tasks if t not in present]
     if missing:
-        raise ValueError(f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; "
-                         f"its tasks are {sorted(present)}")
+        raise ValueError(
+            f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; its tasks are {sorted(present)}"
+        )
     wanted = set(tasks)
     return [r for r in train_records if r.task in wanted], [r for r in dev_records if r.task in wanted]
 
@@ -89,8 +94,13 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
         return spec
     decoder = lm.get_decoder()
     prefix = next(name for name, module in lm.named_modules() if module is decoder)
-    leaves = sorted({name.rsplit(".", 1)[-1] for name, module in decoder.named_modules()
-                     if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)})
+    leaves = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in decoder.named_modules()
+            if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)
+        }
+    )
     if not leaves:
         raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
     layers = ""
@@ -147,8 +157,9 @@ def majority_by_task(records: list[Record]) -> dict[str, int]:
     return {task: c.most_common(1)[0][0] for task, c in counts.items()}
 
 
-def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], seed: int,
-                batch_size: int) -> dict[str, Any]:
+def dev_metrics(
+    model: Any, records: list[Record], majority: dict[str, int], seed: int, batch_size: int
+) -> dict[str, Any]:
     """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
 
     A set question counts one yes/no row per label in the metrics; the collapse check looks at the other
@@ -166,15 +177,16 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
     sets = [r for r in records if r.question.type == "set"]
     items = [(r.state, r.question) for r in single]
     logits = score_questions(model, items + [(r.state, r.question) for r in sets], batch_size=batch_size)
-    set_logits = logits[len(single):]
+    set_logits = logits[len(single) :]
     logits = logits[: len(single)]
     # the collapse check's second pass: choice options in another order (yes / no and score are always in order)
     orders = [shown_order(r, seed, 10_000, shuffle=True) for r in single]
     reordered = [i for i, r in enumerate(single) if r.question.type == "choice"]
     shuffled = list(logits)
     if reordered:
-        again = score_questions(model, [items[i] for i in reordered], orders=[orders[i] for i in reordered],
-                                batch_size=batch_size)
+        again = score_questions(
+            model, [items[i] for i in reordered], orders=[orders[i] for i in reordered], batch_size=batch_size
+        )
         for i, z in zip(reordered, again, strict=True):
             shuffled[i] = z
     probs = [to_probabilities(r.question.type, z) for r, z in zip(single, logits, strict=True)]
@@ -183,8 +195,9 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
         for p, y in zip(to_probabilities("set", z), r.target, strict=True):
             probs.append(np.array([p, 1.0 - p]))
             targets.append(np.array([y, 1.0 - y]))
-    summary = summarize(probs, targets, [r.question.type == "score" for r in single] +
-                        [False] * (len(probs) - len(single)))
+    summary = summarize(
+        probs, targets, [r.question.type == "score" for r in single] + [False] * (len(probs) - len(single))
+    )
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
@@ -195,12 +208,23 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
     majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single])) if single else 0.0
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
     if not single:
-        return {**out, "flip_rate": 0.0, "majority_accuracy": majority_acc, "top_letter": "-",
-                "top_letter_share": 0.0, "warnings": []}
+        return {
+            **out,
+            "flip_rate": 0.0,
+            "majority_accuracy": majority_acc,
+            "top_letter": "-",
+            "top_letter_share": 0.0,
+            "warnings": [],
+        }
     report = collapse_report(predicted_pos, gold_pos, flips, summary["accuracy"], majority_acc)
-    return {**out, "flip_rate": report.flip_rate, "majority_accuracy": majority_acc,
-            "top_letter": report.top_letter, "top_letter_share": report.top_letter_share,
-            "warnings": report.warnings}
+    return {
+        **out,
+        "flip_rate": report.flip_rate,
+        "majority_accuracy": majority_acc,
+        "top_letter": report.top_letter,
+        "top_letter_share": report.top_letter_share,
+        "warnings": report.warnings,
+    }
 
 
 # ------------------------------------------------------------------------------------------ checkpoints, resume
@@ -208,8 +232,16 @@ def dev_metrics(model: Any, records: list[Record], majority: dict[str, int], see
 CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
 # what --resume --allow-change KEY may change: how long to train and how often to look; nothing the saved weights,
 # optimiser or data order depend on
-SAFE_CHANGES = ("optim.max_steps", "optim.epochs", "eval_every", "save_every", "keep_checkpoints", "eval_batch_size",
-                "collapse_after", "report_to")
+SAFE_CHANGES = (
+    "optim.max_steps",
+    "optim.epochs",
+    "eval_every",
+    "save_every",
+    "keep_checkpoints",
+    "eval_batch_size",
+    "collapse_after",
+    "report_to",
+)
 
 
 def checkpoint_dirs(run: Path) -> list[Path]:
@@ -226,8 +258,11 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
     lora = torch.load(path / "lora.pt", weights_only=True, map_location="cpu")
     state = torch.load(path / STATE_FILE, weights_only=True, map_location="cpu")
-    missing = [key for key in ("update", "best", "optimizer", "scheduler", "torch_rng", "python_rng", "numpy_rng")
-               if key not in state]
+    missing = [
+        key
+        for key in ("update", "best", "optimizer", "scheduler", "torch_rng", "python_rng", "numpy_rng")
+        if key not in state
+    ]
     if missing:
         raise KeyError(f"no {', '.join(missing)} in {STATE_FILE}")
     return lora, state
@@ -245,8 +280,10 @@ def newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], dict[str, Any]] 
             log(f"checkpoint {path.name} is damaged or unreadable ({reason}); skipped")
             damaged.append(path.name)
     if damaged:
-        raise ValueError(f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); "
-                         "start a new run with another --out")
+        raise ValueError(
+            f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); "
+            "start a new run with another --out"
+        )
     return None
 
 
@@ -292,8 +329,11 @@ def recipe_changes(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str]) 
         saved = TrainRecipe.model_validate(saved).model_dump(mode="json")
     before, after = flat(saved), flat(recipe.model_dump(mode="json"))
     absent = "(absent)"
-    changes = [(key, before.get(key, absent), after.get(key, absent)) for key in [*before, *after]
-               if key not in ("out", "data") and before.get(key, absent) != after.get(key, absent)]
+    changes = [
+        (key, before.get(key, absent), after.get(key, absent))
+        for key in [*before, *after]
+        if key not in ("out", "data") and before.get(key, absent) != after.get(key, absent)
+    ]
     changes = list(dict.fromkeys(changes))
     for name, digest in trained_on.items():
         if data_sha256.get(name) != digest:
@@ -306,8 +346,10 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
     ``allow_change`` (only ``SAFE_CHANGES``) may differ."""
     unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
     if unsafe:
-        raise ValueError(f"--allow-change: {', '.join(unsafe)} cannot change on resume (only "
-                         f"{', '.join(SAFE_CHANGES)} can); start a new run with another --out")
+        raise ValueError(
+            f"--allow-change: {', '.join(unsafe)} cannot change on resume (only "
+            f"{', '.join(SAFE_CHANGES)} can); start a new run with another --out"
+        )
     changes = [c for c in recipe_changes(run, recipe, data_sha256) if c[0] not in allow_change]
     if not changes:
         return
@@ -315,8 +357,9 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
     if all(key in SAFE_CHANGES for key, _, _ in changes):
         hint = "to continue with it, pass " + " ".join(f"--allow-change {key}" for key, _, _ in changes)
     else:
-        hint = (f"start a new run with another --out (only {', '.join(SAFE_CHANGES)} may change, with "
-                "--allow-change KEY)")
+        hint = (
+            f"start a new run with another --out (only {', '.join(SAFE_CHANGES)} may change, with --allow-change KEY)"
+        )
     raise ValueError(f"--resume {run}: the recipe or data differs from the run's recipe.yaml: {listed}; {hint}")
 
 
@@ -355,9 +398,12 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     run = Path(recipe.out)
     on_gpu = torch.cuda.is_available()
     precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
-    accelerator = Accelerator(mixed_precision="bf16" if precision == "bf16" else "no", cpu=not on_gpu,
-                              log_with=trackers or None, project_config=ProjectConfiguration(
-                                  project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None)
+    accelerator = Accelerator(
+        mixed_precision="bf16" if precision == "bf16" else "no",
+        cpu=not on_gpu,
+        log_with=trackers or None,
+        project_config=ProjectConfiguration(project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None,
+    )
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
     if is_main:
@@ -366,16 +412,21 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, {**provenance(), "data_sha256": data_sha256}))
         if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
-            accelerator.init_trackers("mydecide", config=tracker_config(recipe),
-                                      init_kwargs={"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}})
+            accelerator.init_trackers(
+                "mydecide",
+                config=tracker_config(recipe),
+                init_kwargs={"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}},
+            )
     train_records = load_records(data_dir / "train.jsonl")
     dev_records = load_records(data_dir / "dev.jsonl")
     if recipe.tasks:
         counts = len(train_records), len(dev_records)
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
         if is_main:
-            log(f"tasks {recipe.tasks}: {len(train_records)} of {counts[0]} train and {len(dev_records)} of "
-                f"{counts[1]} dev records kept")
+            log(
+                f"tasks {recipe.tasks}: {len(train_records)} of {counts[0]} train and {len(dev_records)} of "
+                f"{counts[1]} dev records kept"
+            )
     if recipe.train_limit:
         train_records = train_records[: recipe.train_limit]
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
@@ -383,12 +434,22 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     majority = majority_by_task(train_records)
 
     # ---- model + LoRA
-    base = load_model(recipe.model, render=recipe.prompt, device=str(accelerator.device),
-                      dtype=torch.bfloat16 if precision == "bf16" else torch.float32)
+    base = load_model(
+        recipe.model,
+        render=recipe.prompt,
+        device=str(accelerator.device),
+        dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
+    )
     renderer, tokenizer = base.renderer, base.tokenizer
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
-    lora = LoraConfig(r=recipe.lora.r, lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
-                      lora_dropout=recipe.lora.dropout, target_modules=targets, bias="none", task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=recipe.lora.r,
+        lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
+        lora_dropout=recipe.lora.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)
     # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
@@ -409,8 +470,15 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         if phase == 0:
             units = epoch_units(renderer, train_records, recipe.seed, epoch, False)
         else:
-            units = epoch_units(renderer, train_records, recipe.seed, epoch, recipe.shuffle_options,
-                                recipe.shuffle_fraction, recipe.orders_per_record)
+            units = epoch_units(
+                renderer,
+                train_records,
+                recipe.seed,
+                epoch,
+                recipe.shuffle_options,
+                recipe.shuffle_fraction,
+                recipe.orders_per_record,
+            )
         return plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
 
     # epoch 0's plans, kept for the first pass of the loop; the ordered one only when there is an ordered phase
@@ -423,15 +491,21 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     accum = recipe.optim.grad_accum
     total_updates = recipe.optim.max_steps or math.ceil(micro_per_epoch * recipe.optim.epochs / accum)
     schedule = OrderSchedule(round(recipe.shuffle_start * total_updates) * accum, per_epoch)
-    optimizer = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr,
-                                  weight_decay=recipe.optim.weight_decay)
-    scheduler = get_scheduler(recipe.optim.schedule, optimizer,
-                              num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
-                              num_training_steps=total_updates)
+    optimizer = torch.optim.AdamW(
+        [p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr, weight_decay=recipe.optim.weight_decay
+    )
+    scheduler = get_scheduler(
+        recipe.optim.schedule,
+        optimizer,
+        num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
+        num_training_steps=total_updates,
+    )
     module, optimizer, scheduler = accelerator.prepare(module, optimizer, scheduler)
-    log(f"{len(train_records)} train / {len(dev_records)} dev records; {micro_per_epoch} micro-batches of "
+    log(
+        f"{len(train_records)} train / {len(dev_records)} dev records; {micro_per_epoch} micro-batches of "
         f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
-        f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}")
+        f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}"
+    )
 
     def scoring_model() -> LoadedModel:
         return LoadedModel(accelerator.unwrap_model(module).lm, tokenizer, renderer, recipe.model)
@@ -460,13 +534,25 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         tmp.mkdir(parents=True)
         try:
             torch.save(get_peft_model_state_dict(accelerator.unwrap_model(module).lm), tmp / "lora.pt")
-            torch.save({"update": update, "best": best, "optimizer": optimizer.state_dict(),
-                        "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "python_rng": random.getstate(), "numpy_rng": numpy_rng_state()}, tmp / STATE_FILE)
+            torch.save(
+                {
+                    "update": update,
+                    "best": best,
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "python_rng": random.getstate(),
+                    "numpy_rng": numpy_rng_state(),
+                },
+                tmp / STATE_FILE,
+            )
         except RuntimeError as err:  # torch's word for a full disk or a file-size limit: "file write failed"
             shutil.rmtree(tmp, ignore_errors=True)
-            raise OSError(errno.EIO, f"could not write the checkpoint ({' '.join(str(err).split())[-120:]}); is "
-                          "the disk full?", str(tmp)) from None
+            raise OSError(
+                errno.EIO,
+                f"could not write the checkpoint ({' '.join(str(err).split())[-120:]}); is the disk full?",
+                str(tmp),
+            ) from None
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
         # newer ones are an earlier attempt's that resume skipped as damaged; of the rest keep the newest few
@@ -482,8 +568,14 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         accelerator.unwrap_model(module).lm.save_pretrained(tmp)
         save_render_config(tmp, recipe.prompt)
         record_base_model(tmp, recipe.model)  # its portable name, not the path of a cache
-        write_model_card(tmp, recipe, "best on dev" if name == "adapter" else "last", update,
-                         {"train": train_records, "dev": dev_records}, run / "metrics.jsonl")
+        write_model_card(
+            tmp,
+            recipe,
+            "best on dev" if name == "adapter" else "last",
+            update,
+            {"train": train_records, "dev": dev_records},
+            run / "metrics.jsonl",
+        )
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
 
@@ -494,14 +586,22 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
             started = time.perf_counter()
             metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
             module.train()
-            row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics,
-                   "seconds": round(time.perf_counter() - started, 1), "time": round(time.time(), 3)}
+            row = {
+                "kind": "dev",
+                "update": update,
+                "epoch": round(epoch, 3),
+                **metrics,
+                "seconds": round(time.perf_counter() - started, 1),
+                "time": round(time.time(), 3),
+            }
             write_metrics(run, row)
             accelerator.log(tracked("dev", {**row, "collapse_warnings": len(metrics["warnings"])}), step=update)
-            log(f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
+            log(
+                f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
                 f"{metrics['majority_accuracy']:.3f}), log loss {metrics['log_loss']:.3f}, ECE {metrics['ece']:.3f}, "
                 f"flip rate {metrics['flip_rate']:.2f}, top letter {metrics['top_letter']} "
-                f"{metrics['top_letter_share']:.0%}")
+                f"{metrics['top_letter_share']:.0%}"
+            )
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
@@ -533,8 +633,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
             with accelerator.no_sync(module) if not sync else _null():
                 logits = tb.logits(module(tb.batch))  # (B, K): per-option units gather their yes − no reads
                 loss = objective_fn(recipe, update / total_updates)(
-                    logits, tb.targets, tb.mask, tb.is_score, progress=update / total_updates,
-                    generator=generator)
+                    logits, tb.targets, tb.mask, tb.is_score, progress=update / total_updates, generator=generator
+                )
                 accelerator.backward(loss / accum)
             losses.append(loss.detach())
             questions += tb.targets.shape[0]
@@ -547,18 +647,26 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         seconds = time.perf_counter() - update_started  # this update's forward + backward + step, all processes
         all_questions = accelerator.reduce(torch.tensor(float(questions), device=accelerator.device), "sum").item()
         if is_main:
-            row = {"kind": "train", "update": update, "epoch": round(schedule.epoch_float(update * accum), 4),
-                   "loss": mean_loss, "lr": scheduler.get_last_lr()[0],
-                   "grad_norm": float(grad_norm) if grad_norm is not None else None,
-                   "updates_per_s": round(1.0 / seconds, 4), "questions_per_s": round(all_questions / seconds, 2),
-                   "time": round(time.time(), 3)}
+            row = {
+                "kind": "train",
+                "update": update,
+                "epoch": round(schedule.epoch_float(update * accum), 4),
+                "loss": mean_loss,
+                "lr": scheduler.get_last_lr()[0],
+                "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                "updates_per_s": round(1.0 / seconds, 4),
+                "questions_per_s": round(all_questions / seconds, 2),
+                "time": round(time.time(), 3),
+            }
             write_metrics(run, row)
             accelerator.log(tracked("train", row), step=update)
             if time.perf_counter() - last_log > 10 or update == total_updates:
                 elapsed = time.perf_counter() - started
                 eta = elapsed / max(update - start_update, 1) * (total_updates - update)
-                log(f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
-                    f"elapsed {elapsed:.0f}s eta {eta:.0f}s")
+                log(
+                    f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
+                    f"elapsed {elapsed:.0f}s eta {eta:.0f}s"
+                )
                 last_log = time.perf_counter()
         epoch_end = schedule.locate(update * accum)[1] != schedule.locate(update * accum - 1)[1]
         if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
@@ -572,8 +680,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         save_adapter("adapter")
     if is_main:
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
-        log(f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
-            f"last → {run / 'last'}")
+        log(
+            f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
+            f"last → {run / 'last'}"
+        )
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
         tracker.finish()
     accelerator.wait_for_everyone()
@@ -606,8 +716,10 @@ def check_trackers(report_to: list[Any]) -> list[str]:
     for tracker in wanted:
         packages = TRACKER_PACKAGES[tracker]
         if not any(importlib.util.find_spec(p) for p in packages):
-            raise ValueError(f"report_to: {tracker} needs the {packages[0]} package, which is not installed "
-                             f"(pip install {packages[0]}), or drop it from report_to")
+            raise ValueError(
+                f"report_to: {tracker} needs the {packages[0]} package, which is not installed "
+                f"(pip install {packages[0]}), or drop it from report_to"
+            )
     return wanted
 
 
@@ -629,5 +741,8 @@ def tracker_config(recipe: TrainRecipe) -> dict[str, Any]:
 def tracked(section: str, row: dict[str, Any]) -> dict[str, float]:
     """The numbers of a metrics.jsonl row as ``section/name`` scalars for the trackers."""
     skip = {"kind", "update", "time"}
-    return {f"{section}/{key}": float(value) for key, value in row.items()
-            if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return {
+        f"{section}/{key}": float(value)
+        for key, value in row.items()
+        if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }

@@ -20,8 +20,18 @@ from mydecide.io import atomic_write_text
 from mydecide.records import Record
 
 ADAPTER_CONFIG = "adapter_config.json"
-DEV_COLUMNS = ("update", "epoch", "n", "accuracy", "chance_corrected", "log_loss", "brier", "ece", "flip_rate",
-               "majority_accuracy")
+DEV_COLUMNS = (
+    "update",
+    "epoch",
+    "n",
+    "accuracy",
+    "chance_corrected",
+    "log_loss",
+    "brier",
+    "ece",
+    "flip_rate",
+    "majority_accuracy",
+)
 
 
 def portable_name(model: str) -> str:
@@ -44,8 +54,10 @@ def data_table(splits: dict[str, Sequence[Record]]) -> str:
     counts = {name: Counter((r.task, r.question.type) for r in records) for name, records in splits.items()}
     keys = sorted(set().union(*counts.values()))
     lines = ["| task | type | " + " | ".join(splits) + " |", "|---|---|" + "---|" * len(splits)]
-    lines += [f"| {task} | {qtype} | " + " | ".join(str(counts[name][(task, qtype)]) for name in splits) + " |"
-              for task, qtype in keys]
+    lines += [
+        f"| {task} | {qtype} | " + " | ".join(str(counts[name][(task, qtype)]) for name in splits) + " |"
+        for task, qtype in keys
+    ]
     lines.append("| **all** | | " + " | ".join(str(len(records)) for records in splits.values()) + " |")
     return "\n".join(lines)
 
@@ -65,8 +77,14 @@ def dev_table(metrics_file: Path) -> str:
     return "\n".join(lines)
 
 
-def write_model_card(adapter_dir: Path, recipe: TrainRecipe, which: str, update: int,
-                     splits: dict[str, Sequence[Record]], metrics_file: Path) -> None:
+def write_model_card(
+    adapter_dir: Path,
+    recipe: TrainRecipe,
+    which: str,
+    update: int,
+    splits: dict[str, Sequence[Record]],
+    metrics_file: Path,
+) -> None:
     """README.md of the adapter: what it is, how to load it, the data it saw, its dev metrics and its recipe."""
     base = portable_name(recipe.model)
     card = f"""---

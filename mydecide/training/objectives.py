@@ -95,9 +95,7 @@ def cross_entropy_loss(
     return -terms.sum(dim=-1).mean()
 
 
-def rlcd_sigma(
-    progress: float, sigma_start: float = RLCD_SIGMA_START, sigma_end: float = RLCD_SIGMA_END
-) -> float:
+def rlcd_sigma(progress: float, sigma_start: float = RLCD_SIGMA_START, sigma_end: float = RLCD_SIGMA_END) -> float:
     """Noise scale of ``rlcd``: linear from ``sigma_start`` at progress 0 to ``sigma_end`` at progress 1."""
     if not 0.0 <= progress <= 1.0:
         raise ValueError(f"progress must be in [0, 1], got {progress}")
@@ -176,9 +174,7 @@ def rlcd_loss(
     # log N(sample; z, σ²) summed over the valid options; (B, G)
     k_valid = mask.sum(dim=-1).to(logits.dtype)  # (B,)
     sq = torch.where(valid, (sample - z[:, None, :]) ** 2, torch.zeros_like(sample)).sum(dim=-1)  # (B, G)
-    log_density = -sq / (2.0 * sigma**2) - k_valid[:, None] * (
-        math.log(sigma) + 0.5 * math.log(2.0 * math.pi)
-    )
+    log_density = -sq / (2.0 * sigma**2) - k_valid[:, None] * (math.log(sigma) + 0.5 * math.log(2.0 * math.pi))
     return -(advantage * log_density).mean()
 
 

@@ -28,8 +28,10 @@ OFFLINE_INPUTS: dict[str, tuple[Path | None, dict[str, Any]]] = {
     "sst5": (FIXTURES / "sst5" / "dev.txt", {}),
     "ocnli": (FIXTURES / "ocnli" / "dev.json", {}),
     "jsonl": (FIXTURES / "generic" / "records.jsonl", {}),
-    "csv": (FIXTURES / "generic" / "tickets.csv",
-            {"type": "noul", "instructions": "Is it urgent?", "state_column": "body", "answer_column": "urgent"}),
+    "csv": (
+        FIXTURES / "generic" / "tickets.csv",
+        {"type": "noul", "instructions": "Is it urgent?", "state_column": "body", "answer_column": "urgent"},
+    ),
     "jevbench": (FIXTURES / "jevbench" / "cases.jsonl", {"gold": str(FIXTURES / "jevbench" / "gold.jsonl")}),
     "vader": (None, {}),
     "spamassassin": (None, {}),
@@ -100,8 +102,23 @@ def test_ids_are_unique_and_stable(kind: str) -> None:
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet", "banking77", "boolq", "sst5", "ocnli", "jevbench",
-                                  "vader", "spamassassin", "rotten_tomatoes", "convention"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "jsonl",
+        "csv",
+        "parquet",
+        "banking77",
+        "boolq",
+        "sst5",
+        "ocnli",
+        "jevbench",
+        "vader",
+        "spamassassin",
+        "rotten_tomatoes",
+        "convention",
+    ],
+)
 def test_missing_file_raises_file_not_found_naming_the_path(kind: str, tmp_path: Path) -> None:
     module = importlib.import_module(f"data_sources.{kind}")
     missing = tmp_path / "nowhere" / "data.csv"

@@ -21,8 +21,11 @@ def test_jsonl_passes_objects_through_with_where_and_reports_bad_lines() -> None
     assert rows[1]["expected"] == {"down": False, "sev": 0}
     assert rows[2]["_error"].startswith("invalid JSON (Expecting ',' delimiter")  # the wording of records.py
     assert rows[2]["raw"] == '{"task": "broken", "state": "missing a closing brace"'
-    assert rows[3] == {"_where": "records.jsonl:5", "_error": "line is a JSON list, not an object",
-                       "raw": ["a", "list", "not", "an", "object"]}
+    assert rows[3] == {
+        "_where": "records.jsonl:5",
+        "_error": "line is a JSON list, not an object",
+        "raw": ["a", "list", "not", "an", "object"],
+    }
     assert rows[4]["target"] == {"billing": 0.9, "engineering": 0.1}
 
 
@@ -40,13 +43,27 @@ def test_jsonl_needs_a_path() -> None:
 
 
 def test_csv_maps_columns_to_choice_records_and_reports_bad_rows() -> None:
-    rows = list(csv_source.convert(str(FIXTURES / "tickets.csv"), type="choice", instructions="Which team?",
-                                   criteria=TEAMS, state_column="body", answer_column="team",
-                                   id_column="ticket_id", task="tickets"))
-    assert rows[0] == {"id": "A-1", "task": "tickets", "lang": "en",
-                       "state": "Checkout returns HTTP 500\nfor every customer",
-                       "question": {"type": "choice", "instructions": "Which team?", "criteria": TEAMS},
-                       "answer": "engineering", "_where": "tickets.csv:2"}
+    rows = list(
+        csv_source.convert(
+            str(FIXTURES / "tickets.csv"),
+            type="choice",
+            instructions="Which team?",
+            criteria=TEAMS,
+            state_column="body",
+            answer_column="team",
+            id_column="ticket_id",
+            task="tickets",
+        )
+    )
+    assert rows[0] == {
+        "id": "A-1",
+        "task": "tickets",
+        "lang": "en",
+        "state": "Checkout returns HTTP 500\nfor every customer",
+        "question": {"type": "choice", "instructions": "Which team?", "criteria": TEAMS},
+        "answer": "engineering",
+        "_where": "tickets.csv:2",
+    }
     assert rows[1]["_where"] == "tickets.csv:4"  # the quoted field of row 1 spans lines 2-3
     assert rows[2]["_where"] == "tickets.csv:5"
     assert rows[2]["_error"] == "column 'team': 'design' is not one of the options ['billing', 'engineering']"
@@ -56,8 +73,15 @@ def test_csv_maps_columns_to_choice_records_and_reports_bad_rows() -> None:
 
 
 def test_csv_noul_and_default_ids_and_task() -> None:
-    rows = list(csv_source.convert(str(FIXTURES / "tickets.csv"), type="noul", instructions="Is it urgent?",
-                                   state_column="body", answer_column="urgent"))
+    rows = list(
+        csv_source.convert(
+            str(FIXTURES / "tickets.csv"),
+            type="noul",
+            instructions="Is it urgent?",
+            state_column="body",
+            answer_column="urgent",
+        )
+    )
     assert [r.get("answer") for r in rows] == [True, False, False, None, None]
     assert rows[0]["id"] == "tickets-tickets-2" and rows[0]["task"] == "tickets"
     assert "criteria" not in rows[0]["question"]
@@ -67,9 +91,16 @@ def test_csv_noul_and_default_ids_and_task() -> None:
 def test_csv_state_from_several_columns_is_an_object(tmp_path: Path) -> None:
     table = tmp_path / "pairs.tsv"
     table.write_text("premise\thypothesis\tlevel\nIt rains\tIt is wet\thigh\nSun\tRain\t7\n", encoding="utf-8")
-    rows = list(csv_source.convert(str(table), type="score", instructions="How likely?",
-                                   criteria=["low", "medium", "high"], state_column=["premise", "hypothesis"],
-                                   answer_column="level"))
+    rows = list(
+        csv_source.convert(
+            str(table),
+            type="score",
+            instructions="How likely?",
+            criteria=["low", "medium", "high"],
+            state_column=["premise", "hypothesis"],
+            answer_column="level",
+        )
+    )
     assert rows[0]["state"] == {"premise": "It rains", "hypothesis": "It is wet"}
     assert rows[0]["answer"] == 2  # a level given by its text
     assert rows[1]["_error"] == "column 'level': level 7 is outside 0..2"
@@ -78,8 +109,15 @@ def test_csv_state_from_several_columns_is_an_object(tmp_path: Path) -> None:
 def test_csv_set_answers(tmp_path: Path) -> None:
     table = tmp_path / "tags.csv"
     table.write_text('text,tags\nhello,"a;b"\nbye,"[""c""]"\nodd,z\n', encoding="utf-8")
-    rows = list(csv_source.convert(str(table), type="set", instructions="Which tags apply?",
-                                   criteria={"a": "A", "b": "B", "c": "C"}, answer_column="tags"))
+    rows = list(
+        csv_source.convert(
+            str(table),
+            type="set",
+            instructions="Which tags apply?",
+            criteria={"a": "A", "b": "B", "c": "C"},
+            answer_column="tags",
+        )
+    )
     assert [r.get("answer") for r in rows] == [["a", "b"], ["c"], None]
     assert rows[2]["_error"] == "column 'tags': label(s) ['z'] are not among ['a', 'b', 'c']"
 
@@ -102,19 +140,30 @@ def test_parquet_maps_columns_with_zero_based_row_index(tmp_path: Path) -> None:
 
     target = tmp_path / "train.parquet"
     pq.write_table(pa.table({"text": ["good", "bad", None, "meh"], "label": [1, 0, 1, 5]}), target)
-    rows = list(parquet.convert(str(target), type="choice", instructions="Good?",
-                                criteria={"0": "bad", "1": "good"}, task="polarity"))
-    assert rows[0] == {"id": "polarity-train-0", "task": "polarity", "lang": "en", "state": "good",
-                       "question": {"type": "choice", "instructions": "Good?",
-                                    "criteria": {"0": "bad", "1": "good"}},
-                       "answer": "1", "_where": "train.parquet:0"}
+    rows = list(
+        parquet.convert(
+            str(target), type="choice", instructions="Good?", criteria={"0": "bad", "1": "good"}, task="polarity"
+        )
+    )
+    assert rows[0] == {
+        "id": "polarity-train-0",
+        "task": "polarity",
+        "lang": "en",
+        "state": "good",
+        "question": {"type": "choice", "instructions": "Good?", "criteria": {"0": "bad", "1": "good"}},
+        "answer": "1",
+        "_where": "train.parquet:0",
+    }
     assert rows[1]["answer"] == "0"
-    assert rows[2] == {"_where": "train.parquet:2", "_error": "column 'text' is empty",
-                       "raw": {"text": None, "label": 1}}
+    assert rows[2] == {
+        "_where": "train.parquet:2",
+        "_error": "column 'text' is empty",
+        "raw": {"text": None, "label": 1},
+    }
     assert rows[3]["_error"] == "column 'label': '5' is not one of the options ['0', '1']"
-    assert list(parquet.convert(str(target), limit=1, type="choice", instructions="Good?",
-                                criteria={"0": "bad", "1": "good"})) == [{**rows[0], "id": "train-train-0",
-                                                                          "task": "train"}]
+    assert list(
+        parquet.convert(str(target), limit=1, type="choice", instructions="Good?", criteria={"0": "bad", "1": "good"})
+    ) == [{**rows[0], "id": "train-train-0", "task": "train"}]
 
 
 def test_parquet_rejects_a_file_that_is_not_parquet(tmp_path: Path) -> None:

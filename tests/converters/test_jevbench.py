@@ -15,8 +15,13 @@ CASES, GOLD = str(FIXTURES / "cases.jsonl"), str(FIXTURES / "gold.jsonl")
 def test_each_question_becomes_a_record_with_its_gold_answer() -> None:
     rows = list(jevbench.convert(CASES, gold=GOLD))
     assert [r.get("id") for r in rows] == [
-        "jevbench-support-901-export_failing", "jevbench-support-901-primary_team", "jevbench-support-901-urgency",
-        None, "jevbench-logistics-902-delayed", None]
+        "jevbench-support-901-export_failing",
+        "jevbench-support-901-primary_team",
+        "jevbench-support-901-urgency",
+        None,
+        "jevbench-logistics-902-delayed",
+        None,
+    ]
     noul, choice, score = rows[:3]
     assert noul["task"] == "jevbench_customer_support" and noul["answer"] is True
     assert noul["question"] == {"type": "noul", "instructions": "Is a scheduled export failing for this customer?"}
@@ -32,9 +37,11 @@ def test_unknown_missing_and_malformed_gold_are_error_rows() -> None:
     rows = list(jevbench.convert(CASES, gold=GOLD))
     assert rows[3]["_error"] == "question 'plan_tier': gold answer is 'unknown': the text does not settle the question"
     assert rows[3]["raw"]["case"] == "support-901"
-    assert rows[5] == {"_where": "cases.jsonl:3",
-                       "_error": "a case needs 'id', 'state' and a non-empty 'questions' object",
-                       "raw": {"id": "broken-903", "state": "A case without questions."}}
+    assert rows[5] == {
+        "_where": "cases.jsonl:3",
+        "_error": "a case needs 'id', 'state' and a non-empty 'questions' object",
+        "raw": {"id": "broken-903", "state": "A case without questions."},
+    }
     without_gold = list(jevbench.convert(CASES))
     assert without_gold[0]["_error"] == "question 'export_failing' has no gold answer (give the gold.jsonl file)"
     assert "answer" in without_gold[4]  # the inline answer needs no gold file

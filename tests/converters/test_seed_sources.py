@@ -33,9 +33,11 @@ def test_banking77_choice_hides_the_gold_intent_among_distractors() -> None:
 
 def test_banking77_bad_rows_are_error_rows_naming_the_column() -> None:
     rows = list(banking77.convert(str(FIXTURES / "banking77" / "train.csv")))
-    assert rows[3] == {"_where": "train.csv:5",
-                       "_error": "column 'category': 'make_me_a_sandwich' is not one of the 77 Banking77 intents",
-                       "raw": {"text": "How do I close my account", "category": "make_me_a_sandwich"}}
+    assert rows[3] == {
+        "_where": "train.csv:5",
+        "_error": "column 'category': 'make_me_a_sandwich' is not one of the 77 Banking77 intents",
+        "raw": {"text": "How do I close my account", "category": "make_me_a_sandwich"},
+    }
     assert rows[4]["_where"] == "train.csv:6" and rows[4]["_error"] == "column 'text' is missing or empty"
 
 
@@ -73,11 +75,15 @@ def test_banking77_reads_hugging_face_exports_with_class_indices() -> None:
 def test_boolq_noul_with_passage_state_and_question_instructions() -> None:
     rows = list(boolq.convert(str(FIXTURES / "boolq" / "dev.jsonl")))
     assert rows[0] == {
-        "id": "boolq-dev-1", "task": "boolq", "lang": "en",
-        "state": "The harbour bridge opened in 1932, decades before the opera house on the point was finished "
-                 "in 1973.",
+        "id": "boolq-dev-1",
+        "task": "boolq",
+        "lang": "en",
+        "state": "The harbour bridge opened in 1932, decades before the opera house on the point was finished in 1973.",
         "question": {"type": "noul", "instructions": "Is the harbour bridge older than the opera house?"},
-        "answer": True, "meta": {"title": "Harbour bridge"}, "_where": "dev.jsonl:1"}
+        "answer": True,
+        "meta": {"title": "Harbour bridge"},
+        "_where": "dev.jsonl:1",
+    }
     assert rows[1]["answer"] is False
     assert rows[2]["_where"] == "dev.jsonl:3"
     assert rows[2]["_error"] == "column 'answer': 'maybe' is not a yes/no answer (true/false or 1/0)"
@@ -87,8 +93,11 @@ def test_boolq_noul_with_passage_state_and_question_instructions() -> None:
 
 def test_boolq_superglue_labels(tmp_path: Path) -> None:
     target = tmp_path / "val.jsonl"
-    target.write_text('{"question": "is it", "passage": "It is.", "idx": 0, "label": 1}\n'
-                      '{"question": "is it not", "passage": "It is.", "idx": 1, "label": 0}\n', encoding="utf-8")
+    target.write_text(
+        '{"question": "is it", "passage": "It is.", "idx": 0, "label": 1}\n'
+        '{"question": "is it not", "passage": "It is.", "idx": 1, "label": 0}\n',
+        encoding="utf-8",
+    )
     assert [r["answer"] for r in boolq.convert(str(target))] == [True, False]
 
 
@@ -97,9 +106,15 @@ def test_boolq_superglue_labels(tmp_path: Path) -> None:
 
 def test_sst5_reads_ptb_trees_root_label_and_leaves() -> None:
     rows = list(sst5.convert(str(FIXTURES / "sst5" / "dev.txt")))
-    assert rows[0] == {"id": "sst5-dev-1", "task": "sst5", "lang": "en", "state": "The film works .",
-                       "question": {"type": "score", "instructions": sst5.INSTRUCTIONS, "criteria": SST_LEVELS},
-                       "answer": 3, "_where": "dev.txt:1"}
+    assert rows[0] == {
+        "id": "sst5-dev-1",
+        "task": "sst5",
+        "lang": "en",
+        "state": "The film works .",
+        "question": {"type": "score", "instructions": sst5.INSTRUCTIONS, "criteria": SST_LEVELS},
+        "answer": 3,
+        "_where": "dev.txt:1",
+    }
     assert rows[1]["state"] == "A dreadful mess ( really )" and rows[1]["answer"] == 0
     assert [r["_where"] for r in rows] == ["dev.txt:1", "dev.txt:2", "dev.txt:4", "dev.txt:5", "dev.txt:6"]
     assert rows[3]["_error"] == "line is not a labelled PTB tree '(label ...)' with labels 0..4"
@@ -181,9 +196,17 @@ def test_boolq_sst5_ocnli_online_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = fake_hub(monkeypatch, sst5, FakeSplit([{"text": "fine .", "label": 2, "label_text": "neutral"}]))
     assert next(sst5.convert())["answer"] == 2 and calls == [("SetFit/sst5", "train", None)]
     names = ["neutral", "entailment", "contradiction"]
-    calls = fake_hub(monkeypatch, ocnli, FakeSplit([{"sentence1": "甲", "sentence2": "乙", "label": 1, "idx": 0},
-                                                    {"sentence1": "甲", "sentence2": "乙", "label": -1, "idx": 1}],
-                                                   names))
+    calls = fake_hub(
+        monkeypatch,
+        ocnli,
+        FakeSplit(
+            [
+                {"sentence1": "甲", "sentence2": "乙", "label": 1, "idx": 0},
+                {"sentence1": "甲", "sentence2": "乙", "label": -1, "idx": 1},
+            ],
+            names,
+        ),
+    )
     rows = list(ocnli.convert(split="validation"))
     assert calls == [("clue/clue", "validation", "ocnli")]
     assert rows[0]["answer"] == "entailment" and rows[1]["_error"] == "column 'label' is -1: the row is unlabelled"

@@ -18,18 +18,36 @@ def test_vader_score_sample_has_300_rows_per_level_and_exact_first_row() -> None
     rows = list(vader.convert())
     assert Counter(r["answer"] for r in rows) == {0: 300, 1: 300, 2: 300, 3: 300, 4: 300}
     assert rows[0] == {
-        "id": "vader-amazonReviewSnippets-1_1", "task": "vader_sentiment_score", "lang": "en",
+        "id": "vader-amazonReviewSnippets-1_1",
+        "task": "vader_sentiment_score",
+        "lang": "en",
         "state": "troubleshooting ad-2500 and ad-2600 no picture scrolling b/w.",
         "question": {"type": "score", "instructions": vader.SCORE_INSTRUCTIONS, "criteria": vader.LEVELS},
-        "answer": 1, "meta": {"corpus": "amazonReviewSnippets", "mean_rating": -0.9},
-        "_where": "vader_amazonReviewSnippets_GroundTruth.txt:1"}
-    assert Counter(r["meta"]["corpus"] for r in rows) == {"movieReviewSnippets": 694, "nytEditorialSnippets": 308,
-                                                          "tweets": 266, "amazonReviewSnippets": 232}
+        "answer": 1,
+        "meta": {"corpus": "amazonReviewSnippets", "mean_rating": -0.9},
+        "_where": "vader_amazonReviewSnippets_GroundTruth.txt:1",
+    }
+    assert Counter(r["meta"]["corpus"] for r in rows) == {
+        "movieReviewSnippets": 694,
+        "nytEditorialSnippets": 308,
+        "tweets": 266,
+        "amazonReviewSnippets": 232,
+    }
 
 
 def test_vader_levels_follow_the_documented_cut_points() -> None:
     assert [vader.level(m) for m in (-4, -2.0, -1.99, -0.5, -0.49, 0.49, 0.5, 1.99, 2.0, 4)] == [
-        0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+        0,
+        0,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+        4,
+        4,
+    ]
     for row in vader.convert():
         assert vader.level(row["meta"]["mean_rating"]) == row["answer"]
 
@@ -52,8 +70,11 @@ def test_vader_reads_original_files_and_reports_bad_lines(tmp_path: Path) -> Non
     target.write_bytes(b"1\t2.5\tLove it!\r\n2\tabc\tbad number\r\n3\t0.1\r\n4\t-3.2\tAwful.\r\n")
     rows = list(vader.convert(str(tmp_path)))
     assert rows[0]["id"] == "vader-tweets-1" and rows[0]["answer"] == 4 and rows[0]["state"] == "Love it!"
-    assert rows[1] == {"_where": "tweets_GroundTruth.txt:2", "_error": "field 2 (mean rating) 'abc' is not a number",
-                       "raw": "2\tabc\tbad number"}
+    assert rows[1] == {
+        "_where": "tweets_GroundTruth.txt:2",
+        "_error": "field 2 (mean rating) 'abc' is not a number",
+        "raw": "2\tabc\tbad number",
+    }
     assert rows[2]["_error"].startswith("line must have 3 tab-separated fields")
     assert rows[3]["answer"] == 0
     with pytest.raises(ValueError, match="'form'"):
@@ -66,8 +87,13 @@ def test_vader_reads_original_files_and_reports_bad_lines(tmp_path: Path) -> Non
 def test_spamassassin_sample_is_balanced_with_short_states() -> None:
     rows = list(spamassassin.convert())
     assert Counter(r["answer"] for r in rows) == {True: 750, False: 750}
-    assert Counter(r["meta"]["group"] for r in rows) == {"spam-2": 547, "easy-ham-1": 503, "easy-ham-2": 244,
-                                                        "spam-1": 203, "hard-ham-1": 3}
+    assert Counter(r["meta"]["group"] for r in rows) == {
+        "spam-2": 547,
+        "easy-ham-1": 503,
+        "easy-ham-2": 244,
+        "spam-1": 203,
+        "hard-ham-1": 3,
+    }
     first = rows[0]
     assert first["id"] == "spamassassin-easy-ham-1-00001" and first["_where"] == "spamassassin.jsonl.gz:1"
     assert first["state"].startswith("From: Robert Elz\nSubject: Re: New Sequences Window\n\n")
@@ -133,10 +159,20 @@ def test_rotten_tomatoes_bad_rows(tmp_path: Path) -> None:
     target = tmp_path / "rt.csv"
     target.write_text("category,text,movie_name\nfresh,Superb.,x\nmeh,Fine.,y\nplot,,z\n", encoding="utf-8")
     rows = list(rotten_tomatoes.convert(str(target)))
-    assert rows[0] == {"id": "rotten_tomatoes-rt-2", "task": "rotten_tomatoes_kind", "lang": "en", "state": "Superb.",
-                       "question": {"type": "choice", "instructions": "What kind of text is this?",
-                                    "criteria": rotten_tomatoes.CRITERIA},
-                       "answer": "fresh", "meta": {"movie": "x"}, "_where": "rt.csv:2"}
+    assert rows[0] == {
+        "id": "rotten_tomatoes-rt-2",
+        "task": "rotten_tomatoes_kind",
+        "lang": "en",
+        "state": "Superb.",
+        "question": {
+            "type": "choice",
+            "instructions": "What kind of text is this?",
+            "criteria": rotten_tomatoes.CRITERIA,
+        },
+        "answer": "fresh",
+        "meta": {"movie": "x"},
+        "_where": "rt.csv:2",
+    }
     assert rows[1]["_error"] == "column 'category': 'meh' is not one of ['fresh', 'rotten', 'plot']"
     assert rows[2]["_error"] == "column 'text' is missing or empty"
 
@@ -157,9 +193,11 @@ def test_convention_splits_speeches_into_paragraphs_and_counts_short_ones(tmp_pa
     target = tmp_path / "political_data.csv"
     target.write_text(f'party,speaker,text\ndemocrat,X,"{speech}"\nwhig,Y,"{"C" * 100}"\n', encoding="utf-8")
     rows = list(convention.convert(str(target)))
-    assert rows[0] == {"_where": "political_data.csv:2",
-                       "_error": "column 'text': paragraph shorter than 80 characters",
-                       "raw": {"party": "democrat", "paragraph": 1, "text": "Thank you."}}
+    assert rows[0] == {
+        "_where": "political_data.csv:2",
+        "_error": "column 'text': paragraph shorter than 80 characters",
+        "raw": {"party": "democrat", "paragraph": 1, "text": "Thank you."},
+    }
     assert [r.get("id") for r in rows[1:3]] == ["convention-political_data-2-2", "convention-political_data-2-3"]
     assert rows[1]["state"] == "A" * 90 and rows[2]["answer"] == "democrat" and rows[2]["meta"] == {"speaker": "X"}
     assert rows[3]["_where"] == "political_data.csv:6" and rows[3]["_error"].startswith("column 'party': 'whig'")

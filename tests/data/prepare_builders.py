@@ -13,9 +13,16 @@ _VOCABULARY = (
 )
 WORDS = _VOCABULARY.split()
 
-CHOICE = {"type": "choice", "instructions": "Which team should handle this ticket?",
-          "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages",
-                       "support": "How-to questions", "sales": "New contracts"}}
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team should handle this ticket?",
+    "criteria": {
+        "billing": "Charges and refunds",
+        "engineering": "Bugs and outages",
+        "support": "How-to questions",
+        "sales": "New contracts",
+    },
+}
 NOUL = {"type": "noul", "instructions": "Is a production system down?"}
 SCORE = {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]}
 
@@ -28,13 +35,26 @@ def sentence(seed: int, n: int = 40) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def make(i: int, *, state: str | None = None, question: dict[str, Any] | None = None, task: str = "tickets",
-         answer: Any = None, **extra: Any) -> dict[str, Any]:
+def make(
+    i: int,
+    *,
+    state: str | None = None,
+    question: dict[str, Any] | None = None,
+    task: str = "tickets",
+    answer: Any = None,
+    **extra: Any,
+) -> dict[str, Any]:
     question = question or CHOICE
     if answer is None:
         answer = {"choice": "engineering", "noul": True, "score": 1}[question["type"]]
-    return {"id": f"r{i}", "task": task, "state": state if state is not None else sentence(i), "question": question,
-            "answer": answer, **extra}
+    return {
+        "id": f"r{i}",
+        "task": task,
+        "state": state if state is not None else sentence(i),
+        "question": question,
+        "answer": answer,
+        **extra,
+    }
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:

@@ -27,15 +27,15 @@ def test_anonymized_copy_renames_ids_and_keeps_the_answer() -> None:
 
 
 def test_anonymizing_options_without_descriptions_keeps_their_names_as_descriptions() -> None:
-    bare = parse_record(make(1, question={"type": "choice", "instructions": "Pick", "criteria": ["red", "blue"]},
-                             answer="blue"))[0]
+    bare = parse_record(
+        make(1, question={"type": "choice", "instructions": "Pick", "criteria": ["red", "blue"]}, answer="blue")
+    )[0]
     copy = augment.anonymize_options(bare)
     assert copy is not None and copy.question.descriptions == ("red", "blue") and copy.to_json()["answer"] == "option_2"
 
 
 def test_soft_targets_follow_their_options() -> None:
-    soft = parse_record({**make(1, question=CHOICE), "answer": None,
-                         "target": {"billing": 0.5, "engineering": 0.5}})[0]
+    soft = parse_record({**make(1, question=CHOICE), "answer": None, "target": {"billing": 0.5, "engineering": 0.5}})[0]
     for seed in range(30):
         copy = augment.drop_distractors(soft, random.Random(seed))
         assert copy is not None
@@ -44,7 +44,11 @@ def test_soft_targets_follow_their_options() -> None:
         assert abs(sum(copy.target) - 1.0) < 1e-12
     anonymous = augment.anonymize_options(soft)
     assert anonymous is not None and anonymous.to_json()["target"] == {
-        "option_1": 0.5, "option_2": 0.5, "option_3": 0.0, "option_4": 0.0}
+        "option_1": 0.5,
+        "option_2": 0.5,
+        "option_3": 0.0,
+        "option_4": 0.0,
+    }
 
 
 def test_drop_distractors_never_drops_the_gold() -> None:
@@ -68,16 +72,20 @@ def test_types_that_are_left_alone() -> None:
 
 def test_paraphrase_and_selection_are_stable() -> None:
     rs = [choice_record(i) for i in range(400)]
-    settings = augment.AugmentSettings(anonymize_options=0.25, paraphrase_instructions=0.5,
-                                       paraphrases={CHOICE["instructions"]: ["Who owns this ticket?"]})
+    settings = augment.AugmentSettings(
+        anonymize_options=0.25,
+        paraphrase_instructions=0.5,
+        paraphrases={CHOICE["instructions"]: ["Who owns this ticket?"]},
+    )
     out, added = augment.augment(rs, settings)
     again, _ = augment.augment(rs, settings)
     assert [r.id for r in out] == [r.id for r in again]
     assert 60 <= added["anonymize_options"] <= 140 and 150 <= added["paraphrase_instructions"] <= 250
     assert len(out) == 400 + sum(added.values())
     para = [r for r in out if r.meta.get("augmented") == "paraphrase_instructions"]
-    assert all(r.question.instructions == "Who owns this ticket?" and r.to_json()["answer"] == "engineering"
-               for r in para)
+    assert all(
+        r.question.instructions == "Who owns this ticket?" and r.to_json()["answer"] == "engineering" for r in para
+    )
 
 
 def test_reworded_instructions_keep_the_question_and_its_answer_for_every_type() -> None:
@@ -100,10 +108,15 @@ def test_schema_resampling_turns_on_its_three_copies_and_the_manifest_gives_thei
 
     rows = [make(i, question=CHOICE, answer="engineering") for i in range(40)]
     source = write_jsonl(tmp_path / "rows.jsonl", rows)
-    recipe = DataRecipe.model_validate({
-        "sources": [{"kind": "jsonl", "path": str(source)}], "out": str(tmp_path / "out"),
-        "split": {"dev_fraction": 0.0, "test_fraction": 0.0}, "augment": {"schema_resampling": 0.5},
-        "dedup": {"near": {"enabled": False}}})
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "out": str(tmp_path / "out"),
+            "split": {"dev_fraction": 0.0, "test_fraction": 0.0},
+            "augment": {"schema_resampling": 0.5},
+            "dedup": {"near": {"enabled": False}},
+        }
+    )
     prepare(recipe)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     step = next(s for s in manifest["steps"] if s["step"] == "augment")

@@ -27,15 +27,18 @@ def test_negated_copy_has_swapped_criteria_and_the_complementary_target() -> Non
         assert copy is not None
         assert copy.target[0] + original.target[0] == pytest.approx(1.0)  # P(yes) + P(yes | negated) = 1
         assert copy.target == (original.target[1], original.target[0]) and copy.soft == original.soft
-        assert copy.question.instructions in {t.format(instructions=original.question.instructions)
-                                              for t in augment.NEGATION_TEMPLATES}
+        assert copy.question.instructions in {
+            t.format(instructions=original.question.instructions) for t in augment.NEGATION_TEMPLATES
+        }
         assert copy.question.descriptions == original.question.descriptions[::-1]
         assert copy.state == original.state and copy.meta["source_id"] == original.id
         assert copy.meta["negation_of"] == original.question.instructions
         parse_record(copy.to_json())  # a valid record
     assert copy.to_json()["target"] == pytest.approx(0.3)
-    assert augment.negate_noul(parse_record(make(3, question=CHOICE))[0], augment.NEGATION_TEMPLATES,
-                               random.Random(0)) is None
+    assert (
+        augment.negate_noul(parse_record(make(3, question=CHOICE))[0], augment.NEGATION_TEMPLATES, random.Random(0))
+        is None
+    )
 
 
 def test_training_negations_differ_from_the_one_evaluate_probes_with() -> None:
@@ -78,15 +81,24 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 
 def test_prepare_adds_consistency_copies_to_train_only(tmp_path: Path) -> None:
-    rows = [make(i, state=sentence(i, 50), question=NOUL if i % 2 else CHOICE,
-                 answer=bool(i % 4 == 1) if i % 2 else "billing") for i in range(60)]
+    rows = [
+        make(
+            i,
+            state=sentence(i, 50),
+            question=NOUL if i % 2 else CHOICE,
+            answer=bool(i % 4 == 1) if i % 2 else "billing",
+        )
+        for i in range(60)
+    ]
     rows += [make(100 + i, state=sentence(100 + i, 50), question=NOUL, task="held") for i in range(8)]
     source = write_jsonl(tmp_path / "records.jsonl", rows)
-    recipe = DataRecipe.model_validate({
-        "sources": [{"kind": "jsonl", "path": str(source)}],
-        "split": {"heldout_tasks": ["held"], "dev_fraction": 0.2, "test_fraction": 0.2, "seed": 13},
-        "augment": {"consistency": 1.0},
-    })
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "split": {"heldout_tasks": ["held"], "dev_fraction": 0.2, "test_fraction": 0.2, "seed": 13},
+            "augment": {"consistency": 1.0},
+        }
+    )
     manifest = prepare(recipe, tmp_path / "out")
     out = tmp_path / "out"
     train = read(out / "train.jsonl")
@@ -108,5 +120,6 @@ def test_prepare_adds_consistency_copies_to_train_only(tmp_path: Path) -> None:
             assert "augmented" not in row.get("meta", {})
             assert row["question"] in (NOUL, CHOICE)
     with pytest.raises((ValueError, RecipeError)):
-        DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}],
-                                   "augment": {"consistency": 1.5}})
+        DataRecipe.model_validate(
+            {"sources": [{"kind": "jsonl", "path": str(source)}], "augment": {"consistency": 1.5}}
+        )

@@ -25,11 +25,18 @@ def test_each_check_reports_the_matched_eval_item() -> None:
     ]
     found = EvalIndex(EVAL, threshold=0.7).match(texts)
     assert [(f.method, f.item_id) if f else None for f in found] == [
-        ("exact", "e0"), ("near", "e1"), ("ngram", "e2"), None]
+        ("exact", "e0"),
+        ("near", "e1"),
+        ("ngram", "e2"),
+        None,
+    ]
     assert found[1] is not None and 0.7 <= (found[1].similarity or 0) < 1.0
     assert found[2] is not None and found[2].shared == " ".join(passage).lower()
-    assert found[0] is not None and found[0].to_json() == {"method": "exact", "eval_file": "eval.jsonl",
-                                                           "eval_id": "e0"}
+    assert found[0] is not None and found[0].to_json() == {
+        "method": "exact",
+        "eval_file": "eval.jsonl",
+        "eval_id": "e0",
+    }
 
 
 def test_twelve_shared_words_are_not_a_13gram_overlap() -> None:
@@ -47,12 +54,15 @@ def test_checks_can_be_turned_off() -> None:
 
 
 def test_read_eval_jsonl_takes_states_and_ids_and_lists_unusable_lines(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "lockbox.jsonl", [
-        {"id": "case-1", "state": "first state", "questions": {}},
-        {"state": ["a", "list", "state"]},
-        "{not json",
-        {"id": "x", "question": {}},
-    ])
+    path = write_jsonl(
+        tmp_path / "lockbox.jsonl",
+        [
+            {"id": "case-1", "state": "first state", "questions": {}},
+            {"state": ["a", "list", "state"]},
+            "{not json",
+            {"id": "x", "question": {}},
+        ],
+    )
     items, problems = read_eval_jsonl(path)
     assert [(i.id, i.text) for i in items] == [("case-1", "first state"), ("lockbox.jsonl:2", "a\nlist\nstate")]
     assert [p.split(":")[:2] for p in problems] == [["lockbox.jsonl", "3"], ["lockbox.jsonl", "4"]]
@@ -63,12 +73,17 @@ def test_read_eval_jsonl_takes_states_and_ids_and_lists_unusable_lines(tmp_path:
 
 
 def test_short_contaminated_texts_are_found() -> None:
-    items = [*EVAL, EvalItem("eval.jsonl", "short", "the checkout page crashes when I pay with a gift card"),
-             EvalItem("eval.jsonl", "alarm", "set an alarm for 7 am")]
-    texts = ["The checkout page crashes when I pay with a giftcard!",  # an edited copy of an 11-word item
-             "Hi all, quick one: the checkout page crashes when I pay with a gift card. It started after the "
-             "release on Monday and blocks every order paid that way. Thanks, Anna",  # inside a longer text
-             "set an alarm for 9 pm"]  # a look-alike with another slot value: clean
+    items = [
+        *EVAL,
+        EvalItem("eval.jsonl", "short", "the checkout page crashes when I pay with a gift card"),
+        EvalItem("eval.jsonl", "alarm", "set an alarm for 7 am"),
+    ]
+    texts = [
+        "The checkout page crashes when I pay with a giftcard!",  # an edited copy of an 11-word item
+        "Hi all, quick one: the checkout page crashes when I pay with a gift card. It started after the "
+        "release on Monday and blocks every order paid that way. Thanks, Anna",  # inside a longer text
+        "set an alarm for 9 pm",
+    ]  # a look-alike with another slot value: clean
     # word 5-gram shingles and the 13-gram check alone (the defaults before) find neither
     before = EvalIndex(items, shingling=Shingling("word", 5), threshold=0.8, whole_min_words=0).match(texts)
     assert before == [None, None, None]

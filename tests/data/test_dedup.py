@@ -73,7 +73,7 @@ def test_near_duplicates_removes_planted_copies_and_keeps_distinct_rows() -> Non
 
 def test_near_duplicates_keep_the_first_of_a_cluster_and_respect_groups() -> None:
     base = sentence(5, 60).split()
-    variants = [" ".join([*base[:k], "edit", *base[k + 1:]]) for k in (10, 30, 50)]
+    variants = [" ".join([*base[:k], "edit", *base[k + 1 :]]) for k in (10, 30, 50)]
     texts = [variants[0], variants[1], variants[2], " ".join(base)]
     removed = dedup.near_duplicates(texts, threshold=0.6)
     assert sorted(removed) == [1, 2, 3] and all(m.kept == 0 for m in removed.values())
@@ -94,7 +94,7 @@ def test_lsh_bands_catch_pairs_at_the_threshold(threshold: float) -> None:
 
 def test_character_shingles_ignore_case_punctuation_spacing_and_quotes() -> None:
     shingling = dedup.Shingling()  # the default: character 5-grams of the normalised text
-    assert shingling.set('He said: \u201cHello\u201d,\n  World!') == shingling.set("he said hello world")
+    assert shingling.set("He said: \u201cHello\u201d,\n  World!") == shingling.set("he said hello world")
     assert dedup.shingle_text("Don't  STOP!") == "don t stop"
     assert shingling.set("hi") == {"hi"}  # a text shorter than n is one shingle
     sigs = dedup.signatures(dedup.char_shingle(["He said: Hello, World!", "he said hello world"], 5))
@@ -125,21 +125,31 @@ def test_a_short_text_with_one_word_changed_is_a_near_duplicate() -> None:
     removed = dedup.near_duplicates([SHORT, copy])
     assert list(removed) == [1] and removed[1].kept == 0 and 0.7 <= removed[1].similarity < 0.9
     # other typical edits of a short text are found as well
-    edits = [SHORT.upper() + "!!", SHORT.replace("tracking", "trackign"), f"Hi team, {SHORT}. Thanks, Anna",
-             SHORT.replace("still ", ""), SHORT.replace(" ", "  ").replace("page", "page,")]
+    edits = [
+        SHORT.upper() + "!!",
+        SHORT.replace("tracking", "trackign"),
+        f"Hi team, {SHORT}. Thanks, Anna",
+        SHORT.replace("still ", ""),
+        SHORT.replace(" ", "  ").replace("page", "page,"),
+    ]
     removed = dedup.near_duplicates([SHORT, *edits])
     assert sorted(removed) == [1, 2, 3, 4, 5] and {m.kept for m in removed.values()} == {0}
 
 
-@pytest.mark.parametrize("a, b", [
-    ("set an alarm for 7 am", "set an alarm for 9 pm"),
-    ("book a table for 4 at 7 pm tonight", "book a table for 4 at 7 pm tomorrow"),
-    ("remind me to call Anna at 6 am", "remind me to call Anna at 6:30 am"),
-    ("translate good morning into the language spoken in Spain", "translate good morning into the language "
-                                                                 "spoken in Japan"),
-    ("please turn the kitchen lights on", "please turn the kitchen lights off"),
-    ("I liked the new update a lot", "I didn't like the new update a lot"),
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("set an alarm for 7 am", "set an alarm for 9 pm"),
+        ("book a table for 4 at 7 pm tonight", "book a table for 4 at 7 pm tomorrow"),
+        ("remind me to call Anna at 6 am", "remind me to call Anna at 6:30 am"),
+        (
+            "translate good morning into the language spoken in Spain",
+            "translate good morning into the language spoken in Japan",
+        ),
+        ("please turn the kitchen lights on", "please turn the kitchen lights off"),
+        ("I liked the new update a lot", "I didn't like the new update a lot"),
+    ],
+)
 def test_short_look_alikes_with_another_slot_value_are_kept(a: str, b: str) -> None:
     assert dedup.different_slots(a, b) and dedup.different_slots(b, a)
     assert dedup.near_duplicates([a, b]) == {}

@@ -25,8 +25,9 @@ def good_lines() -> list[bytes]:
 
 
 def run(source: Path, tmp_path: Path, kind: str = "jsonl", **options: Any) -> tuple[dict[str, Any], list[dict]]:
-    recipe = DataRecipe.model_validate({"sources": [{"kind": kind, "path": str(source), "options": options}],
-                                       "split": {"dev_fraction": 0.2}})
+    recipe = DataRecipe.model_validate(
+        {"sources": [{"kind": kind, "path": str(source), "options": options}], "split": {"dev_fraction": 0.2}}
+    )
     out = tmp_path / "out"
     manifest = prepare(recipe, out)
     rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -46,23 +47,23 @@ def deep(n: int) -> str:
 
 BAD_LINES = {
     "invalid UTF-8": b'{"id": "u", "task": "t", "state": "caf\xe9 \xff", "question": {"type": "noul", '
-                     b'"instructions": "Ok?"}, "answer": true}',
+    b'"instructions": "Ok?"}, "answer": true}',
     "lone surrogate": b'{"id": "s", "task": "t", "state": "x \\ud800 y", "question": {"type": "noul", '
-                      b'"instructions": "Ok?"}, "answer": true}',
+    b'"instructions": "Ok?"}, "answer": true}',
     "nested 5000 deep": b'{"id": "d", "task": "t", "state": ' + deep(5000).encode() + b', "question": '
-                        b'{"type": "noul", "instructions": "Ok?"}, "answer": true}',
+    b'{"type": "noul", "instructions": "Ok?"}, "answer": true}',
     "nested 200 deep": b'{"id": "d2", "task": "t", "state": ' + deep(200).encode() + b', "question": '
-                       b'{"type": "noul", "instructions": "Ok?"}, "answer": true}',
+    b'{"type": "noul", "instructions": "Ok?"}, "answer": true}',
     "NaN": b'{"id": "n", "task": "t", "state": {"x": NaN}, "question": {"type": "noul", "instructions": "Ok?"}, '
-           b'"answer": true}',
+    b'"answer": true}',
     "Infinity": b'{"id": "i", "task": "t", "state": "s", "question": {"type": "score", "instructions": "How?", '
-                b'"criteria": ["a", "b"]}, "target": [Infinity, 0]}',
+    b'"criteria": ["a", "b"]}, "target": [Infinity, 0]}',
     "duplicate key": b'{"id": "k", "task": "t", "state": "s", "question": {"type": "noul", "instructions": "Ok?"}, '
-                     b'"answer": true, "answer": false}',
+    b'"answer": true, "answer": false}',
     "wrong types": b'{"id": "w", "task": "t", "state": "s", "questions": {"q": {"type": "noul", '
-                   b'"instructions": "Ok?"}}, "expected": {"q": true}, "meta": [1, 2]}',
+    b'"instructions": "Ok?"}}, "expected": {"q": true}, "meta": [1, 2]}',
     "id of a wrong type": b'{"id": ["x"], "task": "t", "state": "s", "questions": {"q": {"type": "noul", '
-                          b'"instructions": "Ok?"}}, "expected": {"q": true}}',
+    b'"instructions": "Ok?"}}, "expected": {"q": true}}',
 }
 
 
@@ -115,8 +116,9 @@ def test_an_unterminated_csv_quote_does_not_swallow_rows(tmp_path: Path) -> None
     rows[6] = f'{sentence(6, 20)} "quoted",neg'  # a quote inside a field is text
     source = tmp_path / "rows.csv"
     source.write_text("\n".join(rows) + "\n")
-    manifest, rejects = run(source, tmp_path, kind="csv", type="choice", instructions="Which?",
-                            criteria=["pos", "neg"], task="t")
+    manifest, rejects = run(
+        source, tmp_path, kind="csv", type="choice", instructions="Which?", criteria=["pos", "neg"], task="t"
+    )
     c = manifest["conservation"]
     assert rejects and rejects[0]["where"] == "rows.csv:4" and "quote" in rejects[0]["reason"], rejects
     assert c["kept"] + c["rejected"] == c["input"] and c["kept"] >= 2

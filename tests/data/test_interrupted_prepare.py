@@ -22,8 +22,12 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def recipe_with_seed(source: Path, seed: int) -> DataRecipe:
-    return DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}],
-                                      "split": {"dev_fraction": 0.3, "test_fraction": 0.1, "seed": seed}})
+    return DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "split": {"dev_fraction": 0.3, "test_fraction": 0.1, "seed": seed},
+        }
+    )
 
 
 def snapshot(out: Path) -> dict[str, Any] | None:
@@ -50,10 +54,18 @@ _ARMED: dict[str, Any] = {"root": None, "countdown": 0, "fired": False}
 def _changes_files(event: str, args: tuple[Any, ...]) -> bool:
     if event == "open":
         path, mode, flags = args
-        return isinstance(path, str) and ((isinstance(mode, str) and any(c in mode for c in "wax+"))
-                                          or bool((flags or 0) & WRITE_FLAGS))
-    return event in ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.chmod",
-                     "ctypes.call_function")
+        return isinstance(path, str) and (
+            (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE_FLAGS)
+        )
+    return event in (
+        "os.rename",
+        "os.remove",
+        "os.rmdir",
+        "os.mkdir",
+        "shutil.rmtree",
+        "os.chmod",
+        "ctypes.call_function",
+    )
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
@@ -136,8 +148,9 @@ def test_kill_9_during_a_rerun_leaves_old_or_new_and_the_next_run_cleans_up(sour
     second = recipe_with_seed(source, 7).model_dump(mode="json")
     outcomes = []
     for step in (1, 4, 9, 14, 17, 20, 23):
-        script = KILL_SCRIPT.format(here=str(HERE), root=str(tmp_path / "runs"), step=step, flags=WRITE_FLAGS,
-                                    recipe=second, out=str(out))
+        script = KILL_SCRIPT.format(
+            here=str(HERE), root=str(tmp_path / "runs"), step=step, flags=WRITE_FLAGS, recipe=second, out=str(out)
+        )
         code = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
         assert code.returncode in (0, 9), code.stderr
         now = snapshot(out)
@@ -219,14 +232,16 @@ def test_os_errors_are_one_line(case: str, source: Path, tmp_path: Path, monkeyp
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
-    assert ("Not a directory" in lines[0] or "not a directory" in lines[0]) if case == "under a file" \
+    assert (
+        ("Not a directory" in lines[0] or "not a directory" in lines[0])
+        if case == "under a file"
         else "No space left" in lines[0]
+    )
     assert json.dumps(lines)  # printable
 
 
 @pytest.mark.parametrize("verb", ["calibrate", "evaluate"])
-def test_calibrate_and_evaluate_refuse_a_mixed_directory_in_one_line(verb: str, source: Path,
-                                                                      tmp_path: Path) -> None:
+def test_calibrate_and_evaluate_refuse_a_mixed_directory_in_one_line(verb: str, source: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from mydecide.cli import app

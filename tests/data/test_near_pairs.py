@@ -12,18 +12,22 @@ from prepare_builders import NOUL, make, write_jsonl
 from mydecide.config import DataRecipe
 from mydecide.data.prepare import prepare
 
-TICKETS = ["my package still has not arrived and the tracking page shows nothing",
-           "the invoice for March lists the premium plan twice",
-           "set an alarm for 7 am",
-           "password reset emails never reach my work address"]
+TICKETS = [
+    "my package still has not arrived and the tracking page shows nothing",
+    "the invoice for March lists the premium plan twice",
+    "set an alarm for 7 am",
+    "password reset emails never reach my work address",
+]
 
 
 def test_near_pairs_report_every_removed_pair_least_similar_first(tmp_path: Path) -> None:
-    states = [*TICKETS,
-              TICKETS[0].replace("package", "parcel"),  # one word changed in a 12-word text
-              TICKETS[1].upper() + "!",  # case and punctuation: the same shingles
-              "set an alarm for 9 pm",  # another slot value: kept
-              "Hi, " + TICKETS[3] + ". Thanks, Anna"]  # a greeting and a signature
+    states = [
+        *TICKETS,
+        TICKETS[0].replace("package", "parcel"),  # one word changed in a 12-word text
+        TICKETS[1].upper() + "!",  # case and punctuation: the same shingles
+        "set an alarm for 9 pm",  # another slot value: kept
+        "Hi, " + TICKETS[3] + ". Thanks, Anna",
+    ]  # a greeting and a signature
     source = write_jsonl(tmp_path / "records.jsonl", [make(i, state=s, question=NOUL) for i, s in enumerate(states)])
     recipe = DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}]})
     manifest = prepare(recipe, tmp_path / "out")
@@ -45,8 +49,9 @@ def test_near_pairs_report_every_removed_pair_least_similar_first(tmp_path: Path
 def test_word_shingles_remain_a_recipe_choice(tmp_path: Path) -> None:
     states = [*TICKETS, TICKETS[0].replace("package", "parcel")]
     source = write_jsonl(tmp_path / "records.jsonl", [make(i, state=s, question=NOUL) for i, s in enumerate(states)])
-    recipe = DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}],
-                                        "dedup": {"near": {"shingle": "word", "threshold": 0.8}}})
+    recipe = DataRecipe.model_validate(
+        {"sources": [{"kind": "jsonl", "path": str(source)}], "dedup": {"near": {"shingle": "word", "threshold": 0.8}}}
+    )
     manifest = prepare(recipe, tmp_path / "out")
     step = next(s for s in manifest["steps"] if s["step"] == "near_dedup")
     assert step["shingling"]["unit"] == "word" and step["removed"] == 0  # the short copy is missed by word 5-grams

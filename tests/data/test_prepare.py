@@ -29,8 +29,15 @@ def fixture(tmp_path: Path) -> dict[str, Any]:
     rows.append(make(101, state=" ".join(near)))  # line 32: near duplicate of r2
     rows.append('{"id": "broken", "task": ')  # line 33: not JSON
     rows.append(make(102, answer="marketing"))  # line 34: answer not among the options
-    rows.append({"id": "wire", "task": "tickets", "state": sentence(103, 60),  # line 35: two questions
-                 "questions": {"team": CHOICE, "down": NOUL}, "expected": {"team": "billing", "down": False}})
+    rows.append(
+        {
+            "id": "wire",
+            "task": "tickets",
+            "state": sentence(103, 60),  # line 35: two questions
+            "questions": {"team": CHOICE, "down": NOUL},
+            "expected": {"team": "billing", "down": False},
+        }
+    )
     eval_states = [sentence(200 + i, 40) for i in range(3)]
     rows.append(make(104, state=eval_states[0]))  # line 36: exact eval overlap
     words = eval_states[1].split()
@@ -40,13 +47,15 @@ def fixture(tmp_path: Path) -> dict[str, Any]:
     rows.extend(make(400 + i, question=NOUL, task="outage") for i in range(12))  # lines 39-50: held-out task
     source = write_jsonl(tmp_path / "records.jsonl", rows)
     evals = write_jsonl(tmp_path / "eval.jsonl", [{"id": f"ev{i}", "state": s} for i, s in enumerate(eval_states)])
-    recipe = DataRecipe.model_validate({
-        "sources": [{"kind": "jsonl", "path": str(source)}],
-        "decontaminate_against": [str(evals)],
-        "dedup": {"near": {"threshold": 0.7}},
-        "split": {"heldout_tasks": ["outage"], "dev_fraction": 0.25, "test_fraction": 0.15, "seed": 13},
-        "augment": {"anonymize_options": 1.0, "drop_distractors": 1.0},
-    })
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "decontaminate_against": [str(evals)],
+            "dedup": {"near": {"threshold": 0.7}},
+            "split": {"heldout_tasks": ["outage"], "dev_fraction": 0.25, "test_fraction": 0.15, "seed": 13},
+            "augment": {"anonymize_options": 1.0, "drop_distractors": 1.0},
+        }
+    )
     return {"recipe": recipe, "source": source, "rows": rows, "out": tmp_path / "out"}
 
 
@@ -57,13 +66,24 @@ def test_every_row_is_accounted_for(fixture: dict[str, Any]) -> None:
     assert c["rejected"] == 2 and c["removed"] == 5  # 1 exact + 1 near + 3 eval overlaps
     assert c["input"] == c["kept"] + c["rejected"] + c["removed"]
     out = fixture["out"]
-    kept = read(out / "train.jsonl") + read(out / "dev.jsonl") + read(out / "test.jsonl") + \
-        read(out / "heldout_tasks.jsonl")
+    kept = (
+        read(out / "train.jsonl")
+        + read(out / "dev.jsonl")
+        + read(out / "test.jsonl")
+        + read(out / "heldout_tasks.jsonl")
+    )
     assert len([r for r in kept if "augmented" not in r.get("meta", {})]) == c["kept"] == 44
     assert len(read(out / "rejects.jsonl")) == c["rejected"] + c["removed"]
     steps = {s["step"]: s for s in manifest["steps"]}
     assert [s["step"] for s in manifest["steps"]] == [
-        "validate", "exact_dedup", "near_dedup", "decontaminate", "cap_per_task", "split", "augment"]
+        "validate",
+        "exact_dedup",
+        "near_dedup",
+        "decontaminate",
+        "cap_per_task",
+        "split",
+        "augment",
+    ]
     for name in ("exact_dedup", "near_dedup", "decontaminate", "cap_per_task"):
         assert steps[name]["in"] == steps[name]["out"] + steps[name]["removed"]
         assert sum(v["in"] for v in steps[name]["by_type"].values()) == steps[name]["in"]
@@ -74,21 +94,36 @@ def test_every_row_is_accounted_for(fixture: dict[str, Any]) -> None:
 def test_rejects_name_the_line_the_reason_and_the_match(fixture: dict[str, Any]) -> None:
     prepare(fixture["recipe"], fixture["out"])
     rejects = {(r["step"], r["where"]): r for r in read(fixture["out"] / "rejects.jsonl")}
-    assert set(rejects) == {("validate", "records.jsonl:33"), ("validate", "records.jsonl:34"),
-                            ("exact_dedup", "records.jsonl:31"), ("near_dedup", "records.jsonl:32"),
-                            ("decontaminate", "records.jsonl:36"), ("decontaminate", "records.jsonl:37"),
-                            ("decontaminate", "records.jsonl:38")}
+    assert set(rejects) == {
+        ("validate", "records.jsonl:33"),
+        ("validate", "records.jsonl:34"),
+        ("exact_dedup", "records.jsonl:31"),
+        ("near_dedup", "records.jsonl:32"),
+        ("decontaminate", "records.jsonl:36"),
+        ("decontaminate", "records.jsonl:37"),
+        ("decontaminate", "records.jsonl:38"),
+    }
     assert rejects["validate", "records.jsonl:33"]["reason"].startswith("invalid JSON")
     assert "'marketing' is not one of the options" in rejects["validate", "records.jsonl:34"]["reason"]
     assert rejects["exact_dedup", "records.jsonl:31"]["matched"] == {
-        "id": "r1", "source": "jsonl", "where": "records.jsonl:2"}
+        "id": "r1",
+        "source": "jsonl",
+        "where": "records.jsonl:2",
+    }
     assert rejects["near_dedup", "records.jsonl:32"]["matched"]["id"] == "r2"
-    matched = {r["where"]: (r["matched"]["method"], r["matched"]["eval_id"]) for r in rejects.values()
-               if r["step"] == "decontaminate"}
-    assert matched == {"records.jsonl:36": ("exact", "ev0"), "records.jsonl:37": ("near", "ev1"),
-                       "records.jsonl:38": ("ngram", "ev2")}
-    assert all(r["matched"]["eval_file"].endswith("eval.jsonl") for r in rejects.values()
-               if r["step"] == "decontaminate")
+    matched = {
+        r["where"]: (r["matched"]["method"], r["matched"]["eval_id"])
+        for r in rejects.values()
+        if r["step"] == "decontaminate"
+    }
+    assert matched == {
+        "records.jsonl:36": ("exact", "ev0"),
+        "records.jsonl:37": ("near", "ev1"),
+        "records.jsonl:38": ("ngram", "ev2"),
+    }
+    assert all(
+        r["matched"]["eval_file"].endswith("eval.jsonl") for r in rejects.values() if r["step"] == "decontaminate"
+    )
 
 
 def test_splits_augmentation_and_outputs(fixture: dict[str, Any]) -> None:
@@ -126,8 +161,12 @@ def test_splits_augmentation_and_outputs(fixture: dict[str, Any]) -> None:
 def test_no_test_split_by_default_and_caps(fixture: dict[str, Any]) -> None:
     (fixture["out"]).mkdir()
     (fixture["out"] / "test.jsonl").write_text("stale\n")
-    recipe = fixture["recipe"].model_copy(update={"split": fixture["recipe"].split.model_copy(
-        update={"test_fraction": 0.0}), "cap_per_task": {"outage": 5}})
+    recipe = fixture["recipe"].model_copy(
+        update={
+            "split": fixture["recipe"].split.model_copy(update={"test_fraction": 0.0}),
+            "cap_per_task": {"outage": 5},
+        }
+    )
     manifest = prepare(recipe, fixture["out"])
     assert not (fixture["out"] / "test.jsonl").exists() and "test.jsonl" not in manifest["outputs"]
     assert len(read(fixture["out"] / "heldout_tasks.jsonl")) == 5
@@ -138,16 +177,24 @@ def test_source_problems_are_recipe_errors_naming_the_source(tmp_path: Path) -> 
     def run(source: dict[str, Any]) -> None:
         prepare(DataRecipe.model_validate({"sources": [source]}), tmp_path / "out")
 
-    with pytest.raises(RecipeError,
-                       match=r"sources\[0\] \(kind nope\): unknown source kind 'nope'; known kinds: .*jsonl"):
+    with pytest.raises(
+        RecipeError, match=r"sources\[0\] \(kind nope\): unknown source kind 'nope'; known kinds: .*jsonl"
+    ):
         run({"kind": "nope"})
     with pytest.raises(RecipeError, match=r"sources\[0\] \(kind jsonl\).*colour"):
         run({"kind": "jsonl", "path": str(write_jsonl(tmp_path / "a.jsonl", [make(1)])), "options": {"colour": 1}})
     with pytest.raises(RecipeError, match=r"missing\.jsonl"):
         run({"kind": "jsonl", "path": str(tmp_path / "missing.jsonl")})
     with pytest.raises(RecipeError, match=r"heldout_tasks.*\['nothing'\]"):
-        prepare(DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(tmp_path / "a.jsonl")}],
-                                           "split": {"heldout_tasks": ["nothing"]}}), tmp_path / "out")
+        prepare(
+            DataRecipe.model_validate(
+                {
+                    "sources": [{"kind": "jsonl", "path": str(tmp_path / "a.jsonl")}],
+                    "split": {"heldout_tasks": ["nothing"]},
+                }
+            ),
+            tmp_path / "out",
+        )
 
 
 def test_a_rerun_writes_the_same_bytes(fixture: dict[str, Any], tmp_path: Path) -> None:

@@ -21,14 +21,23 @@ DATA_RECIPES = sorted((ROOT / "recipes" / "data").glob("*.yaml"))
 def test_cli_end_to_end_with_overrides(tmp_path: Path) -> None:
     source = write_jsonl(tmp_path / "records.jsonl", [make(i) for i in range(40)] + ["{oops"])
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump({"sources": [{"kind": "jsonl", "path": str(source)}],
-                                      "split": {"dev_fraction": 0.1}}))
+    recipe.write_text(
+        yaml.safe_dump({"sources": [{"kind": "jsonl", "path": str(source)}], "split": {"dev_fraction": 0.1}})
+    )
     out = tmp_path / "prepared"
-    result = CliRunner().invoke(app, ["prepare", str(recipe), "--out", str(out), "split.dev_fraction=0.5",
-                                      "--no-progress"])
+    result = CliRunner().invoke(
+        app, ["prepare", str(recipe), "--out", str(out), "split.dev_fraction=0.5", "--no-progress"]
+    )
     assert result.exit_code == 0, result.output
-    assert {p.name for p in out.iterdir()} == {"train.jsonl", "dev.jsonl", "heldout_tasks.jsonl",
-                                               "rejects.jsonl", "near_pairs.jsonl", "manifest.json", "recipe.yaml"}
+    assert {p.name for p in out.iterdir()} == {
+        "train.jsonl",
+        "dev.jsonl",
+        "heldout_tasks.jsonl",
+        "rejects.jsonl",
+        "near_pairs.jsonl",
+        "manifest.json",
+        "recipe.yaml",
+    }
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recipe"]["split"]["dev_fraction"] == 0.5 and manifest["recipe"]["out"] == str(out)
     assert manifest["conservation"]["kept"] == 40 and manifest["conservation"]["rejected"] == 1
@@ -67,9 +76,15 @@ def test_unknown_source_kind_lists_the_known_ones() -> None:
         load_source("bogus")
 
 
-@pytest.mark.parametrize("key, where", [("colour: red", "colour"), ("split: {dev_fractoin: 0.1}", "split.dev_fractoin"),
-                                        ("sources: [{kind: jsonl, pth: a}]", "sources.0.pth"),
-                                        ("augment: {anonymise_options: 0.1}", "augment.anonymise_options")])
+@pytest.mark.parametrize(
+    "key, where",
+    [
+        ("colour: red", "colour"),
+        ("split: {dev_fractoin: 0.1}", "split.dev_fractoin"),
+        ("sources: [{kind: jsonl, pth: a}]", "sources.0.pth"),
+        ("augment: {anonymise_options: 0.1}", "augment.anonymise_options"),
+    ],
+)
 def test_unknown_recipe_keys_are_errors_naming_the_key(tmp_path: Path, key: str, where: str) -> None:
     recipe = tmp_path / "r.yaml"
     text = key if key.startswith("sources") else "sources: [{kind: jsonl, path: a.jsonl}]\n" + key
@@ -80,8 +95,9 @@ def test_unknown_recipe_keys_are_errors_naming_the_key(tmp_path: Path, key: str,
 
 def test_fractions_must_leave_training_rows() -> None:
     with pytest.raises(ValueError, match="dev_fraction"):
-        DataRecipe.model_validate({"sources": [{"kind": "jsonl"}],
-                                   "split": {"dev_fraction": 0.6, "test_fraction": 0.4}})
+        DataRecipe.model_validate(
+            {"sources": [{"kind": "jsonl"}], "split": {"dev_fraction": 0.6, "test_fraction": 0.4}}
+        )
 
 
 @pytest.mark.parametrize("path", DATA_RECIPES, ids=lambda p: p.name)

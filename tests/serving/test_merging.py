@@ -25,8 +25,12 @@ def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
     out = tmp_path_factory.mktemp("adapter")
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
     peft_model = get_peft_model(base, config)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():  # a fresh adapter has B = 0 (no effect); give it one, as training would
@@ -45,7 +49,8 @@ def probabilities(model) -> list[np.ndarray]:
 
 
 def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter(
-        tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path) -> None:
+    tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path
+) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -53,8 +58,10 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
 
     out = tmp_path / "merged"
-    result = CliRunner().invoke(app, ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir),
-                                      "--out", str(out), "--device", "cpu"])
+    result = CliRunner().invoke(
+        app,
+        ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir), "--out", str(out), "--device", "cpu"],
+    )
     assert result.exit_code == 0, result.output
     assert "verified on 6 questions" in result.output
 
@@ -81,7 +88,8 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
 
 
 def test_a_merge_that_changes_the_answers_fails_and_leaves_out_unwritten(
-        tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
 
     import mydecide.merging as merging
@@ -97,8 +105,10 @@ def test_a_merge_that_changes_the_answers_fails_and_leaves_out_unwritten(
 
     monkeypatch.setattr(merging, "save_plain", broken_save)
     out = tmp_path / "merged"
-    result = CliRunner().invoke(app, ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir),
-                                      "--out", str(out), "--device", "cpu"])
+    result = CliRunner().invoke(
+        app,
+        ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir), "--out", str(out), "--device", "cpu"],
+    )
     assert result.exit_code == 1, result.output
     assert "merged and unmerged probabilities disagree" in result.output
     assert not out.exists()
@@ -106,12 +116,14 @@ def test_a_merge_that_changes_the_answers_fails_and_leaves_out_unwritten(
     assert report["ok"] is False and report["max_abs_diff"] > 1e-3
 
 
-def test_merge_refuses_a_non_empty_out_and_a_missing_adapter(tiny_llama_dir: Path, adapter_dir: Path,
-                                                             tmp_path: Path) -> None:
+def test_merge_refuses_a_non_empty_out_and_a_missing_adapter(
+    tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path
+) -> None:
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")
-    result = CliRunner().invoke(app, ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir),
-                                      "--out", str(tmp_path / "taken")])
+    result = CliRunner().invoke(
+        app, ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir), "--out", str(tmp_path / "taken")]
+    )
     assert result.exit_code == 2 and "already exists and is not empty" in result.output
     result = CliRunner().invoke(app, ["merge", "--adapter", str(tmp_path), "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "not a LoRA adapter directory" in result.output

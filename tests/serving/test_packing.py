@@ -11,14 +11,28 @@ from mydecide.prompting import RenderConfig
 from mydecide.serving.wire import parse_request, render_request
 
 REQUESTS = [
-    {"state": "Checkout returns HTTP 500 for every customer since 09:10.",
-     "questions": {"down": {"type": "noul", "instructions": "Is a production system down?"},
-                   "team": {"type": "choice", "instructions": "Which team?",
-                            "criteria": {"billing": "Charges and refunds", "engineering": "Bugs", "support": "Help"}},
-                   "labels": {"type": "set", "instructions": "Which labels apply?",
-                              "criteria": {"bug": "A defect", "money": "About money"}}}},
-    {"state": "Short.", "questions": {"u": {"type": "score", "instructions": "How urgent?",
-                                            "criteria": ["low", "medium", "high", "blocking"]}}},
+    {
+        "state": "Checkout returns HTTP 500 for every customer since 09:10.",
+        "questions": {
+            "down": {"type": "noul", "instructions": "Is a production system down?"},
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": "Charges and refunds", "engineering": "Bugs", "support": "Help"},
+            },
+            "labels": {
+                "type": "set",
+                "instructions": "Which labels apply?",
+                "criteria": {"bug": "A defect", "money": "About money"},
+            },
+        },
+    },
+    {
+        "state": "Short.",
+        "questions": {
+            "u": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high", "blocking"]}
+        },
+    },
     {"state": ["line one " * 40, "line two"], "questions": {"down": {"type": "noul", "instructions": "Down?"}}},
 ]
 

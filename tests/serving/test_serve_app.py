@@ -23,18 +23,33 @@ TestClient = fastapi_testclient.TestClient
 URL = "/v1/systemone"
 STATE = "Checkout returns HTTP 500 for every customer since 09:10."
 QUESTIONS: dict[str, Any] = {
-    "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": {"billing": "Charges, invoices and refunds", "engineering": "Bugs, errors and outages",
-                          "support": "How-to and account questions"}},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {
+            "billing": "Charges, invoices and refunds",
+            "engineering": "Bugs, errors and outages",
+            "support": "How-to and account questions",
+        },
+    },
     "plain": {"type": "choice", "instructions": "Which word fits?", "criteria": ["refund", "outage"]},
     "outage": {"type": "noul", "instructions": "Is a production system down?"},
     "outage_null": {"type": "noul", "instructions": "Is a production system down?", "criteria": None},
-    "outage_texts": {"type": "noul", "instructions": "Is a production system down?",
-                     "criteria": {"true": "Customers cannot pay", "false": "Everything works"}},
-    "urgency": {"type": "score", "instructions": "How urgent is this?",
-                "criteria": ["not urgent", "soon", "today", "blocking"]},
-    "labels": {"type": "set", "instructions": "Which labels apply?",
-               "criteria": {"bug": "A defect", "billing": "About money", "outage": "A system is down"}},
+    "outage_texts": {
+        "type": "noul",
+        "instructions": "Is a production system down?",
+        "criteria": {"true": "Customers cannot pay", "false": "Everything works"},
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent is this?",
+        "criteria": ["not urgent", "soon", "today", "blocking"],
+    },
+    "labels": {
+        "type": "set",
+        "instructions": "Which labels apply?",
+        "criteria": {"bug": "A defect", "billing": "About money", "outage": "A system is down"},
+    },
 }
 
 
@@ -197,8 +212,13 @@ MALFORMED: list[tuple[str, bytes, int, str]] = [
     ("empty body", b"", 400, "invalid JSON"),
     ("not UTF-8", b'{"state": "\xff\xfe", "questions": {}}', 400, "UTF-8"),
     ("NaN", b'{"state": "x", "questions": {"q": {"type": "score", "instructions": NaN}}}', 400, "NaN"),
-    ("duplicate question name", b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a?"}, '
-     b'"q": {"type": "noul", "instructions": "b?"}}}', 400, "duplicate key 'q'"),
+    (
+        "duplicate question name",
+        b'{"state": "x", "questions": {"q": {"type": "noul", "instructions": "a?"}, '
+        b'"q": {"type": "noul", "instructions": "b?"}}}',
+        400,
+        "duplicate key 'q'",
+    ),
     ("nested too deeply", b'{"state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
     ("body is a list", b"[1, 2]", 422, "must be a JSON object"),
     ("unknown top-level key", body(stream=True), 422, "unknown top-level key(s) ['stream']"),
@@ -206,16 +226,23 @@ MALFORMED: list[tuple[str, bytes, int, str]] = [
     ("state missing", json.dumps({"questions": {"q": NOUL}}).encode(), 422, "state is required"),
     ("state empty", json.dumps({"state": " ", "questions": {"q": NOUL}}).encode(), 422, "state must not be empty"),
     ("state a number", json.dumps({"state": 3, "questions": {"q": NOUL}}).encode(), 422, "state must be"),
-    ("state list of numbers", json.dumps({"state": [1, 2], "questions": {"q": NOUL}}).encode(), 422,
-     "list of strings"),
-    ("state too long", json.dumps({"state": "x" * 100_001, "questions": {"q": NOUL}}).encode(), 422,
-     "limit of 100000 characters"),
+    ("state list of numbers", json.dumps({"state": [1, 2], "questions": {"q": NOUL}}).encode(), 422, "list of strings"),
+    (
+        "state too long",
+        json.dumps({"state": "x" * 100_001, "questions": {"q": NOUL}}).encode(),
+        422,
+        "limit of 100000 characters",
+    ),
     ("questions missing", json.dumps({"state": STATE}).encode(), 422, "questions must be a non-empty object"),
     ("questions empty", body({}), 422, "questions must be a non-empty object"),
     ("questions a list", body([NOUL]), 422, "questions must be a non-empty object"),
     ("question not an object", body({"q": "yes?"}), 422, "question 'q' must be an object"),
-    ("unknown question type", body({"q": {"type": "multi", "instructions": "x?"}}), 422,
-     "question 'q': type 'multi' is not one of"),
+    (
+        "unknown question type",
+        body({"q": {"type": "multi", "instructions": "x?"}}),
+        422,
+        "question 'q': type 'multi' is not one of",
+    ),
     ("type missing", body({"q": {"instructions": "x?"}}), 422, "question 'q': type None"),
     ("instructions missing", body({"q": {"type": "noul"}}), 422, "question 'q': instructions"),
     ("instructions a number", body({"q": {"type": "noul", "instructions": 5}}), 422, "question 'q': instructions"),
@@ -224,34 +251,68 @@ MALFORMED: list[tuple[str, bytes, int, str]] = [
     ("choice with 256 options", body({"q": choice_with(256)}), 422, "question 'q': choice needs 2 to 255"),
     ("choice duplicate ids", body({"q": {**CHOICE, "criteria": ["a", "a"]}}), 422, "duplicate option id(s) ['a']"),
     ("choice criteria a number", body({"q": {**CHOICE, "criteria": 3}}), 422, "question 'q': choice criteria"),
-    ("choice description not text", body({"q": {**CHOICE, "criteria": {"a": 1, "b": 2}}}), 422,
-     "option descriptions must be strings"),
-    ("score with one level", body({"q": {"type": "score", "instructions": "x?", "criteria": ["low"]}}), 422,
-     "question 'q': score needs 2 to 10 levels"),
-    ("score with 11 levels", body({"q": {"type": "score", "instructions": "x?", "criteria": list("abcdefghijk")}}),
-     422, "question 'q': score needs 2 to 10 levels, got 11"),
-    ("score criteria a map", body({"q": {"type": "score", "instructions": "x?", "criteria": {"a": "b"}}}), 422,
-     "question 'q': score criteria must be a list"),
+    (
+        "choice description not text",
+        body({"q": {**CHOICE, "criteria": {"a": 1, "b": 2}}}),
+        422,
+        "option descriptions must be strings",
+    ),
+    (
+        "score with one level",
+        body({"q": {"type": "score", "instructions": "x?", "criteria": ["low"]}}),
+        422,
+        "question 'q': score needs 2 to 10 levels",
+    ),
+    (
+        "score with 11 levels",
+        body({"q": {"type": "score", "instructions": "x?", "criteria": list("abcdefghijk")}}),
+        422,
+        "question 'q': score needs 2 to 10 levels, got 11",
+    ),
+    (
+        "score criteria a map",
+        body({"q": {"type": "score", "instructions": "x?", "criteria": {"a": "b"}}}),
+        422,
+        "question 'q': score criteria must be a list",
+    ),
     ("noul criteria a string", body({"q": {**NOUL, "criteria": "yes"}}), 422, "question 'q': noul criteria"),
     ("noul criteria half", body({"q": {**NOUL, "criteria": {"true": "up"}}}), 422, "question 'q': noul criteria"),
-    ("set with no labels", body({"q": {"type": "set", "instructions": "x?", "criteria": {}}}), 422,
-     "question 'q': set needs 1 to 255 labels"),
+    (
+        "set with no labels",
+        body({"q": {"type": "set", "instructions": "x?", "criteria": {}}}),
+        422,
+        "question 'q': set needs 1 to 255 labels",
+    ),
     ("too many questions", body({f"q{i}": NOUL for i in range(33)}), 422, "33 questions exceed the limit of 32"),
-    ("too many prompts", body({name: {"type": "set", "instructions": "x?",
-                                      "criteria": {f"l{i}": "" for i in range(200)}} for name in ("a", "b", "big")}),
-     422,
-     "question 'big': the request needs more than 512 scored prompts"),
+    (
+        "too many prompts",
+        body(
+            {
+                name: {"type": "set", "instructions": "x?", "criteria": {f"l{i}": "" for i in range(200)}}
+                for name in ("a", "b", "big")
+            }
+        ),
+        422,
+        "question 'big': the request needs more than 512 scored prompts",
+    ),
     ("empty question name", body({" ": NOUL}), 422, "question names must be non-empty"),
-    ("lone surrogate", b'{"state": "bad \\ud800 text", "questions": {"q": {"type": "noul", "instructions": "x?"}}}',
-     422, "lone surrogate"),
-    ("oversized body", json.dumps({"state": "x" * 1_000_001, "questions": {"q": NOUL}}).encode(), 413,
-     "exceeds the limit of 1000000 bytes"),
+    (
+        "lone surrogate",
+        b'{"state": "bad \\ud800 text", "questions": {"q": {"type": "noul", "instructions": "x?"}}}',
+        422,
+        "lone surrogate",
+    ),
+    (
+        "oversized body",
+        json.dumps({"state": "x" * 1_000_001, "questions": {"q": NOUL}}).encode(),
+        413,
+        "exceeds the limit of 1000000 bytes",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "raw", "status", "message"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_request_gets_a_4xx_naming_the_rule(client, case: str, raw: bytes, status: int,
-                                                      message: str) -> None:
+def test_malformed_request_gets_a_4xx_naming_the_rule(client, case: str, raw: bytes, status: int, message: str) -> None:
     r = client.post(URL, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == status, (case, r.text)
     out = r.json()
@@ -346,17 +407,21 @@ def test_an_answer_does_not_depend_on_the_other_questions(client) -> None:
 REQUESTS = [
     {"state": STATE, "questions": {"team": CHOICE, "outage": NOUL}},
     {"state": "Short.", "questions": {"urgency": QUESTIONS["urgency"]}},
-    {"state": {"ticket": 7, "text": "The invoice was charged twice and the customer wants a refund."},
-     "questions": {"team": CHOICE, "labels": QUESTIONS["labels"]}},
+    {
+        "state": {"ticket": 7, "text": "The invoice was charged twice and the customer wants a refund."},
+        "questions": {"team": CHOICE, "labels": QUESTIONS["labels"]},
+    },
     {"state": ["line one " * 30, "line two"], "questions": {"outage": NOUL, "plain": QUESTIONS["plain"]}},
     {"state": STATE, "questions": {"outage": NOUL}},  # the same state as the first request
 ]
 
 
-@pytest.mark.parametrize(("shared_prefix", "packing"), [(True, True), (True, False), (False, False)],
-                         ids=["packed", "kv-cache", "unshared"])
-def test_a_micro_batch_of_requests_answers_each_as_if_alone(tiny_model_dir: Path, shared_prefix: bool,
-                                                            packing: bool) -> None:
+@pytest.mark.parametrize(
+    ("shared_prefix", "packing"), [(True, True), (True, False), (False, False)], ids=["packed", "kv-cache", "unshared"]
+)
+def test_a_micro_batch_of_requests_answers_each_as_if_alone(
+    tiny_model_dir: Path, shared_prefix: bool, packing: bool
+) -> None:
     from mydecide.modeling import load_model
 
     model = load_model(str(tiny_model_dir), device="cpu")

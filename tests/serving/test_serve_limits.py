@@ -44,33 +44,61 @@ def request(question: dict[str, Any], name: str = "q", state: Any = "The checkou
 
 
 LIMIT_CASES: list[tuple[str, dict[str, Any], str]] = [
-    ("instructions", request({"type": "noul", "instructions": "x" * 4001}),
-     "question 'q': instructions are longer than the limit of 4000 characters"),
-    ("option description", request({"type": "choice", "instructions": "Which?",
-                                    "criteria": {"a": "y" * 1001, "b": ""}}),
-     "question 'q': option 'a' is longer than the limit of 1000 characters"),
-    ("option id", request({"type": "choice", "instructions": "Which?", "criteria": ["z" * 1001, "b"]}),
-     "is longer than the limit of 1000 characters"),
-    ("score level", request({"type": "score", "instructions": "How?", "criteria": ["low", "h" * 1001]}),
-     "question 'q': option '1' is longer than the limit of 1000 characters"),
-    ("noul text", request({"type": "noul", "instructions": "Up?", "criteria": {"true": "t" * 1001, "false": ""}}),
-     "question 'q': option 'yes' is longer than the limit of 1000 characters"),
-    ("set label", request({"type": "set", "instructions": "Which?", "criteria": {"bug": "d" * 1001}}),
-     "question 'q': option 'bug' is longer than the limit of 1000 characters"),
+    (
+        "instructions",
+        request({"type": "noul", "instructions": "x" * 4001}),
+        "question 'q': instructions are longer than the limit of 4000 characters",
+    ),
+    (
+        "option description",
+        request({"type": "choice", "instructions": "Which?", "criteria": {"a": "y" * 1001, "b": ""}}),
+        "question 'q': option 'a' is longer than the limit of 1000 characters",
+    ),
+    (
+        "option id",
+        request({"type": "choice", "instructions": "Which?", "criteria": ["z" * 1001, "b"]}),
+        "is longer than the limit of 1000 characters",
+    ),
+    (
+        "score level",
+        request({"type": "score", "instructions": "How?", "criteria": ["low", "h" * 1001]}),
+        "question 'q': option '1' is longer than the limit of 1000 characters",
+    ),
+    (
+        "noul text",
+        request({"type": "noul", "instructions": "Up?", "criteria": {"true": "t" * 1001, "false": ""}}),
+        "question 'q': option 'yes' is longer than the limit of 1000 characters",
+    ),
+    (
+        "set label",
+        request({"type": "set", "instructions": "Which?", "criteria": {"bug": "d" * 1001}}),
+        "question 'q': option 'bug' is longer than the limit of 1000 characters",
+    ),
     ("question name", request(NOUL, name="n" * 201), "name is longer than the limit of 200 characters"),
     ("model name", {"model": "m" * 201, **request(NOUL)}, "model is longer than the limit of 200 characters"),
-    ("prompt text", {"state": "s", "questions": {f"q{i}": {"type": "set", "instructions": "i" * 4000,
-                                                           "criteria": {f"l{j}": "" for j in range(4)}}
-                                                 for i in range(9)}},
-     "question 'q7': the request's prompts hold more than 128000 characters of question text"),
-    ("deep state", request(NOUL, state={"a": json.loads("[" * 400 + "]" * 400)}),
-     "state is longer than the limit of 100000 characters"),
+    (
+        "prompt text",
+        {
+            "state": "s",
+            "questions": {
+                f"q{i}": {"type": "set", "instructions": "i" * 4000, "criteria": {f"l{j}": "" for j in range(4)}}
+                for i in range(9)
+            },
+        },
+        "question 'q7': the request's prompts hold more than 128000 characters of question text",
+    ),
+    (
+        "deep state",
+        request(NOUL, state={"a": json.loads("[" * 400 + "]" * 400)}),
+        "state is longer than the limit of 100000 characters",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "body", "message"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
-def test_every_part_of_a_request_has_a_limit_that_names_it(client, case: str, body: dict[str, Any],
-                                                          message: str) -> None:
+def test_every_part_of_a_request_has_a_limit_that_names_it(
+    client, case: str, body: dict[str, Any], message: str
+) -> None:
     with pytest.raises(RequestError, match="limit"):
         parse_request(body)
     r = post(client, body)
@@ -126,8 +154,13 @@ def test_one_prompt_is_bounded_in_tokens(model) -> None:
 def test_many_options_count_their_prompt_text_before_tokenising(client) -> None:
     """Each option costs its own line or, in the per-option form, its own continuation: 11 choices of 255 short
     options are refused on characters, in milliseconds, not after tokenising 100k tokens."""
-    body = {"state": "s", "questions": {f"q{i}": {"type": "choice", "instructions": "x",
-                                                  "criteria": [f"o{j}" for j in range(255)]} for i in range(11)}}
+    body = {
+        "state": "s",
+        "questions": {
+            f"q{i}": {"type": "choice", "instructions": "x", "criteria": [f"o{j}" for j in range(255)]}
+            for i in range(11)
+        },
+    }
     started = time.perf_counter()
     r = post(client, body)
     elapsed = time.perf_counter() - started
@@ -138,33 +171,71 @@ def test_many_options_count_their_prompt_text_before_tokenising(client) -> None:
 
 
 HOSTILE: list[tuple[str, bytes, int, str]] = [
-    ("number out of range", b'{"state": {"a": 1e999}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
-     400, "out of range"),
-    ("integer of 5000 digits", b'{"state": {"a": ' + b"9" * 5000 + b'}, "questions": {"q": '
-     b'{"type": "noul", "instructions": "x"}}}', 400, "digits"),
-    ("deep state", json.dumps(request(NOUL, state=[json.loads("[" * 900 + "]" * 900)] * 50)).encode(), 422,
-     "state given as a list must be a non-empty list of strings"),
-    ("many deep objects", json.dumps(request(NOUL, state={f"k{i}": json.loads("[" * 900 + "]" * 900)
-                                                          for i in range(50)})).encode(), 422, "limit"),
+    (
+        "number out of range",
+        b'{"state": {"a": 1e999}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+        400,
+        "out of range",
+    ),
+    (
+        "integer of 5000 digits",
+        b'{"state": {"a": ' + b"9" * 5000 + b'}, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+        400,
+        "digits",
+    ),
+    (
+        "deep state",
+        json.dumps(request(NOUL, state=[json.loads("[" * 900 + "]" * 900)] * 50)).encode(),
+        422,
+        "state given as a list must be a non-empty list of strings",
+    ),
+    (
+        "many deep objects",
+        json.dumps(request(NOUL, state={f"k{i}": json.loads("[" * 900 + "]" * 900) for i in range(50)})).encode(),
+        422,
+        "limit",
+    ),
     ("question name a control char", json.dumps(request(NOUL, name="\x00")).encode(), 200, ""),
-    ("criteria null", json.dumps(request({"type": "choice", "instructions": "x", "criteria": None})).encode(), 422,
-     "question 'q': choice criteria must be"),
-    ("instructions a list", json.dumps(request({"type": "noul", "instructions": ["x"]})).encode(), 422,
-     "question 'q': instructions"),
+    (
+        "criteria null",
+        json.dumps(request({"type": "choice", "instructions": "x", "criteria": None})).encode(),
+        422,
+        "question 'q': choice criteria must be",
+    ),
+    (
+        "instructions a list",
+        json.dumps(request({"type": "noul", "instructions": ["x"]})).encode(),
+        422,
+        "question 'q': instructions",
+    ),
     ("type a number", json.dumps(request({"type": 1, "instructions": "x"})).encode(), 422, "question 'q': type 1"),
-    ("state a huge float", b'{"state": 1e308, "questions": {"q": {"type": "noul", "instructions": "x"}}}', 422,
-     "state must be"),
-    ("empty option id", json.dumps(request({"type": "choice", "instructions": "x", "criteria": {"": "a", "b": ""}}))
-     .encode(), 422, "option ids must be non-empty"),
-    ("255 options of 1000 characters", json.dumps(request({
-        "type": "choice", "instructions": "x", "criteria": {f"o{i}": "d" * 990 for i in range(255)}})).encode(),
-     422, "characters of question text"),
+    (
+        "state a huge float",
+        b'{"state": 1e308, "questions": {"q": {"type": "noul", "instructions": "x"}}}',
+        422,
+        "state must be",
+    ),
+    (
+        "empty option id",
+        json.dumps(request({"type": "choice", "instructions": "x", "criteria": {"": "a", "b": ""}})).encode(),
+        422,
+        "option ids must be non-empty",
+    ),
+    (
+        "255 options of 1000 characters",
+        json.dumps(
+            request({"type": "choice", "instructions": "x", "criteria": {f"o{i}": "d" * 990 for i in range(255)}})
+        ).encode(),
+        422,
+        "characters of question text",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("case", "raw", "status", "message"), HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_hostile_requests_get_a_quick_4xx_naming_the_field(client, case: str, raw: bytes, status: int,
-                                                           message: str) -> None:
+def test_hostile_requests_get_a_quick_4xx_naming_the_field(
+    client, case: str, raw: bytes, status: int, message: str
+) -> None:
     started = time.perf_counter()
     r = post(client, raw)
     elapsed = time.perf_counter() - started
@@ -183,9 +254,13 @@ def test_serve_takes_any_limit_as_name_value(tiny_llama_dir: Path) -> None:
 
     assert parse_limits([]) == Limits()
     assert parse_limits(["max_input_tokens=500", "max-option-chars=20"], max_questions=3) == Limits(
-        max_input_tokens=500, max_option_chars=20, max_questions=3)
-    for bad, message in [("max_instruction_chars=9", "NAME one of max_questions"), ("max_questions=0", "≥ 1"),
-                         ("max_questions", "NAME=VALUE")]:
+        max_input_tokens=500, max_option_chars=20, max_questions=3
+    )
+    for bad, message in [
+        ("max_instruction_chars=9", "NAME one of max_questions"),
+        ("max_questions=0", "≥ 1"),
+        ("max_questions", "NAME=VALUE"),
+    ]:
         with pytest.raises(ValueError, match=message):
             parse_limits([bad])
     result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--limit", "max_tokens=9"])

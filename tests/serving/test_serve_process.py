@@ -34,9 +34,23 @@ def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = {**os.environ, "MYDECIDE_API_KEY": API_KEY, "TOKENIZERS_PARALLELISM": "false"}
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mydecide.cli", "serve", "--model", str(tiny_llama_dir),
-                                 "--port", str(port), "--device", "cpu"], stdout=out, stderr=subprocess.STDOUT,
-                                env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mydecide.cli",
+                "serve",
+                "--model",
+                str(tiny_llama_dir),
+                "--port",
+                str(port),
+                "--device",
+                "cpu",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -62,8 +76,11 @@ def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def test_real_server_answers_checks_auth_and_refuses_bad_input(server: str) -> None:
-    body = {"model": "tiny", "state": "The checkout page fails.",
-            "questions": {"down": {"type": "noul", "instructions": "Is a production system down?"}}}
+    body = {
+        "model": "tiny",
+        "state": "The checkout page fails.",
+        "questions": {"down": {"type": "noul", "instructions": "Is a production system down?"}},
+    }
     r = httpx.post(f"{server}/v1/systemone", json=body, timeout=30)
     assert r.status_code == 401
     auth = {"Authorization": f"Bearer {API_KEY}"}
@@ -76,9 +93,24 @@ def test_real_server_answers_checks_auth_and_refuses_bad_input(server: str) -> N
 def test_jevbench_check_passes_against_the_real_server(server: str) -> None:
     pytest.importorskip("jevbench")
     env = {**os.environ, "JEVBENCH_API_KEY": API_KEY}
-    result = subprocess.run([sys.executable, "-m", "jevbench", "check", "--url", f"{server}/v1/systemone",
-                             "--model", "tiny", "--api-key-env", "JEVBENCH_API_KEY"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jevbench",
+            "check",
+            "--url",
+            f"{server}/v1/systemone",
+            "--model",
+            "tiny",
+            "--api-key-env",
+            "JEVBENCH_API_KEY",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "jevbench check: OK" in result.stdout
@@ -103,19 +135,27 @@ def test_predict_answers_a_request_file_like_the_server(tiny_llama_dir: Path, tm
     from mydecide.modeling import load_model
     from mydecide.serving.app import create_app
 
-    body = {"model": "m", "state": "The invoice was charged twice.",
-            "questions": {"team": {"type": "choice", "instructions": "Which team?",
-                                   "criteria": {"billing": "Money", "engineering": "Bugs"}},
-                          "urgency": {"type": "score", "instructions": "How urgent?",
-                                      "criteria": ["low", "medium", "high"]}}}
+    body = {
+        "model": "m",
+        "state": "The invoice was charged twice.",
+        "questions": {
+            "team": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {"billing": "Money", "engineering": "Bugs"},
+            },
+            "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
+        },
+    }
     request = tmp_path / "request.json"
     request.write_text(json.dumps(body))
     temperatures = tmp_path / "temperatures.json"
     temperatures.write_text(json.dumps({"types": {"choice": {"temperature": 2.0}}}))
-    result = CliRunner().invoke(app, ["predict", "--model", str(tiny_llama_dir), "--temperatures",
-                                      str(temperatures), str(request)])
+    result = CliRunner().invoke(
+        app, ["predict", "--model", str(tiny_llama_dir), "--temperatures", str(temperatures), str(request)]
+    )
     assert result.exit_code == 0, result.output
-    printed = json.loads(result.stdout[result.stdout.index("{"):])
+    printed = json.loads(result.stdout[result.stdout.index("{") :])
 
     def temperature(qtype: str, k: int) -> float:
         return 2.0 if qtype == "choice" else 1.0

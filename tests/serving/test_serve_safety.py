@@ -39,8 +39,9 @@ BAD_TEMPERATURES = [
 
 
 @pytest.mark.parametrize(("content", "message"), BAD_TEMPERATURES, ids=[m for _, m in BAD_TEMPERATURES])
-def test_a_temperature_out_of_range_or_a_misspelt_type_is_an_error_naming_it(tmp_path: Path, content: str,
-                                                                            message: str) -> None:
+def test_a_temperature_out_of_range_or_a_misspelt_type_is_an_error_naming_it(
+    tmp_path: Path, content: str, message: str
+) -> None:
     path = tmp_path / "temperatures.json"
     path.write_text(content)
     with pytest.raises(ValueError, match=message) as err:
@@ -54,10 +55,17 @@ def test_the_range_is_the_one_calibrate_fits_in(tmp_path: Path) -> None:
 
     low, high = TEMPERATURE_RANGE
     assert low == pytest.approx(math.exp(LOG_T_BOUNDS[0]), rel=1e-6) and high == pytest.approx(
-        math.exp(LOG_T_BOUNDS[1]), rel=1e-6)
+        math.exp(LOG_T_BOUNDS[1]), rel=1e-6
+    )
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"types": {"choice": math.exp(LOG_T_BOUNDS[0]), "noul": math.exp(LOG_T_BOUNDS[1])},
-                                "buckets": {"choice": {"27+": 2.0, "5-8": {"fallback": "too few"}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "types": {"choice": math.exp(LOG_T_BOUNDS[0]), "noul": math.exp(LOG_T_BOUNDS[1])},
+                "buckets": {"choice": {"27+": 2.0, "5-8": {"fallback": "too few"}}},
+            }
+        )
+    )
     table = load_temperatures(path)
     assert table("choice", 3) == pytest.approx(low) and table("choice", 40) == 2.0
 
@@ -122,8 +130,11 @@ def test_duplicate_authorization_headers_are_refused(model) -> None:
     with TestClient(create_app(model, api_key="s3cret")) as c:
         good = ("authorization", "Bearer s3cret")
         assert c.post(URL, json=BODY, headers=[good]).status_code == 200
-        for headers in ([good, ("authorization", "Bearer wrong")], [("authorization", "Bearer wrong"), good],
-                        [good, good]):
+        for headers in (
+            [good, ("authorization", "Bearer wrong")],
+            [("authorization", "Bearer wrong"), good],
+            [good, good],
+        ):
             r = c.post(URL, json=BODY, headers=headers)
             assert r.status_code == 401 and "one Authorization header" in r.json()["error"], headers
 

@@ -24,8 +24,16 @@ SMALL = {"state": "The invoice was charged twice.", "questions": {"q": {"type": 
 
 def large_request(labels: int = 85) -> dict[str, Any]:
     """About 31k input tokens on the tiny tokenizer: under every default limit, several seconds of work."""
-    return {"state": WORDS * 60, "questions": {"labels": {"type": "set", "instructions": (WORDS * 20)[:800],
-                                                          "criteria": {f"label {i}": "" for i in range(labels)}}}}
+    return {
+        "state": WORDS * 60,
+        "questions": {
+            "labels": {
+                "type": "set",
+                "instructions": (WORDS * 20)[:800],
+                "criteria": {f"label {i}": "" for i in range(labels)},
+            }
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +82,11 @@ def test_small_requests_keep_their_latency_while_a_large_one_is_in_flight(model)
         thread.join(120)
     assert large["status"] == 200
     answered_in_flight = [t for t, done in zip(small_during, finished, strict=True) if done < large["done"]]
-    print(f"\nsmall alone: median {statistics.median(small_alone) * 1000:.0f} ms; large request: "
-          f"{large['latency']:.2f} s; small while it ran: {len(answered_in_flight)} answered, latency max "
-          f"{max(small_during) * 1000:.0f} ms, median {statistics.median(small_during) * 1000:.0f} ms")
+    print(
+        f"\nsmall alone: median {statistics.median(small_alone) * 1000:.0f} ms; large request: "
+        f"{large['latency']:.2f} s; small while it ran: {len(answered_in_flight)} answered, latency max "
+        f"{max(small_during) * 1000:.0f} ms, median {statistics.median(small_during) * 1000:.0f} ms"
+    )
     assert len(answered_in_flight) >= 2  # small requests were answered while the large one was still running
     assert max(small_during) < 0.5 * large["latency"]  # a slice, not the whole large request
 

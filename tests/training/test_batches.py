@@ -10,13 +10,24 @@ from mydecide.prompting import RenderConfig, Renderer
 from mydecide.records import parse_record
 from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches, shown_order
 
-CHOICE = {"id": "c1", "task": "route", "state": "Checkout returns HTTP 500.",
-          "question": {"type": "choice", "instructions": "Which team?",
-                       "criteria": {"billing": "money", "engineering": "bugs", "support": "help", "sales": "deals"}},
-          "target": {"billing": 0.1, "engineering": 0.6, "support": 0.2, "sales": 0.1}}
-SCORE = {"id": "s1", "task": "urgency", "state": "Checkout returns HTTP 500.",
-         "question": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high", "critical"]},
-         "answer": 3}
+CHOICE = {
+    "id": "c1",
+    "task": "route",
+    "state": "Checkout returns HTTP 500.",
+    "question": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "money", "engineering": "bugs", "support": "help", "sales": "deals"},
+    },
+    "target": {"billing": 0.1, "engineering": 0.6, "support": 0.2, "sales": 0.1},
+}
+SCORE = {
+    "id": "s1",
+    "task": "urgency",
+    "state": "Checkout returns HTTP 500.",
+    "question": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high", "critical"]},
+    "answer": 3,
+}
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,19 @@ def write_task(out: Path, n_train: int = 96, n_dev: int = 24) -> Path:
     for i in range(n_train + n_dev):
         team = "engineering" if rng.random() < 0.8 else rng.choice(["billing", "support"])
         state = f"ticket {i}: {KEYWORDS[team]} {KEYWORDS[team]}"
-        rows.append({"id": f"c{i}", "task": "route", "state": state,
-                     "question": {"type": "choice", "instructions": "Which team?",
-                                  "criteria": {"billing": "money", "engineering": "bugs", "support": "help"}},
-                     "answer": team})
+        rows.append(
+            {
+                "id": f"c{i}",
+                "task": "route",
+                "state": state,
+                "question": {
+                    "type": "choice",
+                    "instructions": "Which team?",
+                    "criteria": {"billing": "money", "engineering": "bugs", "support": "help"},
+                },
+                "answer": team,
+            }
+        )
     out.mkdir(parents=True, exist_ok=True)
     for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
@@ -50,8 +59,18 @@ def test_each_objective_lowers_dev_log_loss(objective: str, tiny_llama_dir: Path
     data = write_task(tmp_path / "data")
     lr = "2e-3" if objective == "rlcd" else "2e-2"
     # options in a fixed order, so the prior is a letter: learnable in a few updates by a 2-layer random model
-    run = train(recipe_for(tiny_llama_dir, data, tmp_path / "run", f"objective.kind={objective}",
-                           "optim.max_steps=16", f"optim.lr={lr}", "eval_every=16", "shuffle_options=false"))
+    run = train(
+        recipe_for(
+            tiny_llama_dir,
+            data,
+            tmp_path / "run",
+            f"objective.kind={objective}",
+            "optim.max_steps=16",
+            f"optim.lr={lr}",
+            "eval_every=16",
+            "shuffle_options=false",
+        )
+    )
     rows = dev_rows(run)
     assert rows[-1]["log_loss"] < rows[0]["log_loss"] - 0.2, rows
     assert (run / "adapter" / "adapter_config.json").is_file() and (run / "last" / "adapter_config.json").is_file()
@@ -63,8 +82,7 @@ def test_lora_weights_move_and_only_lora_is_saved(tiny_llama_dir: Path, tmp_path
 
     from mydecide.training.loop import train
 
-    run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run",
-                           "optim.max_steps=3"))
+    run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run", "optim.max_steps=3"))
     weights = load_file(run / "last" / "adapter_model.safetensors")
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
     assert lora_b and all("lora_" in k for k in weights)
@@ -107,13 +125,13 @@ def test_last_layers_adapts_only_the_top_of_the_decoder(tiny_llama_dir: Path) ->
 def test_hybrid_model_trains(tiny_qwen_dir: Path, tmp_path: Path) -> None:
     from mydecide.training.loop import train
 
-    run = train(recipe_for(tiny_qwen_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run",
-                           "optim.max_steps=3"))
+    run = train(recipe_for(tiny_qwen_dir, write_task(tmp_path / "data", 32, 8), tmp_path / "run", "optim.max_steps=3"))
     assert (run / "last" / "adapter_model.safetensors").is_file()
 
 
-def test_killed_run_resumes_to_the_same_weights(tiny_llama_dir: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_killed_run_resumes_to_the_same_weights(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     from safetensors.torch import load_file
 
@@ -121,8 +139,14 @@ def test_killed_run_resumes_to_the_same_weights(tiny_llama_dir: Path, tmp_path: 
 
     data = write_task(tmp_path / "data", 64, 8)
     # resumed at update 4, before options start being shuffled and rotated (update 5): both phases are replayed
-    args = ("optim.max_steps=10", "save_every=4", "eval_every=100", "lora.dropout=0.1", "shuffle_start=0.5",
-            "orders_per_record=2")
+    args = (
+        "optim.max_steps=10",
+        "save_every=4",
+        "eval_every=100",
+        "lora.dropout=0.1",
+        "shuffle_start=0.5",
+        "orders_per_record=2",
+    )
     straight = loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "straight", *args))
 
     real_write = loop.write_metrics
@@ -160,10 +184,32 @@ def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Pat
     data = write_task(tmp_path / "data", 64, 8)
     out = tmp_path / "run"
     accelerate = Path(sys.executable).parent / "accelerate"
-    cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-           "-m", "mydecide.cli", "train", str(SMOKE), "--model", str(tiny_llama_dir), "--data", str(data),
-           "--out", str(out), "optim.max_steps=3"]
+    cmd = [
+        str(accelerate),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+        "-m",
+        "mydecide.cli",
+        "train",
+        str(SMOKE),
+        "--model",
+        str(tiny_llama_dir),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "optim.max_steps=3",
+    ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -177,8 +223,13 @@ def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path
     from mydecide.training.loop import select_tasks
 
     data = write_task(tmp_path / "data", 12, 4)
-    other = {"id": "s0", "task": "spam", "state": "win money", "question": {"type": "noul", "instructions": "Spam?"},
-             "answer": "yes"}
+    other = {
+        "id": "s0",
+        "task": "spam",
+        "state": "win money",
+        "question": {"type": "noul", "instructions": "Spam?"},
+        "answer": "yes",
+    }
     for name in ("train", "dev"):
         with (data / f"{name}.jsonl").open("a") as f:
             f.write(json.dumps({**other, "id": f"{name}-s0"}) + "\n")

@@ -17,17 +17,26 @@ SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 
 def write_data(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    rows = [{"id": f"r{i}", "task": "route" if i % 2 else "urgent", "state": f"ticket {i}: outage {i % 3}",
-             "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]}
-             if i % 2 else {"type": "noul", "instructions": "Is it urgent?"},
-             "answer": "engineering" if i % 2 else bool(i % 3)} for i in range(20)]
+    rows = [
+        {
+            "id": f"r{i}",
+            "task": "route" if i % 2 else "urgent",
+            "state": f"ticket {i}: outage {i % 3}",
+            "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]}
+            if i % 2
+            else {"type": "noul", "instructions": "Is it urgent?"},
+            "answer": "engineering" if i % 2 else bool(i % 3),
+        }
+        for i in range(20)
+    ]
     (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:16]))
     (out / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[16:]))
     return out
 
 
 def test_the_adapter_names_its_base_portably_and_loads_after_the_cache_moved(
-        tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     from peft import PeftModel, get_peft_model_state_dict
     from safetensors.torch import load_file
@@ -40,8 +49,13 @@ def test_the_adapter_names_its_base_portably_and_loads_after_the_cache_moved(
     first = tmp_path / "cache-here"
     shutil.copytree(tiny_llama_dir, first / "smollm2-135m-bf16")
     monkeypatch.setenv("MYDECIDE_CACHE", str(first))
-    run = train(load_recipe(SMOKE, [f"data={write_data(tmp_path / 'data')}", f"out={tmp_path / 'run'}",
-                                    "optim.max_steps=2", "eval_every=1"], model=TrainRecipe))
+    run = train(
+        load_recipe(
+            SMOKE,
+            [f"data={write_data(tmp_path / 'data')}", f"out={tmp_path / 'run'}", "optim.max_steps=2", "eval_every=1"],
+            model=TrainRecipe,
+        )
+    )
     for adapter in (run / "adapter", run / "last"):
         config = json.loads((adapter / "adapter_config.json").read_text())
         assert config["base_model_name_or_path"] == DEFAULT_MODEL
@@ -66,15 +80,29 @@ def test_the_adapter_names_its_base_portably_and_loads_after_the_cache_moved(
 def test_the_model_card_holds_the_data_the_metrics_and_the_recipe(tiny_llama_dir: Path, tmp_path: Path) -> None:
     from mydecide.training.loop import train
 
-    run = train(load_recipe(SMOKE, [f"model={tiny_llama_dir}", f"data={write_data(tmp_path / 'data')}",
-                                    f"out={tmp_path / 'run'}", "optim.max_steps=2", "eval_every=1", "lora.r=3"],
-                            model=TrainRecipe))
+    run = train(
+        load_recipe(
+            SMOKE,
+            [
+                f"model={tiny_llama_dir}",
+                f"data={write_data(tmp_path / 'data')}",
+                f"out={tmp_path / 'run'}",
+                "optim.max_steps=2",
+                "eval_every=1",
+                "lora.r=3",
+            ],
+            model=TrainRecipe,
+        )
+    )
     card = (run / "adapter" / "README.md").read_text()
     assert f"base_model: {tiny_llama_dir.resolve()}" in card
     assert "| route | choice | 8 | 2 |" in card and "| urgent | noul | 8 | 2 |" in card
     assert "| **all** | | 16 | 4 |" in card
-    dev = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
-           if json.loads(line)["kind"] == "dev"]
+    dev = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "dev"
+    ]
     best = min(dev, key=lambda r: r["log_loss"])
     assert f"saved at\nupdate {best['update']}." in card
     last_card = (run / "last" / "README.md").read_text()

@@ -67,18 +67,14 @@ def test_ce_equals_torch_cross_entropy_for_hard_labels() -> None:
     padded = torch.cat([logits, torch.full((6, 1), 40.0, dtype=torch.float64)], dim=1)
     padded_targets = torch.cat([targets, torch.zeros(6, 1, dtype=torch.float64)], dim=1)
     padded_mask = torch.cat([mask, torch.zeros(6, 1, dtype=torch.bool)], dim=1)
-    again = cross_entropy_loss(
-        padded, padded_targets, padded_mask, torch.zeros(6, dtype=torch.bool), progress=0.0
-    )
+    again = cross_entropy_loss(padded, padded_targets, padded_mask, torch.zeros(6, dtype=torch.bool), progress=0.0)
     assert again.item() == pytest.approx(ours.item(), abs=1e-12)
 
 
 def test_ce_with_soft_labels_matches_torch_probability_targets() -> None:
     logits = torch.tensor([[1.0, 2.0, 0.5]], dtype=torch.float64)
     targets = torch.tensor([[0.2, 0.5, 0.3]], dtype=torch.float64)
-    ours = cross_entropy_loss(
-        logits, targets, torch.ones(1, 3, dtype=torch.bool), torch.tensor([False]), progress=0
-    )
+    ours = cross_entropy_loss(logits, targets, torch.ones(1, 3, dtype=torch.bool), torch.tensor([False]), progress=0)
     assert ours.item() == pytest.approx(F.cross_entropy(logits, targets).item(), abs=1e-12)
 
 
@@ -107,9 +103,7 @@ def _rows() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Four questions: choice hard, choice soft with padding, score hard (K = 5), score soft with padding."""
     gen = torch.Generator().manual_seed(11)
     logits = torch.randn(4, 5, generator=gen, dtype=torch.float64)
-    mask = torch.tensor(
-        [[True, True, True, True, False], [True] * 5, [True] * 5, [True, True, True, False, False]]
-    )
+    mask = torch.tensor([[True, True, True, True, False], [True] * 5, [True] * 5, [True, True, True, False, False]])
     targets = torch.tensor(
         [
             [0.0, 0.0, 1.0, 0.0, 0.0],
@@ -128,9 +122,7 @@ def test_rlcd_gradient_follows_the_composite_gradient() -> None:
     logits, targets, mask, is_score = _rows()
     z_rl = logits.clone().requires_grad_()
     gen = torch.Generator().manual_seed(5)
-    rl = rlcd_loss(
-        z_rl, targets, mask, is_score, progress=1.0, generator=gen, group_size=20000, sigma_end=0.05
-    )
+    rl = rlcd_loss(z_rl, targets, mask, is_score, progress=1.0, generator=gen, group_size=20000, sigma_end=0.05)
     rl.backward()
     z_pr = logits.clone().requires_grad_()
     proper_loss(z_pr, targets, mask, is_score, progress=1.0).backward()
@@ -162,9 +154,7 @@ def test_rlcd_gradient_vanishes_at_the_truthful_report_and_not_elsewhere() -> No
     for start in ([0.0, 0.0], [1.0, -1.0]):
         z = torch.tensor([start], dtype=torch.float64, requires_grad=True)
         gen = torch.Generator().manual_seed(2)
-        rlcd_loss(
-            z, targets, mask, torch.tensor([False]), progress=0.0, generator=gen, group_size=20000
-        ).backward()
+        rlcd_loss(z, targets, mask, torch.tensor([False]), progress=0.0, generator=gen, group_size=20000).backward()
         assert z.grad is not None
         grads.append(z.grad[0])
     assert grads[0].abs().max().item() < 0.02

@@ -54,9 +54,13 @@ class RunsCode:
 
 
 @pytest.mark.parametrize("fault", ["killed while writing", "truncated", "carries code", "legacy tmp name"])
-def test_resume_falls_back_past_a_bad_newest_checkpoint(fault: str, tiny_llama_dir: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_falls_back_past_a_bad_newest_checkpoint(
+    fault: str,
+    tiny_llama_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     import torch
 
     from mydecide.training import loop
@@ -107,8 +111,9 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(fault: str, tiny_llama_d
     assert names[-1] == "update-000010" and all(loop.CHECKPOINT.fullmatch(n) for n in names)
 
 
-def test_a_changed_recipe_or_data_is_refused_on_resume(tiny_llama_dir: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_recipe_or_data_is_refused_on_resume(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mydecide.training import loop
 
     data = write_task(tmp_path / "data", 32, 8)
@@ -120,8 +125,7 @@ def test_a_changed_recipe_or_data_is_refused_on_resume(tiny_llama_dir: Path, tmp
     saved = (run / "recipe.yaml").read_text()
 
     def resume(*overrides: str, data_dir: Path = data, allow: tuple[str, ...] = ()) -> Path:
-        return loop.train(recipe_for(tiny_llama_dir, data_dir, run, *ARGS, *overrides), resume=True,
-                          allow_change=allow)
+        return loop.train(recipe_for(tiny_llama_dir, data_dir, run, *ARGS, *overrides), resume=True, allow_change=allow)
 
     with pytest.raises(ValueError, match=r"lora\.r: 4 → 8; optim\.lr: 0\.005 → 0\.001; s"):
         resume("optim.lr=1e-3", "lora.r=8")
@@ -156,16 +160,31 @@ def test_train_flags_are_paths_not_yaml(tmp_path: Path, monkeypatch: pytest.Monk
 
     monkeypatch.setattr(loop, "train", fake_train)
     smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
-    result = CliRunner().invoke(app, ["train", str(smoke), "--out", "runs/exp #2", "--data", "data: [x]",
-                                      "--model", "models/a: b #c", "--resume", "--allow-change", "optim.max_steps"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(smoke),
+            "--out",
+            "runs/exp #2",
+            "--data",
+            "data: [x]",
+            "--model",
+            "models/a: b #c",
+            "--resume",
+            "--allow-change",
+            "optim.max_steps",
+        ],
+    )
     assert result.exit_code == 0, result.output
     recipe = seen["recipe"]
     assert (recipe.out, recipe.data, recipe.model) == ("runs/exp #2", "data: [x]", "models/a: b #c")
     assert seen["resume"] and seen["allow_change"] == ("optim.max_steps",)
 
 
-def test_a_checkpoint_that_cannot_be_written_is_one_line(tiny_llama_dir: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_checkpoint_that_cannot_be_written_is_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
     from typer.testing import CliRunner
 
@@ -175,16 +194,31 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line(tiny_llama_dir: Path, t
 
     def full_disk(obj: Any, path: Any, *args: Any, **kwargs: Any) -> None:
         if Path(path).name == "trainer_state.pt":  # what torch says when the disk is full or ulimit -f is hit
-            raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing "
-                               "file data/3: file write failed")
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing "
+                "file data/3: file write failed"
+            )
         real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_disk)
     smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
     run = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", str(smoke), "--model", str(tiny_llama_dir), "--data",
-                                      str(write_task(tmp_path / "data", 16, 4)), "--out", str(run),
-                                      "optim.max_steps=2", "save_every=1", "eval_every=100"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            str(smoke),
+            "--model",
+            str(tiny_llama_dir),
+            "--data",
+            str(write_task(tmp_path / "data", 16, 4)),
+            "--out",
+            str(run),
+            "optim.max_steps=2",
+            "save_every=1",
+            "eval_every=100",
+        ],
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "could not write the checkpoint" in errors[0] and "Traceback" not in result.output

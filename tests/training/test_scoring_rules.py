@@ -55,9 +55,7 @@ def test_brier_score_exact() -> None:
 def test_rps_exact() -> None:
     # A: Q = [0.5, 0.75, 1], Y = [0, 1, 1]; (0.25 + 0.0625 + 0) / (3 - 1) = 0.15625
     # B: Q = [0.6, 1], Y = [0.7, 1]; 0.01 / (2 - 1) = 0.01  (K counts valid options only)
-    assert ranked_probability_score(PROBS, TARGETS, MASK).tolist() == pytest.approx(
-        [0.15625, 0.01], abs=1e-12
-    )
+    assert ranked_probability_score(PROBS, TARGETS, MASK).tolist() == pytest.approx([0.15625, 0.01], abs=1e-12)
 
 
 def test_rps_is_order_sensitive() -> None:

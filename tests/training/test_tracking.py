@@ -17,9 +17,16 @@ SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 
 def write_data(out: Path, n_train: int = 16, n_dev: int = 4) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    rows = [{"id": f"r{i}", "task": "route", "state": f"ticket {i}: {'outage' if i % 3 else 'invoice'}",
-             "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
-             "answer": "engineering" if i % 3 else "billing"} for i in range(n_train + n_dev)]
+    rows = [
+        {
+            "id": f"r{i}",
+            "task": "route",
+            "state": f"ticket {i}: {'outage' if i % 3 else 'invoice'}",
+            "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
+            "answer": "engineering" if i % 3 else "billing",
+        }
+        for i in range(n_train + n_dev)
+    ]
     (out / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:n_train]))
     (out / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[n_train:]))
     return out
@@ -30,9 +37,20 @@ def test_tensorboard_event_file_holds_loss_and_dev_metrics(tiny_llama_dir: Path,
 
     from mydecide.training.loop import train
 
-    run = train(load_recipe(SMOKE, [f"model={tiny_llama_dir}", f"data={write_data(tmp_path / 'data')}",
-                                    f"out={tmp_path / 'run'}", "optim.max_steps=4", "eval_every=2",
-                                    "report_to=tensorboard"], model=TrainRecipe))
+    run = train(
+        load_recipe(
+            SMOKE,
+            [
+                f"model={tiny_llama_dir}",
+                f"data={write_data(tmp_path / 'data')}",
+                f"out={tmp_path / 'run'}",
+                "optim.max_steps=4",
+                "eval_every=2",
+                "report_to=tensorboard",
+            ],
+            model=TrainRecipe,
+        )
+    )
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r["kind"] == "train"]
     dev_rows = [r for r in rows if r["kind"] == "dev"]
@@ -45,9 +63,21 @@ def test_tensorboard_event_file_holds_loss_and_dev_metrics(tiny_llama_dir: Path,
     events = EventAccumulator(str(run / "logs" / "mydecide"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    for tag in ("train/loss", "train/lr", "train/grad_norm", "train/updates_per_s", "train/questions_per_s",
-                "train/epoch", "dev/accuracy", "dev/log_loss", "dev/ece", "dev/flip_rate", "dev/top_letter_share",
-                "dev/majority_accuracy", "dev/collapse_warnings"):
+    for tag in (
+        "train/loss",
+        "train/lr",
+        "train/grad_norm",
+        "train/updates_per_s",
+        "train/questions_per_s",
+        "train/epoch",
+        "dev/accuracy",
+        "dev/log_loss",
+        "dev/ece",
+        "dev/flip_rate",
+        "dev/top_letter_share",
+        "dev/majority_accuracy",
+        "dev/collapse_warnings",
+    ):
         assert tag in tags, (tag, sorted(tags))
     loss = events.Scalars("train/loss")
     assert [e.step for e in loss] == [1, 2, 3, 4]
@@ -60,21 +90,35 @@ def test_tensorboard_event_file_holds_loss_and_dev_metrics(tiny_llama_dir: Path,
 def test_without_report_to_no_tracker_runs(tiny_llama_dir: Path, tmp_path: Path) -> None:
     from mydecide.training.loop import train
 
-    run = train(load_recipe(SMOKE, [f"model={tiny_llama_dir}", f"data={write_data(tmp_path / 'data')}",
-                                    f"out={tmp_path / 'run'}", "optim.max_steps=1"], model=TrainRecipe))
+    run = train(
+        load_recipe(
+            SMOKE,
+            [
+                f"model={tiny_llama_dir}",
+                f"data={write_data(tmp_path / 'data')}",
+                f"out={tmp_path / 'run'}",
+                "optim.max_steps=1",
+            ],
+            model=TrainRecipe,
+        )
+    )
     assert not (run / "logs").exists()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [set(r) >= {"grad_norm", "epoch", "time", "updates_per_s"} for r in rows if r["kind"] == "train"] == [True]
 
 
-def test_a_tracker_whose_package_is_missing_is_an_error_before_the_run(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tracker_whose_package_is_missing_is_an_error_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from mydecide.training.loop import train
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    recipe = load_recipe(SMOKE, [f"data={write_data(tmp_path / 'data')}", f"out={tmp_path / 'run'}",
-                                 "report_to=[tensorboard, wandb]"], model=TrainRecipe)
+    recipe = load_recipe(
+        SMOKE,
+        [f"data={write_data(tmp_path / 'data')}", f"out={tmp_path / 'run'}", "report_to=[tensorboard, wandb]"],
+        model=TrainRecipe,
+    )
     with pytest.raises(ValueError, match=r"^report_to: wandb needs the wandb package, which is not installed"):
         train(recipe)
     assert not (tmp_path / "run").exists()
