@@ -7,22 +7,18 @@ row in text files, the 0-based row index in Parquet files and Hugging Face split
 
 from __future__ import annotations
 
-import bz2
 import csv
-import gzip
 import importlib.util
-import io
 import json
-import zlib
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from mydecide.records import StrictJSONError, loads_strict, parse_json_line, printable, text_problem
+from mydecide import jsonl
+from mydecide.jsonl import COMPRESSIONS, open_text, printable, text_problem
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
-COMPRESSIONS = (".gz", ".bz2")
 
 Row = tuple[str, Any, str | None]
 
@@ -57,44 +53,6 @@ def base_suffix(path: str | Path) -> str:
     return p.suffix.lower()
 
 
-def open_text(path: str | Path) -> TextIO:
-    """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path.
-
-    Bytes that are not UTF-8 come through as lone surrogates (``errors="surrogateescape"``), so the row holding
-    them is rejected (``records.text_problem``), not the whole file; a corrupt or truncated compressed file is a
-    ValueError naming it.
-    """
-    p = existing(path)
-    if p.is_dir():
-        raise ValueError(f"{p}: is a directory, expected a file")
-    if p.suffix in COMPRESSIONS:
-        packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
-        return io.TextIOWrapper(
-            io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8", errors="surrogateescape", newline=""
-        )
-    return open(p, encoding="utf-8", errors="surrogateescape", newline="")
-
-
-class _Decompressed(io.RawIOBase):
-    """A gzip / bz2 stream whose read errors name the file (one clear error, not an EOFError traceback)."""
-
-    def __init__(self, packed: Any, path: Path):
-        self.packed, self.path = packed, path
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        try:
-            return int(self.packed.readinto(buffer))
-        except (EOFError, OSError, zlib.error) as err:
-            raise ValueError(f"{self.path}: corrupt or truncated {self.path.suffix} file ({err})") from None
-
-    def close(self) -> None:
-        self.packed.close()
-        super().close()
-
-
 def error_row(where: str, reason: str, raw: Any) -> dict[str, Any]:
     """The dict a converter yields for a row it cannot convert (counted and written to rejects.jsonl)."""
     return {"_where": where, "_error": reason, "raw": json_safe(raw)}
@@ -121,40 +79,36 @@ def _starts_with_bracket(path: str | Path) -> bool:
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Row]:
-    """JSON Lines (also ``.json`` files with one object per line, as OCNLI's); blank lines are skipped.
+    """JSON Lines (also ``.json`` files with one object per line, as OCNLI's) through the one strict reader
+    (``mydecide.jsonl``); a line that is not an object is an error row.
 
     A ``.json`` file that starts with ``[`` is read as one JSON array (``where`` = file:index, 0-based).
     """
     name = Path(path).name
     if base_suffix(path) == ".json" and _starts_with_bracket(path):
-        with open_text(path) as handle:
-            text = handle.read()
-        problem = text_problem(text)
-        if problem is not None:
-            raise ValueError(f"{path}: {problem}")
-        try:
-            items = loads_strict(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: invalid JSON array ({err.msg} at line {err.lineno})") from None
-        except (StrictJSONError, RecursionError) as err:
-            raise ValueError(f"{path}: invalid JSON array ({err or 'nested too deep to read'})") from None
-        for index, item in enumerate(items):
-            error = None if isinstance(item, dict) else f"item is a JSON {type(item).__name__}, not an object"
-            yield f"{name}:{index}", item, error
+        yield from _json_array(path, name)
         return
+    for where, obj, error in jsonl.iter_jsonl(path):
+        if error is None and not isinstance(obj, dict):
+            error = f"line is a JSON {type(obj).__name__}, not an object"
+        yield where, obj, error
+
+
+def _json_array(path: str | Path, name: str) -> Iterator[Row]:
     with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{name}:{number}"
-            obj, error = parse_json_line(line)
-            if error is not None:
-                yield where, obj, error
-                continue
-            if not isinstance(obj, dict):
-                yield where, obj, f"line is a JSON {type(obj).__name__}, not an object"
-                continue
-            yield where, obj, None
+        text = handle.read()
+    problem = jsonl.text_problem(text)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
+    try:
+        items = jsonl.loads_strict(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON array ({err.msg} at line {err.lineno})") from None
+    except (jsonl.StrictJSONError, RecursionError) as err:
+        raise ValueError(f"{path}: invalid JSON array ({err or 'nested too deep to read'})") from None
+    for index, item in enumerate(items):
+        error = None if isinstance(item, dict) else f"item is a JSON {type(item).__name__}, not an object"
+        yield f"{name}:{index}", item, error
 
 
 def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]:

@@ -1,5 +1,4 @@
-"""Atomic file and directory writes, output checks against a manifest, and run provenance (resolved recipe,
-package versions, git commit)."""
+"""Atomic file and directory writes, file digests, and run provenance (package versions, git commit)."""
 
 from __future__ import annotations
 
@@ -22,6 +21,11 @@ TRACKED_PACKAGES = ("mydecide", "torch", "transformers", "peft", "accelerate", "
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers never see a half-written file."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers never see a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -29,8 +33,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs get the usual permissions
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -116,30 +120,6 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def check_against_manifest(path: str | Path) -> None:
-    """Refuse a file that the ``manifest.json`` beside it records with another sha256: its directory mixes the
-    outputs of two ``prepare`` runs, or the file was changed after. Files with no manifest beside them (data
-    written by hand), or not listed in it, are not checked."""
-    path = Path(path)
-    manifest = path.parent / "manifest.json"
-    if not manifest.is_file():
-        return
-    try:
-        outputs = json.loads(manifest.read_text(encoding="utf-8")).get("outputs")
-    except (ValueError, AttributeError):
-        raise ValueError(
-            f"{manifest}: unreadable, so {path.name} cannot be checked against it; re-run `mydecide prepare`"
-        ) from None
-    entry = outputs.get(path.name) if isinstance(outputs, dict) else None
-    if not isinstance(entry, dict) or "sha256" not in entry:
-        return
-    if sha256_file(path) != entry["sha256"]:
-        raise ValueError(
-            f"{path}: does not match the sha256 that {manifest} records for it (the directory mixes "
-            "two prepare runs, or the file was changed after); re-run `mydecide prepare`"
-        )
 
 
 def package_versions() -> dict[str, str | None]:

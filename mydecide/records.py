@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mydecide.jsonl import iter_jsonl, value_problem
+from mydecide.manifest import check_against_manifest
+
 QuestionType = Literal["choice", "noul", "score", "set"]
 QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set")
 
 MIN_CHOICE_OPTIONS, MAX_CHOICE_OPTIONS = 2, 255
 MIN_SCORE_LEVELS, MAX_SCORE_LEVELS = 2, 10
 MAX_SET_LABELS = 255
-MAX_DEPTH = 64  # nested objects and lists in a record (a state nested deeper is refused, never recursed into)
 NOUL_OPTIONS = ("yes", "no")
 SOFT_TARGET_TOLERANCE = 1e-3
 
@@ -286,41 +288,6 @@ RECORD_KEYS = {"id", "task", "lang", "state", "question", "answer", "expected", 
 WIRE_KEYS = {"id", "task", "lang", "state", "questions", "expected", "answers", "target", "model", "meta"}
 
 
-def check_values(obj: dict[str, Any]) -> None:
-    """Refuse what a record cannot carry through JSON and a tokenizer: nesting deeper than ``MAX_DEPTH``, a string
-    that is not Unicode text (a lone surrogate, or bytes that were not UTF-8), NaN or Infinity (not JSON numbers).
-    The walk uses a stack, so a record nested thousands deep is refused, not a RecursionError."""
-    stack: list[tuple[Any, int, str]] = [(value, 1, str(key)) for key, value in obj.items()]
-    stack += [(key, 1, str(key)) for key in obj]
-    while stack:
-        value, depth, top = stack.pop()
-        if isinstance(value, str):
-            if not value.isascii() and text_problem(value):
-                raise RecordError(f"{top}: {text_problem(value)}")
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise RecordError(f"{top}: {value} is not a JSON number")
-        elif isinstance(value, (dict, list)):
-            if depth >= MAX_DEPTH:
-                raise RecordError(f"{top}: nested more than {MAX_DEPTH} levels deep")
-            stack += [(v, depth + 1, top) for v in (value.values() if isinstance(value, dict) else value)]
-            if isinstance(value, dict):
-                stack += [(k, depth + 1, top) for k in value]
-
-
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot be written as UTF-8, or None: bytes read with ``errors="surrogateescape"`` that were not
-    UTF-8, or a lone surrogate from a ``\\ud800`` escape."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start]
-        if "\udc80" <= bad <= "\udcff":
-            return f"invalid UTF-8 (byte 0x{ord(bad) - 0xDC00:02x} at character {err.start + 1})"
-        return f"a lone surrogate (U+{ord(bad):04X} at character {err.start + 1}) is not text"
-    return None
-
-
 def stable_id(obj: Any) -> str:
     """A short content hash used as id when a record has none (stable across runs and machines)."""
     blob = json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()
@@ -334,7 +301,9 @@ def parse_record(obj: Any) -> list[Record]:
     """
     if not isinstance(obj, dict):
         raise RecordError(f"a record must be a JSON object, not {type(obj).__name__}")
-    check_values(obj)
+    problem = value_problem(obj)
+    if problem is not None:
+        raise RecordError(problem)
     if "questions" in obj:
         return _parse_wire_record(obj)
     unknown = set(obj) - RECORD_KEYS
@@ -433,70 +402,6 @@ class Reject:
         return {"where": self.where, "reason": self.reason, "raw": self.raw}
 
 
-class StrictJSONError(ValueError):
-    """Text that ``json.loads`` would accept but that is not standard JSON, or is ambiguous."""
-
-
-class DuplicateKeyError(StrictJSONError):
-    """A JSON object repeats a key (``str(err)`` is ``duplicate key 'name'``)."""
-
-    def __init__(self, key: str):
-        self.key = key
-        super().__init__(f"duplicate key {key!r}")
-
-
-def _no_constant(name: str) -> Any:
-    raise StrictJSONError(f"{name} is not a JSON number")
-
-
-def loads_strict(text: str) -> Any:
-    """``json.loads`` that refuses a repeated key and NaN / Infinity (:class:`StrictJSONError`)."""
-    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=_no_constant)
-
-
-def parse_json_line(line: str) -> tuple[Any, str | None]:
-    """One line of JSON Lines (read with ``errors="surrogateescape"``) → ``(object, None)``, or ``(raw line, reason)``
-    for bytes that are not UTF-8, invalid or non-standard JSON, a repeated key, or nesting too deep to read."""
-    line = line.rstrip("\r\n")
-    problem = None if line.isascii() else text_problem(line)
-    if problem is not None and "UTF-8" in problem:
-        return printable(line), problem
-    try:
-        return loads_strict(line), None
-    except json.JSONDecodeError as err:
-        return printable(line), f"invalid JSON ({err.msg} at column {err.colno})"
-    except StrictJSONError as err:
-        return printable(line), f"invalid JSON ({err})"
-    except RecursionError:
-        return printable(line[:1000]) + "…", "invalid JSON (nested too deep to read)"
-
-
-def printable(text: str) -> str:
-    """``text`` with bytes that were not UTF-8 and lone surrogates shown as U+FFFD (for rejects.jsonl)."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if text_problem(text) else text
-
-
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for ``json.loads``: it keeps the last of two equal keys, so an option or a question
-    would vanish silently; refuse instead."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKeyError(key)
-        out[key] = value
-    return out
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None]]:
-    """Yield ``(line_number, object, error)`` for each non-blank line; a bad line gives ``(n, raw_line, error)``."""
-    with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            obj, error = parse_json_line(line)
-            yield number, obj, error
-
-
 def validate(items: Iterable[tuple[str, Any]], rejects: list[Reject]) -> Iterator[Record]:
     """Yield valid records from ``(where, object)`` pairs; every invalid one is appended to ``rejects``."""
     for where, obj in items:
@@ -512,16 +417,13 @@ def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record
     Raises ``FileNotFoundError`` naming the path, :class:`RecordError` for an empty file, and ``ValueError`` for a
     file that the ``manifest.json`` beside it records with another sha256 (a mixed or changed prepare output).
     """
-    from mydecide.io import check_against_manifest
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     check_against_manifest(path)
     rejects: list[Reject] = []
     records: list[Record] = []
-    for number, obj, error in iter_jsonl(path):
-        where = f"{path.name}:{number}"
+    for where, obj, error in iter_jsonl(path):
         if error is not None:
             rejects.append(Reject(where, error, obj))
         else:
@@ -537,34 +439,3 @@ def load_records(path: str | Path) -> list[Record]:
     """Read a file that must be entirely valid (evaluation, calibration): the first bad line is an error."""
     records, _ = read_records(path, strict=True)
     return records
-
-
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows atomically (temp file + rename) and return how many were written."""
-    from mydecide.io import atomic_write_text
-
-    lines = [json_line(row) for row in rows]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
-    return len(lines)
-
-
-def json_line(row: Any) -> str:
-    """``row`` as one line of standard JSON in UTF-8. A rejected row's raw content may hold what valid records
-    cannot (a lone surrogate, NaN, nesting too deep to print): it is escaped or elided, never written as is."""
-    try:
-        line = json.dumps(row, ensure_ascii=False, allow_nan=False)
-    except (ValueError, RecursionError):
-        return json.dumps(_plain(row), ensure_ascii=True)
-    return line if line.isascii() or text_problem(line) is None else json.dumps(row, ensure_ascii=True)
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, (dict, list)):
-        if depth >= MAX_DEPTH:
-            return f"… nested more than {MAX_DEPTH} levels deep"
-        if isinstance(value, dict):
-            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-        return [_plain(v, depth + 1) for v in value]
-    return value

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mydecide.jsonl import write_jsonl
 from mydecide.records import (
     Question,
     Record,
@@ -18,7 +19,6 @@ from mydecide.records import (
     parse_question,
     parse_record,
     read_records,
-    write_jsonl,
 )
 
 CHOICE = {

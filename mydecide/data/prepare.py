@@ -9,32 +9,30 @@ anything is written the conservation law is checked: input rows = kept + rejecte
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-
-from mydecide.config import DataRecipe, NearDedupConfig, RecipeError, SourceSpec, dump_recipe
+from mydecide.config import DataRecipe, RecipeError, SourceSpec
 from mydecide.data import augment as augmenting
 from mydecide.data import dedup, split
 from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
+from mydecide.data.ledger import (
+    Ledger,
+    Row,
+    in_out,
+    progress_bar,
+    reason_pattern,
+    release,
+    shingling,
+    short_reasons,
+    sketched,
+    tokenised,
+)
+from mydecide.data.outputs import build_manifest, check_conservation, write_outputs
 from mydecide.data.sources import UnknownSourceError, load_source
-from mydecide.io import atomic_write_json, atomic_write_text, provenance, staged_directory
-from mydecide.records import Record, RecordError, parse_record, write_jsonl
-
-if TYPE_CHECKING:
-    from datasketch import MinHash
-
-STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
+from mydecide.records import RecordError, parse_record
 
 Log = Callable[[str], None]
 
@@ -59,126 +57,12 @@ def prepare(
     splits["train"] = augment_train(splits["train"], recipe, ledger)
 
     for step in ledger.steps:
-        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {_short_reasons(step)}")
+        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {short_reasons(step)}")
     manifest = build_manifest(recipe, ledger, splits)
     check_conservation(manifest, ledger)
     write_outputs(out, splits, ledger, manifest, recipe)
     say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
     return manifest
-
-
-# ------------------------------------------------------------------------------------------- rows and ledger
-
-
-@dataclass
-class Row:
-    """A validated record, where it came from, and its state's words and MinHash once a step needed them."""
-
-    record: Record
-    source: str  # the source's label in the recipe (its name, or its kind)
-    where: str  # "file:line" in the source
-    words: np.ndarray | None = None  # (L,) word hashes of the state (dedup.words)
-    sketch: MinHash | None = None  # MinHash of the state with dedup.near's settings
-
-    @property
-    def text(self) -> str:
-        return dedup.state_text(self.record.state)
-
-    def ref(self) -> dict[str, Any]:
-        return {"id": self.record.id, "source": self.source, "where": self.where}
-
-
-def tokenised(rows: Sequence[Row]) -> dedup.Words:
-    """The rows' state words, tokenising (once, together) the rows that have none yet."""
-    todo = [row for row in rows if row.words is None]
-    if todo:
-        for row, words in zip(todo, dedup.words([row.text for row in todo]).split(), strict=True):
-            row.words = words
-    return dedup.Words.join([row.words for row in rows if row.words is not None])
-
-
-def release(rows: Sequence[Row]) -> None:
-    """Drop the words and sketches once no later step needs them (they are most of the memory)."""
-    for row in rows:
-        row.words = row.sketch = None
-
-
-def shingling(near: NearDedupConfig) -> dedup.Shingling:
-    return dedup.Shingling(near.shingle, near.ngram)
-
-
-def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
-    """The rows' MinHash sketches (dedup.near's num_perm, shingling and seed), computing missing ones."""
-    todo = [row for row in rows if row.sketch is None]
-    if todo:
-        texts = tokenised(todo) if near.shingle == "word" else [row.text for row in todo]
-        sketches = dedup.sketch(texts, num_perm=near.num_perm, ngram=near.ngram, seed=near.seed, unit=near.shingle)
-        for row, one in zip(todo, sketches, strict=True):
-            row.sketch = one
-    return [row.sketch for row in rows if row.sketch is not None]
-
-
-@dataclass
-class Ledger:
-    """What every step did: counts for the manifest and the rows that left, for rejects.jsonl."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    dropped: list[dict[str, Any]] = field(default_factory=list)
-    rows_read: int = 0
-    exploded_extra: int = 0  # extra records from multi-question rows (one row → n records)
-    rejected: int = 0
-    removed: int = 0
-    augmented: int = 0  # copies added to train (not input rows)
-    near_pairs: list[dict[str, Any]] = field(default_factory=list)  # near_dedup's removals, for near_pairs.jsonl
-    clock: float = field(default_factory=time.perf_counter)  # end of the previous step
-
-    def lap(self) -> float:
-        """Seconds since the previous step ended."""
-        now = time.perf_counter()
-        seconds, self.clock = now - self.clock, now
-        return round(seconds, 3)
-
-    def reject(self, step: str, source: str, where: str, reason: str, raw: Any) -> None:
-        self.rejected += 1
-        self.dropped.append({"step": step, "reason": reason, "source": source, "where": where, "raw": raw})
-
-    def step(
-        self,
-        name: str,
-        rows_in: Sequence[Row],
-        kept: Sequence[Row],
-        removed: Sequence[tuple[Row, str, dict[str, Any] | None]],
-        **extra: Any,
-    ) -> list[Row]:
-        """Record one filtering step and return ``kept``; each removal is (row, reason, what it matched)."""
-        if len(rows_in) != len(kept) + len(removed):
-            raise RuntimeError(f"step {name}: {len(rows_in)} rows in but {len(kept)} kept + {len(removed)} removed")
-        self.removed += len(removed)
-        for row, reason, matched in removed:
-            entry: dict[str, Any] = {"step": name, "reason": reason, **row.ref(), "task": row.record.task}
-            if matched is not None:
-                entry["matched"] = matched
-            entry["record"] = row.record.to_json()
-            self.dropped.append(entry)
-        self.steps.append(
-            {
-                "step": name,
-                "in": len(rows_in),
-                "out": len(kept),
-                "removed": len(removed),
-                "reasons": dict(Counter(reason for _, reason, _ in removed).most_common()),
-                "by_source": _in_out(rows_in, kept, lambda r: r.source),
-                "by_type": _in_out(rows_in, kept, lambda r: r.record.question.type),
-                **extra,
-                "seconds": self.lap(),
-            }
-        )
-        return list(kept)
-
-
-def _in_out(rows_in: Sequence[Row], kept: Sequence[Row], key: Callable[[Row], str]) -> dict[str, dict[str, int]]:
-    before, after = Counter(map(key, rows_in)), Counter(map(key, kept))
-    return {k: {"in": before[k], "out": after[k]} for k in sorted(before)}
 
 
 # ----------------------------------------------------------------------------------------------------- steps
@@ -215,7 +99,7 @@ def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: 
     reasons: Counter[str] = Counter()
     for index, (label, spec) in enumerate(zip(source_labels(specs), specs, strict=True)):
         counts = per_source.setdefault(label, {"in": 0, "rejected": 0, "out": 0})
-        with _bar(progress, f"convert {label}") as bar:
+        with progress_bar(progress, f"convert {label}") as bar:
             for obj in converted(spec, index):
                 bar.update(1)
                 counts["in"] += 1
@@ -282,7 +166,7 @@ def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bo
     if not near.enabled or not rows:
         return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
     sketches = sketched(rows, near)
-    with _bar(progress, "near dedup", total=len(rows)) as bar:
+    with progress_bar(progress, "near dedup", total=len(rows)) as bar:
         matches = dedup.near_duplicates_of(
             sketches,
             threshold=near.threshold,
@@ -398,7 +282,7 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         whole_min_words=settings.whole_min_words,
         keep_slot_changes=near.keep_slot_changes,
     )
-    with _bar(progress, "decontaminate", total=len(rows)) as bar:
+    with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
         found = index.match(
             [row.text for row in rows],
             progress=bar.update,
@@ -445,7 +329,7 @@ def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Ro
     )
     kept = [row for i, row in enumerate(rows) if i not in over]
     return ledger.step(
-        "cap_per_task", rows, kept, removed, cap=caps, by_task=_in_out(rows, kept, lambda r: r.record.task)
+        "cap_per_task", rows, kept, removed, cap=caps, by_task=in_out(rows, kept, lambda r: r.record.task)
     )
 
 
@@ -510,164 +394,7 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
             "removed": 0,
             "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
             "share": {kind: round(added[kind] / len(train), 4) if train else 0.0 for kind in augmenting.AUGMENTATIONS},
-            "shuffle_options": "by the training collator, every epoch" if cfg.shuffle_options else "off",
             "seconds": ledger.lap(),
         }
     )
     return out
-
-
-# ---------------------------------------------------------------------------------------------- the manifest
-
-
-def distributions(rows: Sequence[Row]) -> dict[str, Any]:
-    """Type, language, task and option-count counts and the state-length profile (characters) of a split."""
-    lengths = sorted(len(dedup.state_text(row.record.state)) for row in rows)
-    bins: Counter[str] = Counter()
-    for n in lengths:
-        bins[next((f"<={b}" for b in STATE_LENGTH_BINS if n <= b), f">{STATE_LENGTH_BINS[-1]}")] += 1
-
-    def quantile(q: float) -> int | None:
-        return lengths[min(len(lengths) - 1, int(q * len(lengths)))] if lengths else None
-
-    return {
-        "rows": len(rows),
-        "type": dict(sorted(Counter(row.record.question.type for row in rows).items())),
-        "lang": dict(sorted(Counter(row.record.lang for row in rows).items())),
-        "task": dict(sorted(Counter(row.record.task for row in rows).items())),
-        "option_count": {str(k): n for k, n in sorted(Counter(row.record.question.k for row in rows).items())},
-        "state_chars": {
-            "min": lengths[0] if lengths else None,
-            "median": quantile(0.5),
-            "p90": quantile(0.9),
-            "max": lengths[-1] if lengths else None,
-            "histogram": {
-                b: bins[b] for b in [f"<={x}" for x in STATE_LENGTH_BINS] + [f">{STATE_LENGTH_BINS[-1]}"] if bins[b]
-            },
-        },
-    }
-
-
-def build_manifest(recipe: DataRecipe, ledger: Ledger, splits: dict[str, list[Row]]) -> dict[str, Any]:
-    kept = sum(len(part) for part in splits.values()) - ledger.augmented
-    return {
-        "conservation": {
-            "input": ledger.rows_read + ledger.exploded_extra,
-            "rows_read": ledger.rows_read,
-            "exploded_extra": ledger.exploded_extra,
-            "kept": kept,
-            "rejected": ledger.rejected,
-            "removed": ledger.removed,
-            "augmented_copies": ledger.augmented,
-            "law": "input = kept + rejected + removed (augmented copies are extra rows of train)",
-        },
-        "steps": ledger.steps,
-        "splits": {
-            name: distributions(part)
-            for name, part in splits.items()
-            if name != "test" or recipe.split.test_fraction > 0
-        },
-        "recipe": recipe.model_dump(mode="json"),
-        "provenance": provenance(),
-        "outputs": {},
-    }
-
-
-def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
-    """Input rows = kept + rejected + removed, and every rejected or removed row is in rejects.jsonl."""
-    c = manifest["conservation"]
-    if c["input"] != c["kept"] + c["rejected"] + c["removed"]:
-        raise RuntimeError(
-            f"row conservation broken: input {c['input']} != kept {c['kept']} + rejected "
-            f"{c['rejected']} + removed {c['removed']}"
-        )
-    if len(ledger.dropped) != c["rejected"] + c["removed"]:
-        raise RuntimeError(
-            f"rejects.jsonl would hold {len(ledger.dropped)} rows, not "
-            f"{c['rejected']} rejected + {c['removed']} removed"
-        )
-
-
-# what prepare writes; an existing --out may hold only these (anything else is the user's and stays untouched)
-OUTPUT_FILES = (
-    "train.jsonl",
-    "dev.jsonl",
-    "test.jsonl",
-    "heldout_tasks.jsonl",
-    "rejects.jsonl",
-    "near_pairs.jsonl",
-    "recipe.yaml",
-    "manifest.json",
-)
-
-
-def write_outputs(
-    out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any], recipe: DataRecipe
-) -> None:
-    """Write every output into a new directory beside ``out`` that then replaces ``out`` whole, so an interrupted
-    re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest."""
-    with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
-        write_files(staging, splits, ledger, manifest, recipe)
-
-
-def earlier_outputs(out: Path) -> list[str]:
-    """The files that an earlier run's manifest in ``out`` lists (a newer version may have written more)."""
-    try:
-        outputs = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("outputs")
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [name for name in outputs if isinstance(name, str) and "/" not in name] if isinstance(outputs, dict) else []
-
-
-def write_files(
-    out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any], recipe: DataRecipe
-) -> None:
-    """Each file is written atomically; the manifest (with every output's sha256) comes last."""
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"train.jsonl": splits["train"], "dev.jsonl": splits["dev"], "heldout_tasks.jsonl": splits["heldout"]}
-    if recipe.split.test_fraction > 0:
-        files["test.jsonl"] = splits["test"]
-    else:
-        (out / "test.jsonl").unlink(missing_ok=True)  # a stale one from an earlier run would mislead
-    for name, rows in files.items():
-        write_jsonl(out / name, (row.record.to_json() for row in rows))
-    write_jsonl(out / "rejects.jsonl", ledger.dropped)
-    write_jsonl(out / "near_pairs.jsonl", ledger.near_pairs)
-    atomic_write_text(out / "recipe.yaml", dump_recipe(recipe))
-    for name in [*files, "rejects.jsonl", "near_pairs.jsonl", "recipe.yaml"]:
-        data = (out / name).read_bytes()
-        manifest["outputs"][name] = {
-            "rows": data.count(b"\n") if name.endswith(".jsonl") else None,
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
-    atomic_write_json(out / "manifest.json", manifest)
-
-
-# ------------------------------------------------------------------------------------------------- display
-
-
-def reason_pattern(reason: str) -> str:
-    """A rejection reason with its quoted values and numbers masked, so the manifest counts kinds of problems."""
-    return re.sub(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|\b\d+(?:\.\d+)?\b", "…", reason)
-
-
-def _short_reasons(step: dict[str, Any]) -> str:
-    reasons = step.get("reasons") or {}
-    return "; ".join(f"{reason}: {n}" for reason, n in list(reasons.items())[:3])
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-
-@contextmanager
-def _bar(enabled: bool, desc: str, total: int | None = None) -> Iterator[Any]:
-    """A tqdm progress bar on stderr when ``enabled`` (tqdm comes with ``datasets``), else a no-op."""
-    if not enabled:
-        yield _NoBar()
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=desc, unit=" rows", file=sys.stderr, leave=False, mininterval=0.5) as bar:
-        yield bar

@@ -5,7 +5,7 @@ problem; ``answer_request`` scores every question of one request (sharing the st
 builds the response. The server runs its two halves, ``render_request`` and ``build_response``, around the
 forward passes over the prompts of many concurrent requests: ``predict`` and ``serve`` run the same code.
 A choice with more than 26 options takes two rounds of prompts (``many_options``): each request's
-:class:`~mydecide.many_options.ScoringPlan` says what to score next, and ``score_plans`` runs the rounds.
+:class:`~mydecide.scoring.plan.ScoringPlan` says what to score next, and ``score_plans`` runs the rounds.
 """
 
 from __future__ import annotations
@@ -14,26 +14,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mydecide.many_options import ScoringPlan, prompt_count, score_plans
+from mydecide.jsonl import DuplicateKeyError, unique_keys
 from mydecide.records import (
     MAX_CHOICE_OPTIONS,
     MAX_SCORE_LEVELS,
     MIN_CHOICE_OPTIONS,
     MIN_SCORE_LEVELS,
-    DuplicateKeyError,
     Question,
     RecordError,
     parse_question,
-    unique_keys,
 )
+from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
+from mydecide.scoring.probabilities import TemperatureLookup
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mydecide.modeling import LoadedModel
-    from mydecide.prompting import Prompt
-
-TemperatureFn = Callable[[str, int], float]
+    from mydecide.scoring.render import Prompt
 
 
 class RequestError(ValueError):
@@ -371,7 +369,7 @@ def render_request(
 def build_response(
     rendered: RenderedRequest,
     logits: list[np.ndarray] | None = None,
-    temperature: TemperatureFn | None = None,
+    temperature: TemperatureLookup | None = None,
     model_name: str = "",
 ) -> dict[str, Any]:
     """The Jev response of one request whose plan has been scored (``score_plans``).
@@ -379,7 +377,7 @@ def build_response(
     ``logits``, when given, are the first round's per-prompt option logits (in ``rendered.prompts`` order), for
     requests that need no second round.
     """
-    from mydecide.modeling import to_probabilities
+    from mydecide.scoring.probabilities import to_probabilities
 
     request = rendered.request
     names, questions = list(request.questions), list(request.questions.values())
@@ -401,14 +399,14 @@ def build_response(
 def answer_request(
     model: LoadedModel,
     request: Request,
-    temperature: TemperatureFn | None = None,
+    temperature: TemperatureLookup | None = None,
     *,
     shared_prefix: bool = True,
     model_name: str | None = None,
     batch_size: int = 16,
 ) -> dict[str, Any]:
     """Score every question of one request (one shared state prefix) and build the Jev response."""
-    from mydecide.modeling import score_prompts
+    from mydecide.scoring.forward import score_prompts
 
     rendered = render_request(model, request, shared_prefix=shared_prefix)
     score_plans(

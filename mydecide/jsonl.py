@@ -1,0 +1,205 @@
+"""JSON Lines, read and written one way everywhere: the one strict JSON rule (no repeated key, no NaN / Infinity,
+UTF-8 text only) and the one reader that prepare's converters, evaluation, calibration and training share.
+
+A line comes out of :func:`iter_jsonl` as ``(where, object, error)``: ``where`` is ``"<file name>:<line>"``
+(1-based), ``error`` is None or why the line is not JSON (the raw line is then the object, printable). The
+server's request bodies go through :func:`unique_keys` too, so no path accepts a line another path refuses.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import math
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from mydecide.io import atomic_write_text
+
+MAX_DEPTH = 64  # nested objects and lists in a row (a record nested deeper is refused, never recursed into)
+COMPRESSIONS = (".gz", ".bz2")
+
+Line = tuple[str, Any, str | None]  # (where, object or raw line, error)
+
+
+class StrictJSONError(ValueError):
+    """Text that ``json.loads`` would accept but that is not standard JSON, or is ambiguous."""
+
+
+class DuplicateKeyError(StrictJSONError):
+    """A JSON object repeats a key (``str(err)`` is ``duplicate key 'name'``)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"duplicate key {key!r}")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads``: it keeps the last of two equal keys, so an option or a question
+    would vanish silently; refuse instead."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(key)
+        out[key] = value
+    return out
+
+
+def no_constant(name: str) -> Any:
+    """``parse_constant`` for ``json.loads``: NaN and Infinity are not JSON numbers."""
+    raise StrictJSONError(f"{name} is not a JSON number")
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` that refuses a repeated key and NaN / Infinity (:class:`StrictJSONError`)."""
+    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant)
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be written as UTF-8, or None: bytes read with ``errors="surrogateescape"`` that were not
+    UTF-8, or a lone surrogate from a ``\\ud800`` escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        if "\udc80" <= bad <= "\udcff":
+            return f"invalid UTF-8 (byte 0x{ord(bad) - 0xDC00:02x} at character {err.start + 1})"
+        return f"a lone surrogate (U+{ord(bad):04X} at character {err.start + 1}) is not text"
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` with bytes that were not UTF-8 and lone surrogates shown as U+FFFD (for rejects.jsonl)."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if text_problem(text) else text
+
+
+def parse_json_line(line: str) -> tuple[Any, str | None]:
+    """One line of JSON Lines (read with ``errors="surrogateescape"``) → ``(object, None)``, or ``(raw line, reason)``
+    for bytes that are not UTF-8, invalid or non-standard JSON, a repeated key, or nesting too deep to read."""
+    line = line.rstrip("\r\n")
+    problem = None if line.isascii() else text_problem(line)
+    if problem is not None and "UTF-8" in problem:
+        return printable(line), problem
+    try:
+        return loads_strict(line), None
+    except json.JSONDecodeError as err:
+        return printable(line), f"invalid JSON ({err.msg} at column {err.colno})"
+    except StrictJSONError as err:
+        return printable(line), f"invalid JSON ({err})"
+    except RecursionError:
+        return printable(line[:1000]) + "…", "invalid JSON (nested too deep to read)"
+
+
+def value_problem(obj: dict[str, Any]) -> str | None:
+    """What a parsed row cannot carry through JSON and a tokenizer, as ``key: problem``, or None: nesting deeper than
+    ``MAX_DEPTH``, a string that is not Unicode text (a lone surrogate, or bytes that were not UTF-8), NaN or
+    Infinity (not JSON numbers). The walk uses a stack, so a row nested thousands deep is refused, not a
+    RecursionError."""
+    stack: list[tuple[Any, int, str]] = [(value, 1, str(key)) for key, value in obj.items()]
+    stack += [(key, 1, str(key)) for key in obj]
+    while stack:
+        value, depth, top = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and text_problem(value):
+                return f"{top}: {text_problem(value)}"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return f"{top}: {value} is not a JSON number"
+        elif isinstance(value, (dict, list)):
+            if depth >= MAX_DEPTH:
+                return f"{top}: nested more than {MAX_DEPTH} levels deep"
+            stack += [(v, depth + 1, top) for v in (value.values() if isinstance(value, dict) else value)]
+            if isinstance(value, dict):
+                stack += [(k, depth + 1, top) for k in value]
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------- reading
+
+
+def open_text(path: str | Path) -> TextIO:
+    """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path.
+
+    Bytes that are not UTF-8 come through as lone surrogates (``errors="surrogateescape"``), so the row holding
+    them is rejected (:func:`text_problem`), not the whole file; a corrupt or truncated compressed file is a
+    ValueError naming it.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    if p.is_dir():
+        raise ValueError(f"{p}: is a directory, expected a file")
+    if p.suffix in COMPRESSIONS:
+        packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
+        return io.TextIOWrapper(
+            io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8", errors="surrogateescape", newline=""
+        )
+    return open(p, encoding="utf-8", errors="surrogateescape", newline="")
+
+
+class _Decompressed(io.RawIOBase):
+    """A gzip / bz2 stream whose read errors name the file (one clear error, not an EOFError traceback)."""
+
+    def __init__(self, packed: Any, path: Path):
+        self.packed, self.path = packed, path
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return int(self.packed.readinto(buffer))
+        except (EOFError, OSError, zlib.error) as err:
+            raise ValueError(f"{self.path}: corrupt or truncated {self.path.suffix} file ({err})") from None
+
+    def close(self) -> None:
+        self.packed.close()
+        super().close()
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Line]:
+    """``(where, object, error)`` for each non-blank line of a (possibly compressed) JSON Lines file; a line that
+    is not strict JSON gives ``(where, printable raw line, reason)``."""
+    name = Path(path).name
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            obj, error = parse_json_line(line)
+            yield f"{name}:{number}", obj, error
+
+
+# ----------------------------------------------------------------------------------------------------- writing
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
+    """Write rows atomically (temp file + rename) and return how many were written."""
+    lines = [json_line(row) for row in rows]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def json_line(row: Any) -> str:
+    """``row`` as one line of standard JSON in UTF-8. A rejected row's raw content may hold what valid records
+    cannot (a lone surrogate, NaN, nesting too deep to print): it is escaped or elided, never written as is."""
+    try:
+        line = json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError):
+        return json.dumps(_plain(row), ensure_ascii=True)
+    return line if line.isascii() or text_problem(line) is None else json.dumps(row, ensure_ascii=True)
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        if depth >= MAX_DEPTH:
+            return f"… nested more than {MAX_DEPTH} levels deep"
+        if isinstance(value, dict):
+            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        return [_plain(v, depth + 1) for v in value]
+    return value

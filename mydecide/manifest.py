@@ -1,0 +1,93 @@
+"""``manifest.json``, the record `mydecide prepare` writes beside its outputs, and every reading of it.
+
+Its ``outputs`` table maps each output's file name to ``{"rows": n (JSONL) or null, "sha256": hex}``; the rest
+(``conservation``, ``steps``, ``splits``, ``recipe``, ``provenance``) is prepare's account of what it did. This
+module is the one writer of that table and its one reader: records are checked against it (a directory that mixes
+two runs is refused), calibration refuses a file it records as a training or test split, evaluation finds the
+training split beside a dev file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mydecide.io import atomic_write_json, sha256_file
+from mydecide.jsonl import StrictJSONError, loads_strict
+
+MANIFEST = "manifest.json"
+SPLIT_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl", "heldout": "heldout_tasks.jsonl"}
+"""The split files prepare writes, by split name."""
+
+
+def write_manifest(out: Path, manifest: dict[str, Any], outputs: Sequence[str]) -> None:
+    """Record the rows and sha256 of each file in ``outputs`` (already written in ``out``) in the manifest's
+    ``outputs`` table, then write ``out/manifest.json`` atomically: last, so it vouches for what is there."""
+    table = manifest.setdefault("outputs", {})
+    for name in outputs:
+        data = (out / name).read_bytes()
+        table[name] = {
+            "rows": data.count(b"\n") if name.endswith(".jsonl") else None,
+            "sha256": sha256_file(out / name),
+        }
+    atomic_write_json(out / MANIFEST, manifest)
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any] | None:
+    """The manifest in ``directory``, or None when there is none; ValueError naming it when it is not a JSON
+    object."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = loads_strict(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, StrictJSONError) as err:
+        raise ValueError(f"{path}: unreadable ({err}); re-run `mydecide prepare`") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: unreadable (not a JSON object); re-run `mydecide prepare`")
+    return data
+
+
+def listed_outputs(directory: str | Path) -> dict[str, dict[str, Any]]:
+    """The ``outputs`` table of the manifest in ``directory`` ({} when there is none)."""
+    outputs = (read_manifest(directory) or {}).get("outputs")
+    return outputs if isinstance(outputs, dict) else {}
+
+
+def check_against_manifest(path: str | Path) -> None:
+    """Refuse a file that the manifest beside it records with another sha256: its directory mixes the outputs of two
+    ``prepare`` runs, or the file was changed after. Files with no manifest beside them (data written by hand), or
+    not listed in it, are not checked."""
+    path = Path(path)
+    entry = listed_outputs(path.parent).get(path.name)
+    if not isinstance(entry, dict) or "sha256" not in entry:
+        return
+    if sha256_file(path) != entry["sha256"]:
+        raise ValueError(
+            f"{path}: does not match the sha256 that {path.parent / MANIFEST} records for it (the directory mixes "
+            "two prepare runs, or the file was changed after); re-run `mydecide prepare`"
+        )
+
+
+def recorded_as(path: str | Path, names: Sequence[str]) -> str | None:
+    """Which of the outputs ``names`` the manifest beside ``path`` records with ``path``'s sha256 (a renamed copy
+    of that output), or None."""
+    path = Path(path)
+    outputs = listed_outputs(path.parent)
+    digests = {name: outputs[name].get("sha256") for name in names if isinstance(outputs.get(name), dict)}
+    if not digests:
+        return None
+    digest = sha256_file(path)
+    return next((name for name, recorded in digests.items() if recorded == digest), None)
+
+
+def split_beside(paths: Sequence[str | Path], split: str) -> Path | None:
+    """The ``split`` file (``train``: train.jsonl) of the prepare output that holds one of ``paths``, or None when
+    there is none or when that file is the one given."""
+    for path in map(Path, paths):
+        candidate = path.parent / SPLIT_FILES[split]
+        if candidate.is_file() and candidate.resolve() != path.resolve():
+            return candidate
+    return None
