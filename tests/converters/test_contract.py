@@ -32,6 +32,10 @@ OFFLINE_INPUTS: dict[str, tuple[Path | None, dict[str, Any]]] = {
         FIXTURES / "generic" / "tickets.csv",
         {"type": "noul", "instructions": "Is it urgent?", "state_column": "body", "answer_column": "urgent"},
     ),
+    "datasets": (
+        FIXTURES / "generic" / "tickets.csv",
+        {"type": "noul", "instructions": "Is it urgent?", "fields": {"state": "body", "answer": "urgent"}},
+    ),
     "jevbench": (FIXTURES / "jevbench" / "cases.jsonl", {"gold": str(FIXTURES / "jevbench" / "gold.jsonl")}),
     "vader": (None, {}),
     "spamassassin": (None, {}),
@@ -108,6 +112,7 @@ def test_ids_are_unique_and_stable(kind: str) -> None:
         "jsonl",
         "csv",
         "parquet",
+        "datasets",
         "banking77",
         "boolq",
         "sst5",
@@ -122,7 +127,7 @@ def test_ids_are_unique_and_stable(kind: str) -> None:
 def test_missing_file_raises_file_not_found_naming_the_path(kind: str, tmp_path: Path) -> None:
     module = importlib.import_module(f"data_sources.{kind}")
     missing = tmp_path / "nowhere" / "data.csv"
-    options = {"type": "noul", "instructions": "Is it?"} if kind in ("csv", "parquet") else {}
+    options = {"type": "noul", "instructions": "Is it?"} if kind in ("csv", "parquet", "datasets") else {}
     with pytest.raises(FileNotFoundError, match="nowhere"):
         list(module.convert(str(missing), **options))
 
