@@ -10,7 +10,6 @@ row, or a short row found whole inside an eval item. Every match names the eval 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 from mydecide.data.dedup import (
     Progress,
+    different_slots,
     Shingles,
     Shingling,
     Verifier,
@@ -37,9 +37,14 @@ from mydecide.data.dedup import (
     tokens,
     words,
 )
+from mydecide.jsonl import iter_jsonl
 
 if TYPE_CHECKING:
     from datasketch import MinHash
+
+
+EDIT_MIN_WORDS = 3  # shorter eval items are matched exactly or by Jaccard only
+AFFIX_WORDS = 6  # words a greeting or sign-off may add around a short eval item
 
 
 @dataclass(frozen=True)
@@ -77,22 +82,16 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
         raise FileNotFoundError(f"{path}: no such eval file (decontaminate_against)")
     items: list[EvalItem] = []
     problems: list[str] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(f"{where}: invalid JSON ({err.msg})")
-                continue
-            state = obj.get("state") if isinstance(obj, dict) else None
-            if state in (None, "", [], {}):
-                problems.append(f"{where}: no state")
-                continue
-            item_id = obj.get("id")
-            items.append(EvalItem(str(path), str(item_id) if item_id not in (None, "") else where, state_text(state)))
+    for where, obj, error in iter_jsonl(path):
+        if error is not None:
+            problems.append(f"{where}: {error}")
+            continue
+        state = obj.get("state") if isinstance(obj, dict) else None
+        if state in (None, "", [], {}):
+            problems.append(f"{where}: no state")
+            continue
+        item_id = obj.get("id")
+        items.append(EvalItem(str(path), str(item_id) if item_id not in (None, "") else where, state_text(state)))
     if not items:
         raise ValueError(f"{path}: no eval item with a state to decontaminate against")
     return items, problems
@@ -114,6 +113,7 @@ class EvalIndex:
         overlap_words: int = 13,
         whole_min_words: int = 5,
         keep_slot_changes: bool = True,
+        short_edits: bool = True,
     ):
         self.items = list(items)
         self.exact = exact
@@ -125,6 +125,7 @@ class EvalIndex:
         self.overlap_words = overlap_words
         self.whole_min_words = whole_min_words
         self.keep_slot_changes = keep_slot_changes
+        self.short_edits = short_edits
         texts = self.texts = [item.text for item in self.items]
 
         self._exact: dict[str, int] = {}
@@ -143,6 +144,18 @@ class EvalIndex:
         self._gram_owner = np.empty(0, dtype=np.int64)
         if overlap_words > 0 and self.items:
             self._grams, self._gram_owner = _owned(shingle(self._words, overlap_words, short="skip"))
+
+        # short items (EDIT_MIN_WORDS to overlap_words - 1 words) by their words, and with each word left out
+        self._short_words: list[tuple[str, ...]] = []
+        self._whole: dict[tuple[str, ...], int] = {}
+        self._left_out: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+        if short_edits:
+            self._short_words = [tuple(tokens(text)) for text in texts]
+            for index, item_words in enumerate(self._short_words):
+                if EDIT_MIN_WORDS <= len(item_words) < max(overlap_words, EDIT_MIN_WORDS + 1):
+                    self._whole.setdefault(item_words, index)
+                    for p in range(len(item_words)):
+                        self._left_out.setdefault(item_words[:p] + item_words[p + 1 :], []).append((index, p))
 
     def _sketch(self, texts: Sequence[str], tokenised: Words) -> list[MinHash]:
         return sketch(
@@ -184,6 +197,8 @@ class EvalIndex:
                 self._match_ngrams(texts, text_words, found)
             if self.overlap_words > 0 and self.whole_min_words > 0:
                 self._match_contained(texts, text_words, found)
+        if self._whole:
+            self._match_short_edits(texts, tokenised, found)
         if progress is not None:
             progress(len(texts))
         return found
@@ -250,6 +265,61 @@ class EvalIndex:
                 wholes_of_rows = shingle(Words.join([parts[i] for i in short_rows]), m, short="skip")
                 for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
                     found[short_rows[row]] = self._hit("contained", k, shared=" ".join(tokens(texts[short_rows[row]])))
+
+
+    def _match_short_edits(
+        self, texts: Sequence[str], tokenised: Words | None, found: list[Contamination | None]
+    ) -> None:
+        """Short eval items that the Jaccard and n-gram checks cannot see: a row that is a short item with one
+        word inserted, one word left out, one word misspelt, or a few words (a greeting, a sign-off) around it.
+        A look-alike with another slot value (:func:`different_slots`) stays."""
+        longest = max(map(len, self._whole)) + AFFIX_WORDS
+        if tokenised is not None:
+            lengths = np.diff(tokenised.offsets)
+            todo = [i for i in np.flatnonzero(lengths <= longest).tolist() if found[i] is None]
+        else:
+            todo = [i for i in range(len(texts)) if found[i] is None]
+        for i in todo:
+            row = tuple(tokens(texts[i]))
+            if EDIT_MIN_WORDS <= len(row) <= longest:
+                hit = self._short_edit(texts[i], row)
+                if hit is not None:
+                    found[i] = hit
+
+    def _short_edit(self, text: str, row: tuple[str, ...]) -> Contamination | None:
+        n = len(row)
+        candidates: list[tuple[int, str]] = []  # (eval item, what changed)
+        for m in range(n, max(EDIT_MIN_WORDS, n - AFFIX_WORDS) - 1, -1):  # the item whole, a few words around
+            for start in range(n - m + 1):
+                index = self._whole.get(row[start : start + m])
+                if index is not None:
+                    candidates.append((index, "words around it" if m < n else "same words"))
+        for index, _p in self._left_out.get(row, []):  # a word left out
+            candidates.append((index, "one word left out"))
+        for p in range(n):
+            shorter = row[:p] + row[p + 1 :]
+            index = self._whole.get(shorter)
+            if index is not None:  # a word inserted
+                candidates.append((index, "one word inserted"))
+            for index, q in self._left_out.get(shorter, []):  # a word misspelt
+                if q == p and misspelt(row[p], self._short_words[index][p]):
+                    candidates.append((index, "one word misspelt"))
+        for index, edit in candidates:
+            if not (self.keep_slot_changes and different_slots(text, self.texts[index])):
+                return self._hit("edit", index, shared=edit)
+        return None
+
+
+def misspelt(a: str, b: str) -> bool:
+    """Whether two different words are one word misspelt: letters only, 4+ letters, one character inserted,
+    dropped, doubled, replaced or two swapped ("quite" / "quuite", "they" / "thye")."""
+    if a == b or not (a.isalpha() and b.isalpha()) or min(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [k for k in range(len(a)) if a[k] != b[k]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:k] + long_[k + 1 :] == short for k in range(len(long_)))
 
 
 def _owned(grams: Shingles) -> tuple[np.ndarray, np.ndarray]:

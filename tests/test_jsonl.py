@@ -1,0 +1,57 @@
+"""One JSONL reader and one strict-JSON rule: prepare's converters, the record reader (evaluate, calibrate,
+train), decontamination and the server refuse the same line, and say which file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from data_sources._files import iter_jsonl as converter_rows
+from mydecide.data.decontaminate import read_eval_jsonl
+from mydecide.jsonl import iter_jsonl, write_jsonl
+from mydecide.records import RecordError, load_records, read_records
+from mydecide.serving.wire import RequestError, decode_body
+
+GOOD = {"task": "t", "state": "The server is down.", "question": {"type": "noul", "instructions": "Urgent?"}}
+DUPLICATE = (
+    '{"task": "t", "state": "a", "state": "b", "question": {"type": "noul", "instructions": "Ok?"}, "answer": true}'
+)
+REASON = "invalid JSON (duplicate key 'state')"
+
+
+def _file(tmp_path: Path) -> Path:
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(json.dumps({**GOOD, "answer": True}) + "\n\n" + DUPLICATE + "\n", encoding="utf-8")
+    return path
+
+
+def test_every_reader_refuses_a_repeated_key_on_the_same_line(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    lines = list(iter_jsonl(path))
+    assert [(where, error) for where, _, error in lines] == [("mixed.jsonl:1", None), ("mixed.jsonl:3", REASON)]
+    assert [(where, error) for where, _, error in converter_rows(path)] == [(w, e) for w, _, e in lines]
+    records, rejects = read_records(path)
+    assert len(records) == 1 and [(r.where, r.reason) for r in rejects] == [("mixed.jsonl:3", REASON)]
+    with pytest.raises(RecordError, match=r"^mixed\.jsonl:3: invalid JSON \(duplicate key 'state'\)$"):
+        load_records(path)
+    items, problems = read_eval_jsonl(path)
+    assert len(items) == 1 and problems == [f"mixed.jsonl:3: {REASON}"]
+    with pytest.raises(RequestError, match="duplicate key 'state'"):
+        decode_body(DUPLICATE.encode())
+
+
+def test_the_reader_takes_compressed_files_and_skips_blank_lines(tmp_path: Path) -> None:
+    plain = _file(tmp_path)
+    packed = tmp_path / "mixed.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [(w.replace(".gz", ""), o, e) for w, o, e in iter_jsonl(packed)] == list(iter_jsonl(plain))
+
+
+def test_written_lines_read_back_the_same(tmp_path: Path) -> None:
+    rows = [{**GOOD, "answer": False, "id": str(i), "meta": {"note": "naïve ✓"}} for i in range(3)]
+    assert write_jsonl(tmp_path / "out.jsonl", rows) == 3
+    assert [obj for _, obj, _ in iter_jsonl(tmp_path / "out.jsonl")] == rows
+    assert [r.id for r in load_records(tmp_path / "out.jsonl")] == ["0", "1", "2"]
