@@ -90,7 +90,7 @@ def main() -> None:
     from mydecide.modeling import load_model
     from mydecide.training.batches import epoch_units, plan_batches
     from mydecide.training.loop import build_module, lora_targets
-    from mydecide.training.objectives import OBJECTIVES
+    from mydecide.training.objectives import proper_loss
 
     torch.manual_seed(0)
     base = load_model(args.model)
@@ -110,11 +110,11 @@ def main() -> None:
         "bucketed_shared": (plan_batches(units, args.batch, seed=0, epoch=0, length_buckets=True), True),
     }
     for batches, shared in modes.values():  # warm-up: every batch shape once in each mode (allocator, kernels)
-        run_pass(module, optimizer, batches, pad_id, shared, OBJECTIVES["proper"])
+        run_pass(module, optimizer, batches, pad_id, shared, proper_loss)
     results: dict[str, dict[str, float]] = {}
     for name in ["plain", "bucketed_shared", "plain", "bucketed_shared"]:  # alternate, keep the better of two
         batches, shared = modes[name]
-        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, OBJECTIVES["proper"])
+        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, proper_loss)
         row = {
             "seconds": seconds,
             "questions": questions,

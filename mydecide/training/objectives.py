@@ -1,6 +1,7 @@
 """Training objectives over option logits.
 
-Every objective has the same signature, so the recipe's ``objective.kind`` picks one from ``OBJECTIVES``::
+``OBJECTIVES`` maps every ``objective.kind`` of a training recipe to the loss its settings give at a point of
+training (:func:`loss_for`); every loss has the same signature::
 
     fn(logits, targets, mask, is_score, *, progress, generator=None) -> scalar loss
 
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from mydecide.training.scoring_rules import composite_score
 
@@ -30,11 +32,9 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-Objective = Callable[..., "Tensor"]
+    from mydecide.config import CeThenProperObjective, Objective, RlcdObjective
 
-RLCD_GROUP_SIZE = 8
-RLCD_SIGMA_START = 1.0
-RLCD_SIGMA_END = 0.3
+Loss = Callable[..., "Tensor"]
 
 
 def _full_precision(logits: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
@@ -95,7 +95,7 @@ def cross_entropy_loss(
     return -terms.sum(dim=-1).mean()
 
 
-def rlcd_sigma(progress: float, sigma_start: float = RLCD_SIGMA_START, sigma_end: float = RLCD_SIGMA_END) -> float:
+def rlcd_sigma(progress: float, sigma_start: float, sigma_end: float) -> float:
     """Noise scale of ``rlcd``: linear from ``sigma_start`` at progress 0 to ``sigma_end`` at progress 1."""
     if not 0.0 <= progress <= 1.0:
         raise ValueError(f"progress must be in [0, 1], got {progress}")
@@ -133,9 +133,9 @@ def rlcd_loss(
     *,
     progress: float,
     generator: torch.Generator | None = None,
-    group_size: int = RLCD_GROUP_SIZE,
-    sigma_start: float = RLCD_SIGMA_START,
-    sigma_end: float = RLCD_SIGMA_END,
+    group_size: int,
+    sigma_start: float,
+    sigma_end: float,
 ) -> Tensor:
     """Group-relative policy gradient on perturbed logits (Laya-style RLCD), no cross-entropy term.
 
@@ -178,9 +178,27 @@ def rlcd_loss(
     return -(advantage * log_density).mean()
 
 
-OBJECTIVES: dict[str, Objective] = {
-    "proper": proper_loss,
-    "rlcd": rlcd_loss,
-    "ce": cross_entropy_loss,
+def _rlcd(objective: RlcdObjective, progress: float) -> Loss:
+    del progress  # rlcd_loss takes it at each call, for its noise schedule
+    return partial(
+        rlcd_loss, group_size=objective.group_size, sigma_start=objective.sigma_start, sigma_end=objective.sigma_end
+    )
+
+
+def _ce_then_proper(objective: CeThenProperObjective, progress: float) -> Loss:
+    return cross_entropy_loss if progress < objective.ce_fraction else proper_loss
+
+
+OBJECTIVES: dict[str, Callable[[Any, float], Loss]] = {
+    "proper": lambda objective, progress: proper_loss,
+    "ce": lambda objective, progress: cross_entropy_loss,
+    "rlcd": _rlcd,
+    "ce_then_proper": _ce_then_proper,
 }
-"""The one mapping from the recipe's ``objective.kind`` to its loss function."""
+"""The one mapping from a training recipe's ``objective.kind`` to its loss: each entry takes the recipe's objective
+settings (``config.Objective``, one model per kind) and the fraction of training done."""
+
+
+def loss_for(objective: Objective, progress: float) -> Loss:
+    """The loss that the recipe's ``objective`` trains with at ``progress`` (the fraction of training done)."""
+    return OBJECTIVES[objective.kind](objective, progress)

@@ -2,22 +2,58 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from mydecide.config import CeObjective, CeThenProperObjective, Objective, ProperObjective, RlcdObjective
 from mydecide.training.objectives import (
     OBJECTIVES,
     centred_noise,
     cross_entropy_loss,
+    loss_for,
     proper_loss,
     rlcd_loss,
     rlcd_sigma,
 )
 
+RLCD = RlcdObjective()  # the recipe's defaults: group_size 8, sigma 1.0 → 0.3
+RLCD_SETTINGS = {"group_size": RLCD.group_size, "sigma_start": RLCD.sigma_start, "sigma_end": RLCD.sigma_end}
 
-def test_objectives_mapping_names_the_three_kinds() -> None:
-    assert {"proper": proper_loss, "rlcd": rlcd_loss, "ce": cross_entropy_loss} == OBJECTIVES
+
+def test_the_mapping_covers_every_objective_kind_a_recipe_can_name() -> None:
+    kinds = {model.model_fields["kind"].default for model in get_args(Objective)}
+    assert set(OBJECTIVES) == kinds == {"proper", "ce", "rlcd", "ce_then_proper"}
+    assert loss_for(ProperObjective(), 0.3) is proper_loss
+    assert loss_for(CeObjective(), 0.3) is cross_entropy_loss
+    warm = CeThenProperObjective(ce_fraction=0.25)
+    assert [loss_for(warm, p) for p in (0.0, 0.24, 0.25, 0.9)] == [cross_entropy_loss] * 2 + [proper_loss] * 2
+
+
+def test_rlcd_from_the_mapping_uses_the_recipe_settings() -> None:
+    logits, targets, mask, is_score = _rows()
+    settings = RlcdObjective(group_size=3, sigma_start=2.0, sigma_end=0.5)
+    mapped = loss_for(settings, 0.4)(
+        logits, targets, mask, is_score, progress=0.4, generator=torch.Generator().manual_seed(3)
+    )
+    direct = rlcd_loss(
+        logits,
+        targets,
+        mask,
+        is_score,
+        progress=0.4,
+        generator=torch.Generator().manual_seed(3),
+        group_size=3,
+        sigma_start=2.0,
+        sigma_end=0.5,
+    )
+    assert mapped.item() == direct.item()
+    other = rlcd_loss(
+        logits, targets, mask, is_score, progress=0.4, generator=torch.Generator().manual_seed(3), **RLCD_SETTINGS
+    )
+    assert mapped.item() != other.item()
 
 
 def test_proper_minimum_is_minus_half_for_a_certain_correct_answer() -> None:
@@ -80,12 +116,12 @@ def test_ce_with_soft_labels_matches_torch_probability_targets() -> None:
 
 def test_rlcd_sigma_schedule() -> None:
     # Linear from 1.0 to 0.3: at 0.5 it is 1.0 + (0.3 - 1.0)·0.5 = 0.65.
-    assert rlcd_sigma(0.0) == pytest.approx(1.0)
-    assert rlcd_sigma(0.5) == pytest.approx(0.65)
-    assert rlcd_sigma(1.0) == pytest.approx(0.3)
+    assert rlcd_sigma(0.0, RLCD.sigma_start, RLCD.sigma_end) == pytest.approx(1.0)
+    assert rlcd_sigma(0.5, RLCD.sigma_start, RLCD.sigma_end) == pytest.approx(0.65)
+    assert rlcd_sigma(1.0, RLCD.sigma_start, RLCD.sigma_end) == pytest.approx(0.3)
     assert rlcd_sigma(0.5, sigma_start=2.0, sigma_end=0.0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="progress"):
-        rlcd_sigma(1.5)
+        rlcd_sigma(1.5, RLCD.sigma_start, RLCD.sigma_end)
 
 
 def test_centred_noise_sums_to_zero_over_valid_options_and_spares_padding() -> None:
@@ -122,7 +158,9 @@ def test_rlcd_gradient_follows_the_composite_gradient() -> None:
     logits, targets, mask, is_score = _rows()
     z_rl = logits.clone().requires_grad_()
     gen = torch.Generator().manual_seed(5)
-    rl = rlcd_loss(z_rl, targets, mask, is_score, progress=1.0, generator=gen, group_size=20000, sigma_end=0.05)
+    rl = rlcd_loss(
+        z_rl, targets, mask, is_score, progress=1.0, generator=gen, group_size=20000, sigma_start=1.0, sigma_end=0.05
+    )
     rl.backward()
     z_pr = logits.clone().requires_grad_()
     proper_loss(z_pr, targets, mask, is_score, progress=1.0).backward()
@@ -137,11 +175,15 @@ def test_rlcd_gradient_follows_the_composite_gradient() -> None:
 def test_rlcd_is_reproducible_with_a_generator_and_tolerates_junk_padding() -> None:
     logits, targets, mask, is_score = _rows()
     junk = logits.masked_fill(~mask, float("-inf"))
-    a = rlcd_loss(junk, targets, mask, is_score, progress=0.2, generator=torch.Generator().manual_seed(1))
-    b = rlcd_loss(logits, targets, mask, is_score, progress=0.2, generator=torch.Generator().manual_seed(1))
+    a = rlcd_loss(
+        junk, targets, mask, is_score, progress=0.2, generator=torch.Generator().manual_seed(1), **RLCD_SETTINGS
+    )
+    b = rlcd_loss(
+        logits, targets, mask, is_score, progress=0.2, generator=torch.Generator().manual_seed(1), **RLCD_SETTINGS
+    )
     assert torch.isfinite(a) and a.item() == b.item()
     with pytest.raises(ValueError, match="group_size"):
-        rlcd_loss(logits, targets, mask, is_score, progress=0.0, group_size=1)
+        rlcd_loss(logits, targets, mask, is_score, progress=0.0, group_size=1, sigma_start=1.0, sigma_end=0.3)
 
 
 def test_rlcd_gradient_vanishes_at_the_truthful_report_and_not_elsewhere() -> None:
@@ -154,24 +196,33 @@ def test_rlcd_gradient_vanishes_at_the_truthful_report_and_not_elsewhere() -> No
     for start in ([0.0, 0.0], [1.0, -1.0]):
         z = torch.tensor([start], dtype=torch.float64, requires_grad=True)
         gen = torch.Generator().manual_seed(2)
-        rlcd_loss(z, targets, mask, torch.tensor([False]), progress=0.0, generator=gen, group_size=20000).backward()
+        rlcd_loss(
+            z,
+            targets,
+            mask,
+            torch.tensor([False]),
+            progress=0.0,
+            generator=gen,
+            **{**RLCD_SETTINGS, "group_size": 20000},
+        ).backward()
         assert z.grad is not None
         grads.append(z.grad[0])
     assert grads[0].abs().max().item() < 0.02
     assert grads[1][0].item() > 0.3 and grads[1][1].item() < -0.3
 
 
-@pytest.mark.parametrize("kind", ["proper", "rlcd", "ce"])
-def test_bf16_logits_give_a_float32_loss_and_a_bf16_gradient(kind: str) -> None:
+@pytest.mark.parametrize("objective", [ProperObjective(), RLCD, CeObjective(), CeThenProperObjective()])
+def test_bf16_logits_give_a_float32_loss_and_a_bf16_gradient(objective: Objective) -> None:
+    loss_fn = loss_for(objective, 0.5)
     logits, targets, mask, is_score = _rows()
     z16 = logits.to(torch.bfloat16).requires_grad_()
     gen = torch.Generator().manual_seed(0)
-    loss = OBJECTIVES[kind](z16, targets.float(), mask, is_score, progress=0.5, generator=gen)
+    loss = loss_fn(z16, targets.float(), mask, is_score, progress=0.5, generator=gen)
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     loss.backward()
     assert z16.grad is not None and z16.grad.dtype == torch.bfloat16 and torch.isfinite(z16.grad).all()
     # Same value as in float32 up to the rounding of the logits to bf16.
     z32 = z16.detach().float()
     gen = torch.Generator().manual_seed(0)
-    ref = OBJECTIVES[kind](z32, targets.float(), mask, is_score, progress=0.5, generator=gen)
+    ref = loss_fn(z32, targets.float(), mask, is_score, progress=0.5, generator=gen)
     assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
