@@ -14,8 +14,9 @@ from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from mydecide.prompting import OptionForm, RenderConfig
+from mydecide.scoring.render import OptionForm, RenderConfig
 
 
 class RecipeError(ValueError):
@@ -374,7 +375,6 @@ class SplitConfig(Strict):
 class AugmentConfig(Strict):
     """Augmentation of the train split only; each field is the fraction of eligible rows that get a copy."""
 
-    shuffle_options: bool = True  # recorded only: `mydecide train` reshuffles choice options every epoch
     anonymize_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → option_1.. (descriptions kept)
     drop_distractors: float = Field(0.0, ge=0.0, le=1.0)  # choice with > 2 options: drop zero-mass options
     paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
@@ -388,6 +388,17 @@ class AugmentConfig(Strict):
     rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: int = 13  # which rows get augmented copies
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "shuffle_options" in data:
+            raise PydanticCustomError(
+                "removed_key",
+                "shuffle_options was removed (it changed nothing: `mydecide train` reshuffles choice options every "
+                "epoch, see the training recipe's shuffle_options); delete it",
+            )
+        return data
 
     @model_validator(mode="after")
     def _paraphrases(self) -> AugmentConfig:

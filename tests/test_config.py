@@ -9,6 +9,7 @@ import pytest
 
 from mydecide.config import (
     CeObjective,
+    DataRecipe,
     ProperObjective,
     RecipeError,
     RlcdObjective,
@@ -159,3 +160,14 @@ def test_a_dumped_recipe_loads_back_to_the_same_recipe(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", sorted((REPO / "recipes" / "train").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_train_recipe_loads(path: Path) -> None:
     assert isinstance(load_recipe(path, model=TrainRecipe), TrainRecipe)
+
+
+def test_a_data_recipe_that_still_sets_augment_shuffle_options_gets_one_line_saying_why(tmp_path: Path) -> None:
+    path = write(tmp_path, "sources: [{kind: jsonl}]\naugment:\n  shuffle_options: true\n", "data.yaml")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, model=DataRecipe)
+    message = str(info.value)
+    assert message.startswith(f"{path}: augment: shuffle_options was removed (it changed nothing")
+    assert "\n" not in message and "training recipe's shuffle_options" in message
+    with pytest.raises(RecipeError, match=r"^command-line override augment\.shuffle_options=false: augment: "):
+        load_recipe(None, ["sources=[{kind: jsonl}]", "augment.shuffle_options=false"], model=DataRecipe)

@@ -69,7 +69,3 @@ def friendly_errors(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
-
-
-def not_built(verb: str) -> None:
-    fail(f"`mydecide {verb}` is not built yet", code=3)
