@@ -17,26 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mydecide.data.dedup import (
+from mydecide.data.dedup import state_text
+from mydecide.data.lookalikes import different_slots, misspelt
+from mydecide.data.near_dedup import (
     Progress,
-    different_slots,
-    Shingles,
-    Shingling,
     Verifier,
-    Words,
     band_keys,
     candidate_threshold,
     estimated_jaccard,
     lsh_index,
-    normalise,
     sharing_a_band,
-    shingle,
     signature_matrix,
     sketch,
-    state_text,
-    tokens,
-    words,
 )
+from mydecide.data.shingles import Shingles, Shingling, Words, normalise, shingle, tokens, words
 from mydecide.jsonl import iter_jsonl
 
 if TYPE_CHECKING:
@@ -45,6 +39,8 @@ if TYPE_CHECKING:
 
 EDIT_MIN_WORDS = 3  # shorter eval items are matched exactly or by Jaccard only
 AFFIX_WORDS = 6  # words a greeting or sign-off may add around a short eval item
+PHRASE_MIN_WORDS = 5  # eval items this long and under whole_min_words are found inside rows when not common
+COMMON_ROWS = 3  # ... in at most this many rows
 
 
 @dataclass(frozen=True)
@@ -154,8 +150,9 @@ class EvalIndex:
             for index, item_words in enumerate(self._short_words):
                 if EDIT_MIN_WORDS <= len(item_words) < max(overlap_words, EDIT_MIN_WORDS + 1):
                     self._whole.setdefault(item_words, index)
-                    for p in range(len(item_words)):
-                        self._left_out.setdefault(item_words[:p] + item_words[p + 1 :], []).append((index, p))
+                    for p, width in _gaps(len(item_words)):
+                        left_out = item_words[:p] + item_words[p + width :]
+                        self._left_out.setdefault(left_out, []).append((index, p if width == 1 else -1))
 
     def _sketch(self, texts: Sequence[str], tokenised: Words) -> list[MinHash]:
         return sketch(
@@ -197,6 +194,8 @@ class EvalIndex:
                 self._match_ngrams(texts, text_words, found)
             if self.overlap_words > 0 and self.whole_min_words > 0:
                 self._match_contained(texts, text_words, found)
+            if self.short_edits and self.whole_min_words > PHRASE_MIN_WORDS:
+                self._match_rare_phrases(texts, text_words, found)
         if self._whole:
             self._match_short_edits(texts, tokenised, found)
         if progress is not None:
@@ -266,6 +265,30 @@ class EvalIndex:
                 for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
                     found[short_rows[row]] = self._hit("contained", k, shared=" ".join(tokens(texts[short_rows[row]])))
 
+    def _match_rare_phrases(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
+        """An eval item of PHRASE_MIN_WORDS to whole_min_words - 1 words found whole inside a row, unless the
+        phrase is common: inside more than COMMON_ROWS rows, it is a turn of phrase ("thank you so much for
+        your help"), not a copied item."""
+        item_parts = self._words.split()
+        item_lengths = np.diff(self._words.offsets)
+        for m in range(PHRASE_MIN_WORDS, self.whole_min_words):
+            short_items = np.flatnonzero(item_lengths == m)
+            if not len(short_items):
+                continue
+            wholes, owner = _owned(shingle(Words.join([item_parts[k] for k in short_items]), m, short="skip"))
+            grams = shingle(tokenised, m, short="skip")
+            slots = np.flatnonzero(np.isin(grams.hashes, wholes))
+            if not len(slots):
+                continue
+            rows = np.searchsorted(grams.offsets, slots, side="right") - 1
+            items = owner[np.searchsorted(wholes, grams.hashes[slots])]
+            pairs, first = np.unique(np.stack([items, rows], axis=1), axis=0, return_index=True)
+            per_item = np.bincount(pairs[:, 0], minlength=len(short_items))
+            for (k, row), slot in zip(pairs.tolist(), slots[first].tolist(), strict=True):
+                if found[row] is None and per_item[k] <= COMMON_ROWS:
+                    start = slot - int(grams.offsets[row])
+                    shared = tokens(texts[row])[start : start + m]
+                    found[row] = self._hit("contained", int(short_items[k]), shared=" ".join(shared))
 
     def _match_short_edits(
         self, texts: Sequence[str], tokenised: Words | None, found: list[Contamination | None]
@@ -296,30 +319,25 @@ class EvalIndex:
                     candidates.append((index, "words around it" if m < n else "same words"))
         for index, _p in self._left_out.get(row, []):  # a word left out
             candidates.append((index, "one word left out"))
-        for p in range(n):
-            shorter = row[:p] + row[p + 1 :]
+        for p, width in _gaps(n):
+            shorter = row[:p] + row[p + width :]
             index = self._whole.get(shorter)
             if index is not None:  # a word inserted
                 candidates.append((index, "one word inserted"))
-            for index, q in self._left_out.get(shorter, []):  # a word misspelt
-                if q == p and misspelt(row[p], self._short_words[index][p]):
-                    candidates.append((index, "one word misspelt"))
+            if width == 1:
+                for index, q in self._left_out.get(shorter, []):  # a word misspelt
+                    if q == p and misspelt(row[p], self._short_words[index][p]):
+                        candidates.append((index, "one word misspelt"))
         for index, edit in candidates:
             if not (self.keep_slot_changes and different_slots(text, self.texts[index])):
                 return self._hit("edit", index, shared=edit)
         return None
 
 
-def misspelt(a: str, b: str) -> bool:
-    """Whether two different words are one word misspelt: letters only, 4+ letters, one character inserted,
-    dropped, doubled, replaced or two swapped ("quite" / "quuite", "they" / "thye")."""
-    if a == b or not (a.isalpha() and b.isalpha()) or min(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diff = [k for k in range(len(a)) if a[k] != b[k]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
-    short, long_ = (a, b) if len(a) < len(b) else (b, a)
-    return any(long_[:k] + long_[k + 1 :] == short for k in range(len(long_)))
+def _gaps(n: int) -> list[tuple[int, int]]:
+    """(position, width) of every run of one or two words a text of ``n`` words can lose: one written word can
+    be two tokens ("Tsai's", "item[42]")."""
+    return [(p, width) for width in (1, 2) for p in range(n - width + 1) if n - width >= EDIT_MIN_WORDS]
 
 
 def _owned(grams: Shingles) -> tuple[np.ndarray, np.ndarray]:

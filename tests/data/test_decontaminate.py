@@ -90,3 +90,59 @@ def test_short_contaminated_texts_are_found() -> None:
     found = EvalIndex(items).match(texts)
     assert [(f.method, f.item_id) if f else None for f in found] == [("near", "short"), ("contained", "short"), None]
     assert found[1] is not None and found[1].shared == "the checkout page crashes when i pay with a gift card"
+
+
+SHORT_ITEMS = [
+    EvalItem("eval.jsonl", "review", "Strange and beautiful film."),
+    EvalItem("eval.jsonl", "intent", "what currency do they use in Chile?"),
+    EvalItem("eval.jsonl", "alarm", "set an alarm for 6 pm"),
+    EvalItem("eval.jsonl", "lights", "turn the office lights on"),
+]
+
+
+@pytest.mark.parametrize(
+    "row, item, method, shared",
+    [
+        ("Strange and beautiful spying film.", "review", "edit", "one word inserted"),
+        ("turn the office Tsai's lights on", "lights", "edit", "one word inserted"),  # a word of two tokens
+        ("what currency do use in Chile?", "intent", "edit", "one word left out"),
+        ("Strange and beuatiful film.", "review", "edit", "one word misspelt"),
+        ("Hi, Strange and beautiful film.\n\nKind regards,\nPriya Shah", "review", "edit", "words around it"),
+        ("set an alarm for 6 pm\n\nSent from my iPhone", "alarm", "contained", "set an alarm for 6 pm"),
+    ],
+)
+def test_short_contaminated_rows_are_caught(row: str, item: str, method: str, shared: str) -> None:
+    items = [*EVAL, *SHORT_ITEMS]
+    # the rows share under 70% of their character 5-grams with the item, and are too short for the 13-gram and
+    # the containment of 8+ words: the checks before (short_edits off) miss them
+    assert EvalIndex(items, short_edits=False, whole_min_words=8).match([row]) == [None]
+    hit = EvalIndex(items, whole_min_words=8).match([row])[0]
+    assert hit is not None and (hit.method, hit.item_id, hit.shared) == (method, item, shared)
+
+
+def test_short_look_alikes_of_eval_items_stay_clean() -> None:
+    rows = [
+        "set an alarm for 9 pm",  # another slot value
+        "set an alarm for 7 pm\n\nSent from my iPhone",  # another slot value, with a sign-off
+        "turn the office lights off",  # a switch swapped
+        "what currency do they use in Peru?",  # another country
+        "what currency do they use in Peru?\n\nThanks, Anna",  # another country, with a sign-off
+    ]
+    assert EvalIndex([*EVAL, *SHORT_ITEMS], whole_min_words=8).match(rows) == [None] * len(rows)
+
+
+def test_a_short_item_inside_a_row_counts_unless_the_phrase_is_common() -> None:
+    items = [
+        *EVAL,
+        EvalItem("eval.jsonl", "rare", "But its message is abstinence"),
+        EvalItem("eval.jsonl", "common", "thank you so much for your help"),
+    ]
+    rows = [
+        f"{sentence(7, 25)} But its message is abstinence, and {sentence(8, 20)}",
+        *(f"{sentence(20 + k, 15)} Thank you so much for your help! {sentence(40 + k, 10)}" for k in range(4)),
+    ]
+    found = EvalIndex(items, whole_min_words=8).match(rows)
+    assert found[0] is not None and (found[0].method, found[0].item_id) == ("contained", "rare")
+    assert found[1:] == [None] * 4  # inside four rows: a turn of phrase, not a copied item
+    alone = EvalIndex(items, whole_min_words=8).match(rows[:2])  # inside one row only: a copy
+    assert alone[1] is not None and alone[1].item_id == "common"

@@ -164,3 +164,20 @@ def test_case_a_typo_or_a_changed_common_word_is_not_a_slot_change() -> None:
     assert not dedup.different_slots(a, "what is the capital of Frnace?")  # a misspelt name is the same name
     assert not dedup.different_slots(SHORT, SHORT.replace("package", "parcel"))
     assert not dedup.different_slots(" ".join([SHORT] * 3), " ".join([SHORT] * 3).replace("7", "9"))  # long texts
+
+
+def test_a_misspelt_negation_is_a_typo_but_a_dropped_one_is_a_slot_change() -> None:
+    a = "Glengarry Glen Ross without the Mamet dialogue is kinda what you get here."
+    assert not dedup.different_slots(a, a.replace("without", "wiithout"))  # a typo: still a near duplicate
+    assert list(dedup.near_duplicates([a, a.replace("without", "wiithout")])) == [1]
+    assert dedup.different_slots("I have never been to Lima", "I have ever been to Lima")  # the negation dropped
+    assert [dedup.misspelt(*pair) for pair in [("quite", "quuite"), ("they", "thye"), ("card", "cart")]] == [
+        True,
+        True,
+        True,
+    ]
+    assert [dedup.misspelt(*pair) for pair in [("cat", "car"), ("jazz", "bach"), ("1234", "1243")]] == [
+        False,
+        False,
+        False,
+    ]

@@ -1,0 +1,334 @@
+"""Near duplicates: MinHash signatures of shingle sets, datasketch ``MinHashLSH`` candidates, verification.
+
+Near duplicates ask the same question (same type and instructions) about states whose shingle sets
+(:mod:`mydecide.data.shingles`) have a Jaccard similarity ≥ the threshold. Candidates come from a datasketch
+``MinHashLSH`` index, are pre-filtered on their signatures and verified on their exact shingle sets; short
+look-alikes that differ in a number, a named entity or a negation are kept
+(:func:`mydecide.data.lookalikes.different_slots`). Of each duplicate cluster the first row is kept, and every
+removal records which kept row it matched and their similarity.
+
+Speed: the MinHash permutations (datasketch's ``affine32`` scheme, the same ``a`` and ``b``) are applied to
+blocks of shingles as one (P, block) array, so the signatures equal those of ``datasketch.MinHash.update_batch``
+fed the same 32-bit shingle hashes, at a fraction of the per-record cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mydecide.data.lookalikes import different_slots
+from mydecide.data.shingles import POLY, Shingles, Shingling, Words, jaccard
+
+if TYPE_CHECKING:
+    from datasketch import MinHash, MinHashLSH
+
+MAX_HASH32 = np.uint32(0xFFFFFFFF)
+
+Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+# ------------------------------------------------------------------------------------------------- signatures
+
+
+def fold32(hashes: np.ndarray) -> np.ndarray:
+    """64-bit shingle hashes → the 32-bit values MinHash permutes (high half xor low half)."""
+    return ((hashes >> np.uint64(32)) ^ hashes).astype(np.uint32)
+
+
+def fmix32(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 32-bit finalizer (datasketch's affine32 pre-mix); uint32 arithmetic wraps mod 2^32."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def permutations(num_perm: int, seed: int) -> np.ndarray:
+    """(2, P) uint32 ``a`` and ``b`` of datasketch's affine32 MinHash with this ``num_perm`` and ``seed``."""
+    from datasketch import MinHash
+
+    return MinHash(num_perm=num_perm, seed=seed, scheme="affine32").permutations
+
+
+def signatures(
+    shingles: Shingles, *, num_perm: int = 128, seed: int = 1, block: int = 8192, progress: Progress | None = None
+) -> np.ndarray:
+    """(N, P) uint32 MinHash signatures; a text without shingles keeps the empty signature (all 2^32 − 1).
+
+    Shingles are permuted ``block`` at a time as one (P, block) array (a few MB, so it stays in cache; each
+    permutation a contiguous row, so the per-text minimum runs along memory) and reduced per text with
+    ``np.minimum.reduceat``; a text larger than a block is reduced over several blocks.
+    """
+    a, b = permutations(num_perm, seed)
+    a, b = a[:, None], b[:, None]  # (P, 1)
+    h = fmix32(fold32(shingles.hashes))  # (S,)
+    offsets = shingles.offsets
+    n = len(shingles)
+    sig = np.full((n, num_perm), MAX_HASH32, dtype=np.uint32)
+    i = 0
+    while i < n:
+        # texts i..j-1 hold at most `block` shingles together (at least one text per step)
+        j = max(int(np.searchsorted(offsets, offsets[i] + block, side="right")) - 1, i + 1)
+        lo, hi = int(offsets[i]), int(offsets[j])
+        if j == i + 1:
+            for start in range(lo, hi, block):
+                phv = h[None, start : min(hi, start + block)] * a  # (P, s)
+                phv += b
+                np.minimum(sig[i], phv.min(axis=1), out=sig[i])
+        elif hi > lo:
+            phv = h[None, lo:hi] * a  # (P, s): the P permutations of every shingle in the block
+            phv += b
+            nonempty = np.flatnonzero(offsets[i + 1 : j + 1] > offsets[i:j]) + i
+            sig[nonempty] = np.minimum.reduceat(phv, offsets[nonempty] - lo, axis=1).T
+        if progress is not None:
+            progress(j - i)
+        i = j
+    return sig
+
+
+def estimated_jaccard(signature: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """(M,) fraction of equal MinHash values between one (P,) signature and (M, P) others."""
+    return (others == signature).mean(axis=1)
+
+
+def minhashes(sigs: np.ndarray, seed: int) -> list[MinHash]:
+    """datasketch ``MinHash`` objects for (N, P) signatures (sharing one permutation array)."""
+    from datasketch import MinHash
+
+    perms = permutations(sigs.shape[1], seed)
+    return [MinHash(seed=seed, hashvalues=row, permutations=perms, scheme="affine32") for row in sigs]
+
+
+def sketch(
+    texts: Sequence[str] | Words, *, num_perm: int = 128, ngram: int = 5, seed: int = 1, unit: str = "char"
+) -> list[MinHash]:
+    """MinHash sketches of the ``ngram`` shingles (``unit``: characters or words) of each text (the fast path)."""
+    shingles = Shingling(unit, ngram).hashes(texts)
+    return minhashes(signatures(shingles, num_perm=num_perm, seed=seed), seed)
+
+
+def lsh_bands(threshold: float, num_perm: int, recall: float = 0.95) -> tuple[int, int]:
+    """(bands b, rows per band r) so that a pair at exactly ``threshold`` becomes a candidate with
+    probability 1 − (1 − t^r)^b ≥ ``recall``, using the largest r that does (fewest false candidates).
+
+    datasketch's own optimiser balances false positives against false negatives, which leaves a pair at the
+    threshold a candidate only about 40% of the time; here every candidate is verified on its signature, so a
+    false candidate costs one comparison while a missed one costs recall. (A pair at exactly the threshold is
+    also verified above it only half of the time; pairs 0.05 above it are candidates with p > 0.99.)
+    """
+    best = (num_perm, 1)
+    for r in range(1, num_perm + 1):
+        b = num_perm // r
+        if b < 2:
+            break
+        if 1.0 - (1.0 - threshold**r) ** b >= recall:
+            best = (b, r)
+    return best
+
+
+def lsh_index(sketches: Sequence[MinHash], *, threshold: float, keys: Sequence[Any] | None = None) -> MinHashLSH:
+    """A ``MinHashLSH`` over the sketches, filled through an insertion session (keys: row indices)."""
+    from datasketch import MinHashLSH
+
+    num_perm = len(sketches[0]) if sketches else 128
+    lsh = MinHashLSH(num_perm=num_perm, params=lsh_bands(threshold, num_perm))
+    with lsh.insertion_session(buffer_size=len(sketches) + 1) as session:
+        for index, one in enumerate(sketches):
+            session.insert(index if keys is None else keys[index], one, check_duplication=False)
+    return lsh
+
+
+def band_keys(sigs: np.ndarray, threshold: float) -> np.ndarray:
+    """(N, b) uint64: a hash of each LSH band of each (N, P) signature, for the bands ``lsh_index`` uses at this
+    threshold (two signatures share a bucket of band k exactly when their keys in column k are equal)."""
+    bands, rows = lsh_bands(threshold, sigs.shape[1])
+    s = sigs[:, : bands * rows].astype(np.uint64).reshape(len(sigs), bands, rows)
+    keys = s[:, :, 0].copy()
+    for j in range(1, rows):
+        keys *= POLY
+        keys += s[:, :, j]
+    return keys
+
+
+def sharing_a_band(keys: np.ndarray, others: np.ndarray | None = None) -> np.ndarray:
+    """(N,) bool: which rows share some band key with another row (or, given ``others``, with a row of those).
+
+    A row that shares no band has no LSH candidate and is nobody's candidate, so the Python-speed LSH is only
+    filled and asked for the rows this marks (in most data a small share), with the same candidates as before.
+    """
+    shared = np.zeros(len(keys), dtype=bool)
+    for band in range(keys.shape[1]):
+        column = keys[:, band]
+        if others is not None:
+            shared |= np.isin(column, others[:, band])
+        else:
+            _, inverse, counts = np.unique(column, return_inverse=True, return_counts=True)
+            shared |= counts[inverse] > 1
+    return shared
+
+
+def candidate_threshold(threshold: float) -> float:
+    """The similarity the LSH bands are set for when candidates are verified on exact shingle sets: a pair at
+    the threshold is then a candidate with p > 0.99 (the bands' 0.95 holds 0.05 below it)."""
+    return max(0.05, threshold - 0.05)
+
+
+def signature_matrix(sketches: Sequence[MinHash]) -> np.ndarray:
+    """(N, P) hash values of the sketches."""
+    return np.vstack([one.hashvalues for one in sketches]) if sketches else np.empty((0, 0), dtype=np.uint32)
+
+
+# ------------------------------------------------------------------------------------------------ near dedup
+
+
+@dataclass(frozen=True)
+class NearMatch:
+    kept: int  # index of the kept row this one duplicates
+    similarity: float  # Jaccard of their shingle sets (exact when verified on the texts, else the MinHash estimate)
+
+
+# an estimate this close to the threshold is checked on the exact shingle sets (2.5σ of the estimate at P=128)
+SIGNATURE_MARGIN = 0.1
+
+
+def near_duplicates(
+    texts: Sequence[str],
+    *,
+    threshold: float = 0.7,
+    num_perm: int = 128,
+    ngram: int = 5,
+    unit: str = "char",
+    seed: int = 1,
+    groups: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    keep_slot_changes: bool = True,
+) -> dict[int, NearMatch]:
+    """``{removed index: NearMatch}`` for texts that nearly repeat an earlier *kept* text of the same group.
+
+    Rows are visited in order; a row is removed when some earlier kept row of its group (``groups[i]``, e.g.
+    the question key) has a shingle Jaccard ≥ ``threshold`` and is not a look-alike with another slot value
+    (:func:`different_slots`); it records the most similar such row. Matching only kept rows keeps one
+    representative per cluster and never chains a removal through another removal.
+    """
+    sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed, unit=unit)
+    return near_duplicates_of(
+        sketches,
+        threshold=threshold,
+        groups=groups,
+        progress=progress,
+        texts=texts,
+        shingling=Shingling(unit, ngram),
+        keep_slot_changes=keep_slot_changes,
+    )
+
+
+def near_duplicates_of(
+    sketches: Sequence[MinHash],
+    *,
+    threshold: float,
+    groups: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    texts: Sequence[str] | None = None,
+    shingling: Shingling | None = None,
+    keep_slot_changes: bool = True,
+) -> dict[int, NearMatch]:
+    """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps).
+
+    With ``texts`` (and the ``shingling`` the sketches were made with), candidates whose MinHash estimate is
+    within ``SIGNATURE_MARGIN`` of the threshold are verified on their exact shingle sets and checked for a
+    changed slot; without, the estimate alone decides (as datasketch's LSH would).
+    """
+    if groups is not None and len(groups) != len(sketches):
+        raise ValueError(f"groups has {len(groups)} entries for {len(sketches)} texts")
+    if texts is not None and len(texts) != len(sketches):
+        raise ValueError(f"texts has {len(texts)} entries for {len(sketches)} sketches")
+    verify = (
+        Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes)
+        if texts is not None
+        else None
+    )
+    lsh_threshold = candidate_threshold(threshold) if verify else threshold
+    sigs = signature_matrix(sketches)
+    linked = sharing_a_band(band_keys(sigs, lsh_threshold)) if len(sketches) else np.zeros(0, dtype=bool)
+    rows = np.flatnonzero(linked).tolist()
+    lsh = lsh_index([sketches[i] for i in rows], threshold=lsh_threshold, keys=rows)
+    removed: dict[int, NearMatch] = {}
+    for i, one in enumerate(sketches):
+        if not linked[i]:
+            candidates = []
+        else:
+            candidates = [
+                j for j in lsh.query(one) if j < i and j not in removed and (groups is None or groups[j] == groups[i])
+            ]
+        if candidates:
+            candidates.sort()
+            similarity = estimated_jaccard(sigs[i], sigs[candidates])
+            if verify is None:
+                best = int(np.argmax(similarity))  # first of the most similar (candidates are sorted)
+                if similarity[best] >= threshold:
+                    removed[i] = NearMatch(candidates[best], float(similarity[best]))
+            else:
+                match = verify.best(i, candidates, similarity)
+                if match is not None:
+                    removed[i] = match
+        if progress is not None and i % 1000 == 999:
+            progress(1000)
+    if progress is not None:
+        progress(len(sketches) % 1000)
+    return removed
+
+
+class Verifier:
+    """Checks candidate pairs on their exact shingle sets (cached per text) and for a changed slot."""
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        shingling: Shingling,
+        threshold: float,
+        *,
+        others: Sequence[str] | None = None,
+        keep_slot_changes: bool = True,
+    ):
+        self.texts = texts
+        self.keep_slot_changes = keep_slot_changes
+        self.others = texts if others is None else others  # what candidates index into (eval items, or texts)
+        self.shingling = shingling
+        self.threshold = threshold
+        self._sets: dict[tuple[bool, int], set[Any]] = {}
+
+    def _set(self, index: int, other: bool) -> set[Any]:
+        key = (other and self.others is not self.texts, index)
+        found = self._sets.get(key)
+        if found is None:
+            if len(self._sets) > 20_000:  # bounded: rows are visited in order, old ones are rarely asked again
+                self._sets.clear()
+            found = self._sets[key] = self.shingling.set((self.others if other else self.texts)[index])
+        return found
+
+    def best(self, i: int, candidates: Sequence[int], estimates: np.ndarray) -> NearMatch | None:
+        """The most similar candidate at or above the threshold that is not a look-alike (first on ties).
+
+        An estimate within ``SIGNATURE_MARGIN`` of the threshold is replaced by the exact Jaccard of the two
+        shingle sets; one further away decides alone (its error is below 1% at 128 permutations).
+        """
+        best: NearMatch | None = None
+        for k in np.flatnonzero(estimates >= self.threshold - SIGNATURE_MARGIN).tolist():
+            j = candidates[k]  # candidates are sorted: the first of the most similar wins
+            similarity = float(estimates[k])
+            if similarity < self.threshold + SIGNATURE_MARGIN:
+                similarity = jaccard(self._set(i, False), self._set(j, True))
+            if (
+                similarity >= self.threshold
+                and (best is None or similarity > best.similarity)
+                and not (self.keep_slot_changes and different_slots(self.texts[i], self.others[j]))
+            ):
+                best = NearMatch(j, similarity)
+                if similarity == 1.0:
+                    break
+        return best
