@@ -1,26 +1,24 @@
-"""Typed recipes: pydantic models (unknown keys are errors) and ``load_recipe(path, overrides)``.
+"""Typed recipes: pydantic models (unknown keys are errors) whose fields are the one home of every default, and
+``load_recipe(path, overrides, options=...)``, the one way from a command line to a validated recipe.
 
 A recipe is a YAML file from ``recipes/``; dotted ``KEY=VALUE`` overrides from the command line are applied before
-validation (``lora.r=16``, ``objective.kind=rlcd``). Values are parsed as YAML scalars (``1e-4``, ``true``, ``[a,b]``).
+validation (``lora.r=16``, ``objective.kind=rlcd``), then the command's options (``--out``, ``--limit``). Reading the
+text and telling errors in one line is :mod:`mydecide.recipe_parsing`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from mydecide.recipe_parsing import RecipeError, describe_errors, merge, nest, parse_overrides, read_yaml
+from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS
 from mydecide.scoring.render import OptionForm, RenderConfig
-
-
-class RecipeError(ValueError):
-    """A recipe file or override is invalid; the message names the file and the key."""
 
 
 class Strict(BaseModel):
@@ -79,8 +77,22 @@ class OptimConfig(Strict):
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
 
 
-class TrainRecipe(Strict):
+class ModelChoice(Strict):
+    """The base model a command loads; the one default for every command."""
+
     model: str = "smollm2-135m"  # base model: a local HF directory, a hub name, a .gguf file or smollm2-135m
+
+
+class ScoringModel(ModelChoice):
+    """What a command that scores questions loads: the base model, an adapter, and how choice options are scored."""
+
+    adapter: str | None = None  # a LoRA adapter directory (RUN/adapter)
+    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
+    # contradicts the adapter's saved form)
+    option_form: OptionForm | None = None
+
+
+class TrainRecipe(ModelChoice):
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
     out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
     seed: int = 13  # seeds model init, option shuffling and batching
@@ -130,87 +142,19 @@ class TrainRecipe(Strict):
 R = TypeVar("R", bound=BaseModel)
 
 
-def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """``["lora.r=16", "objective.kind=rlcd"]`` → nested dict."""
-    nested: dict[str, Any] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise RecipeError(f"override {item!r} must look like KEY=VALUE (for example lora.r=16)")
-        key, raw = item.split("=", 1)
-        parts = key.strip().split(".")
-        if not all(parts):
-            raise RecipeError(f"override {item!r}: empty key segment")
-        try:
-            value = load_yaml(raw) if raw.strip() else None
-        except yaml.YAMLError as err:
-            raise RecipeError(f"override {item!r}: {yaml_problem(err, 'value is not valid YAML')}") from None
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise RecipeError(f"override {item!r}: {part!r} is not a section")
-        node[parts[-1]] = value
-    return nested
-
-
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.safe_load`` keeps the last of two equal keys, so a setting would vanish silently; refuse instead."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` entries may be overridden on purpose
-                continue
-            key = self.construct_object(key_node, deep=True)
-            with contextlib.suppress(TypeError):  # an unhashable key: the base constructor says so
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def load_yaml(text: str) -> Any:
-    """Safe YAML (no tags that build objects) with duplicate keys refused."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
-
-
-def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
-    """A YAML error in one line: ``duplicate key 'seed' (line 4)``, ``not valid YAML (line 2: expected ',')``."""
-    mark = getattr(err, "problem_mark", None)
-    line = f"line {mark.line + 1}" if mark is not None else ""
-    problem = getattr(err, "problem", None) or " ".join(str(err).split())
-    if problem.startswith("duplicate key"):
-        return f"{problem} ({line})" if line else problem
-    return f"{invalid} ({line}: {problem})" if line else f"{invalid} ({problem})"
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"{path}: no such recipe file")
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: {yaml_problem(err)}") from None
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: a recipe must be a YAML mapping")
-    return data
-
-
-def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), *, model: type[R]) -> R:
-    """Read, override and validate a recipe; errors name the file or the command-line override, and the key."""
+def load_recipe(
+    path: str | Path | None,
+    overrides: Sequence[str] = (),
+    *,
+    model: type[R],
+    options: Mapping[str, Any] | None = None,
+) -> R:
+    """The one way from a command line to a validated recipe: the YAML file (None: all defaults), then its dotted
+    ``KEY=VALUE`` overrides, then the command-line ``options`` (dotted key → value, taken as given; None = not
+    given), validated once. Errors name the file, the override or the command line, and the key."""
     from_file = read_yaml(path) if path is not None else {}
-    data = merge(from_file, parse_overrides(overrides))
+    given = {key: value for key, value in (options or {}).items() if value is not None}
+    data = merge(merge(from_file, parse_overrides(overrides)), nest(given))
     try:
         return model.model_validate(data)
     except ValidationError as err:
@@ -222,7 +166,7 @@ def load_recipe(path: str | Path | None, overrides: Sequence[str] = (), *, model
             kind, verb = other
             article = "an" if kind[0] in "aeiou" else "a"
             raise RecipeError(f"{where}: this is {article} {kind} recipe: use `mydecide {verb}`") from None
-        raise RecipeError(describe_errors(err, model, where, overrides)) from None
+        raise RecipeError(describe_errors(err, model, where, overrides, given)) from None
 
 
 def validate_recipe(model: type[R], data: dict[str, Any], where: str = "command line") -> R:
@@ -249,60 +193,6 @@ def recipe_kind(data: dict[str, Any], *, exclude: type[BaseModel]) -> tuple[str,
             continue
         return kind
     return None
-
-
-def describe_errors(err: ValidationError, model: type[BaseModel], where: str, overrides: Sequence[str] = ()) -> str:
-    """One line for all of a validation error's problems, each blamed on the override that set the key (when
-    one did) or on ``where``; an unknown key gets a did-you-mean among the keys of its section."""
-    typed = [(item, item.split("=", 1)[0].strip()) for item in overrides if "=" in item]
-    problems = []
-    for e in err.errors():
-        loc = tuple(e["loc"])
-        keys, parent = section_keys(model, loc[:-1])
-        message = e["msg"]
-        if e["type"] == "extra_forbidden":
-            message = "unknown key"
-            close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
-            if close:
-                message += f" (did you mean {'.'.join([*parent, close[0]])}?)"
-        written = ".".join([*parent, str(loc[-1])] if loc else parent)
-        key = written or "(top)"
-        blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
-        problems.append(f"command-line override {blamed}: {key}: {message}" if blamed else f"{where}: {key}: {message}")
-    return "; ".join(problems)
-
-
-def _same_key(dotted: str, written: str) -> bool:
-    """Whether an override of ``dotted`` set the key ``written`` (itself, a section holding it, or a key below a
-    value that is not a section)."""
-    return bool(written) and (written == dotted or written.startswith(dotted + ".") or dotted.startswith(written + "."))
-
-
-def section_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], list[str]]:
-    """The keys of the recipe section at a validation error's ``loc`` ([] when unknown), and ``loc`` as the user
-    writes it: without the tags of tagged unions."""
-    current: Any = model
-    written: list[str] = []
-    for part in loc:
-        if isinstance(part, int):  # an item of a list: shown, as in sources.0.kind
-            written.append(str(part))
-            continue
-        if isinstance(current, list):  # a tagged union: the part is the tag
-            current = next((m for m in current if m.model_fields["kind"].default == part), None)
-            continue
-        written.append(str(part))
-        is_model = isinstance(current, type) and issubclass(current, BaseModel)
-        field = current.model_fields.get(part) if is_model else None
-        members = _models_in(field.annotation) if field is not None else []
-        current = members[0] if len(members) == 1 else members or None
-    is_model = isinstance(current, type) and issubclass(current, BaseModel)
-    return (list(current.model_fields) if is_model else []), written
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for a in get_args(annotation) for m in _models_in(a)]
 
 
 def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
@@ -429,9 +319,7 @@ class DataRecipe(Strict):
 # The recipes of `mydecide calibrate` and `mydecide evaluate`, owned by calibration / evaluation.
 
 
-class CalibrateRecipe(Strict):
-    model: str = "smollm2-135m"  # base model, as in the training recipe
-    adapter: str | None = None  # a LoRA adapter directory (RUN/adapter)
+class CalibrateRecipe(ScoringModel):
     data: str | None = None  # dev JSONL (never the training split)
     out: str = "runs/calibrate/temperatures.json"  # where temperatures.json is written
     by_bucket: bool = False  # also one temperature per (type, option-count bucket)
@@ -439,9 +327,6 @@ class CalibrateRecipe(Strict):
     limit: int | None = Field(None, ge=1)  # only the first N records
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation
-    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
-    # contradicts the adapter's saved form)
-    option_form: OptionForm | None = None
 
 
 class Costs(Strict):
@@ -452,9 +337,7 @@ class Costs(Strict):
     escalate: float = -0.5  # payoff of handing the question to a human
 
 
-class EvalRecipe(Strict):
-    model: str = "smollm2-135m"  # base model, as in the training recipe
-    adapter: str | None = None  # a LoRA adapter directory (RUN/adapter)
+class EvalRecipe(ScoringModel):
     temperatures: str | None = None  # temperatures.json from `mydecide calibrate`
     data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
     out: str = "runs/eval"  # report.json, report.md, reliability.png, predictions.jsonl
@@ -467,9 +350,72 @@ class EvalRecipe(Strict):
     limit: int | None = Field(None, ge=1)  # only the first N records of each file
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation
-    # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
-    # contradicts the adapter's saved form)
-    option_form: OptionForm | None = None
+
+
+# --- serve recipes ------------------------------------------------------------------------------------------
+# The recipe of `mydecide serve` (and `mydecide predict`, which answers one request as the server would).
+
+
+class Limits(Strict, frozen=True):
+    """Request limits. All but the two token counts are counts of bytes or characters checked before anything is
+    tokenised, so an oversized part is refused in milliseconds; the token counts are checked on the rendered prompts,
+    before any forward pass (docs/wire.md)."""
+
+    max_questions: int = Field(32, ge=1)  # questions per request
+    # prompts scored per request: one per question, one per label of a set question, one per option of a question
+    # scored per option (short continuations of one shared prefix: a 255-option choice must fit)
+    max_prompts: int = Field(512, ge=1)
+    max_state_chars: int = Field(100_000, ge=1)  # the state as the model reads it (a JSON object: its indented JSON)
+    max_body_bytes: int = Field(1_000_000, ge=1)  # request body size in bytes
+    max_name_chars: int = Field(200, ge=1)  # the model name, each question name
+    max_instructions_chars: int = Field(4_000, ge=1)  # each question's instructions
+    max_option_chars: int = Field(1_000, ge=1)  # each option id, option description, score level and yes / no text
+    max_prompt_chars: int = Field(128_000, ge=1)  # question text over the request's prompts
+    max_input_tokens: int = Field(32_000, ge=1)  # tokens of the rendered prompts: the state once plus every suffix
+    max_prompt_tokens: int = Field(
+        8_000, ge=1
+    )  # tokens of one prompt: scored in one go, it bounds how long others wait
+    min_choice_options: int = Field(MIN_CHOICE_OPTIONS, ge=1)  # options of a choice question, at least
+    max_choice_options: int = Field(MAX_CHOICE_OPTIONS, ge=1)  # > 26: scored in groups + a final round
+    min_score_levels: int = Field(MIN_SCORE_LEVELS, ge=1)  # levels of a score question, at least
+    max_score_levels: int = Field(MAX_SCORE_LEVELS, ge=1)  # levels of a score question, at most
+
+
+class BatchOptions(Strict, frozen=True):
+    """How the server scores requests. ``baseline()`` is the naive server the benchmark compares against."""
+
+    batching: bool = True  # collect concurrent requests into one forward pass
+    shared_prefix: bool = True  # questions on one state share the state's computation
+    packing: bool = True  # shared prefix as one padding-free row per state, where the model allows
+    window_ms: float = Field(5.0, ge=0.0)  # how long the first request of a batch waits for company
+    max_requests: int = Field(16, ge=1)  # requests per micro-batch
+    max_prompts: int = Field(128, ge=1)  # prompts per micro-batch (a request may bring up to limits.max_prompts)
+    forward_batch: int = Field(64, ge=1)  # prompts per forward pass inside a micro-batch (unpacked scoring)
+    max_batch_tokens: int = Field(8192, ge=1)  # padded tokens per forward pass (packed scoring)
+    max_pending: int = Field(256, ge=0)  # queued requests beyond which the server answers 503 (busy)
+    # tokens scored in one go while other requests wait: a larger batch is scored in slices, and requests that
+    # arrive meanwhile are answered between two slices
+    slice_tokens: int = Field(8192, ge=1)
+
+    @classmethod
+    def baseline(cls) -> BatchOptions:
+        """No micro-batching and no shared prefix: each question is its own prompt and its own forward pass."""
+        return cls(batching=False, shared_prefix=False, packing=False, window_ms=0.0, max_requests=1, forward_batch=1)
+
+
+class ServeRecipe(ScoringModel):
+    temperatures: str | None = None  # temperatures.json from `mydecide calibrate`
+    host: str = "127.0.0.1"  # interface to bind (loopback by default)
+    port: int = Field(8741, ge=0, le=65535)  # TCP port
+    name: str | None = None  # model name reported when a request names none (default: model, a path's last part)
+    # Host header names answered ('*' for any); empty: any with an API key, else localhost, 127.0.0.1, ::1, host
+    allowed_hosts: list[str] = Field(default_factory=list)
+    shared_prefix: bool = True  # predict: questions on one state share its computation (serve: batching.*)
+    request_timeout_s: float = Field(120.0, gt=0)  # seconds a request may wait for its answer before a 503
+    limits: Limits = Field(default_factory=Limits)  # request limits (docs/wire.md)
+    batching: BatchOptions = Field(default_factory=BatchOptions)  # micro-batching of concurrent requests
+    device: str | None = None  # cpu, cuda, cuda:1 … (default: cuda when available)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"  # the server's log level
 
 
 RECIPE_COMMANDS.update(
@@ -478,5 +424,6 @@ RECIPE_COMMANDS.update(
         "TrainRecipe": ("training", "train"),
         "CalibrateRecipe": ("calibration", "calibrate"),
         "EvalRecipe": ("evaluation", "evaluate"),
+        "ServeRecipe": ("serving", "serve"),
     }
 )

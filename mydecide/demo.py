@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mydecide.config import ModelChoice
 from mydecide.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL = "smollm2-135m"
+MODEL = ModelChoice().model  # the recipes' default base model
 COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "flip_rate")
 README_START, README_END = "<!-- demo:start -->", "<!-- demo:end -->"
 
@@ -83,7 +84,7 @@ def by_task_table(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "demo")
-    parser.add_argument("--model", default=MODEL, help="Base model (default: the packaged smollm2-135m).")
+    parser.add_argument("--model", default=MODEL, help=f"Base model (default: the packaged {MODEL}).")
     parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
     parser.add_argument(
         "--data",

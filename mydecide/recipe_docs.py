@@ -56,6 +56,12 @@ RECIPES = [
         "EvalRecipe",
         "Evaluation recipes (`recipes/eval/`): metrics, baselines and robustness checks on decision-record files.",
     ),
+    (
+        "serve",
+        "ServeRecipe",
+        "Serving recipes (`recipes/serve/`): the server's model, request limits and micro-batching; "
+        "`mydecide predict` reads the same recipe.",
+    ),
 ]
 
 
@@ -159,7 +165,7 @@ def rows(
     section refers to it instead of repeating its keys.
     """
     seen = {} if seen is None else seen
-    comments = field_comments(model)
+    comments = {name: text for cls in reversed(model.__mro__) for name, text in field_comments(cls).items()}
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         description = field.description or comments.get(name, "")

@@ -7,17 +7,16 @@ from pathlib import Path
 import typer
 
 from mydecide.commands import fail, friendly_errors
+from mydecide.commands.options import Adapter, Device, Model
 
 
 def register(app: typer.Typer) -> None:
     @app.command("merge")
     @friendly_errors
     def merge(
-        adapter: Path = typer.Option(..., "--adapter", "-a", help="The LoRA adapter directory to merge."),
+        adapter: Adapter = None,
         out: Path = typer.Option(..., "--out", "-o", help="Where to write the merged model directory."),
-        model: str | None = typer.Option(
-            None, "--model", "-m", help="Base model (default: the base recorded in the adapter's adapter_config.json)."
-        ),
+        model: Model = None,
         dtype: str = typer.Option(
             "float32",
             help="Saved weight dtype: float32, bfloat16, float16, or auto "
@@ -31,10 +30,13 @@ def register(app: typer.Typer) -> None:
             help="A records JSONL whose first questions are used for the check (default: built-in sample questions).",
         ),
         check_n: int = typer.Option(16, min=1, help="How many records of --check-data to check."),
-        device: str | None = typer.Option(None, help="cpu, cuda … (default: cuda when available)."),
+        device: Device = None,
         overwrite: bool = typer.Option(False, help="Replace a non-empty --out."),
     ) -> None:
         """Merge the adapter in float32, save a plain transformers directory, and check it answers the same."""
+        if adapter is None:
+            fail("missing --adapter: the LoRA adapter directory to merge")
+            return
         from mydecide.merging import merge_adapter, sample_items
 
         items = sample_items(check_data, check_n) if check_data is not None else None

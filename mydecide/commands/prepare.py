@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 
 from mydecide.commands import fail, friendly_errors
+from mydecide.commands.options import Out, recipe_from_command_line, split_args
 
 
 def register(app: typer.Typer) -> None:
     @app.command("prepare")
     @friendly_errors
     def prepare(
-        recipe: Path | None = typer.Argument(None, help="A data recipe, e.g. recipes/data/demo.yaml."),
-        overrides: list[str] = typer.Argument(
-            None, help="Dotted KEY=VALUE overrides, e.g. split.dev_fraction=0.1 cap_per_task=500."
+        args: list[str] | None = typer.Argument(
+            None,
+            help="A data recipe (e.g. recipes/data/demo.yaml) and dotted KEY=VALUE overrides, e.g. "
+            "split.dev_fraction=0.1 cap_per_task=500.",
+            show_default=False,
         ),
-        out: Path | None = typer.Option(None, "--out", help="Output directory (default: the recipe's `out`)."),
+        out: Out = None,
         list_sources: bool = typer.Option(False, "--list-sources", help="List the converter plugins and exit."),
         progress: bool | None = typer.Option(
             None, "--progress/--no-progress", help="Progress bars on stderr (default: when it is a terminal)."
@@ -30,23 +32,21 @@ def register(app: typer.Typer) -> None:
 
             typer.echo(format_sources(available_sources()))
             return
-        if recipe is None:
+        if split_args(args)[0] is None:
             fail("missing RECIPE (a data recipe such as recipes/data/demo.yaml), or use --list-sources")
             return
-        from mydecide.config import DataRecipe, load_recipe
+        from mydecide.config import DataRecipe
         from mydecide.data.prepare import prepare as run_prepare
 
-        resolved = load_recipe(recipe, list(overrides or []), model=DataRecipe)
-        if out is not None:
-            resolved = resolved.model_copy(update={"out": str(out)})
+        recipe = recipe_from_command_line(DataRecipe, args, {"out": out})
         manifest = run_prepare(
-            resolved,
+            recipe,
             progress=sys.stderr.isatty() if progress is None else progress,
             log=lambda line: typer.echo(line, err=True),
         )
         c = manifest["conservation"]
         splits = ", ".join(f"{name} {info['rows']}" for name, info in manifest["splits"].items())
         typer.echo(
-            f"{resolved.out}: {splits}; input {c['input']} = kept {c['kept']} + rejected "
+            f"{recipe.out}: {splits}; input {c['input']} = kept {c['kept']} + rejected "
             f"{c['rejected']} + removed {c['removed']} (+{c['augmented_copies']} augmented in train)"
         )

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from mydecide.commands import friendly_errors
+from mydecide.commands import fail, friendly_errors
+from mydecide.commands.options import Model, Out, recipe_from_command_line, split_args
 
 
 def register(app: typer.Typer) -> None:
     @app.command("train", context_settings={"allow_extra_args": False})
     @friendly_errors
     def train(
-        recipe: Path = typer.Argument(..., help="A training recipe, e.g. recipes/train/demo.yaml."),
-        overrides: list[str] = typer.Argument(None, help="Dotted KEY=VALUE overrides, e.g. lora.r=16 optim.lr=1e-3."),
-        data: Path | None = typer.Option(None, "--data", help="A `mydecide prepare` output directory."),
-        model: str | None = typer.Option(
-            None, "--model", "-m", help="Base model (HF dir, hub name, .gguf, smollm2-135m)."
+        args: list[str] | None = typer.Argument(
+            None,
+            help="A training recipe (e.g. recipes/train/demo.yaml) and dotted KEY=VALUE overrides, e.g. lora.r=16 "
+            "optim.lr=1e-3.",
+            show_default=False,
         ),
+        data: str | None = typer.Option(None, "--data", "-d", help="A `mydecide prepare` output directory."),
+        model: Model = None,
         objective: str | None = typer.Option(None, "--objective", help="proper | rlcd | ce | ce_then_proper."),
-        out: Path | None = typer.Option(None, "--out", help="Run directory (adapter/, last/, checkpoints/, …)."),
+        out: Out = None,
         resume: bool = typer.Option(
             False,
             "--resume",
@@ -37,20 +38,17 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Train a LoRA adapter; keeps the best adapter on dev (RUN/adapter) and the last (RUN/last)."""
-        from mydecide.config import TrainRecipe, load_recipe, validate_recipe
+        if split_args(args)[0] is None:
+            fail("missing RECIPE (a training recipe such as recipes/train/demo.yaml)")
+            return
+        from mydecide.config import TrainRecipe
         from mydecide.training.loop import train as run_training
 
-        extra = list(overrides or [])
-        if objective is not None:
-            extra.append(f"objective.kind={objective}")
-        loaded = load_recipe(recipe, extra, model=TrainRecipe)
         # paths are taken as they are, never parsed as YAML (`--out "runs/exp #2"` is that directory)
-        given = {"data": data, "model": model, "out": out}
-        paths = {key: str(value) for key, value in given.items() if value is not None}
-        if paths:
-            loaded = validate_recipe(TrainRecipe, {**loaded.model_dump(), **paths})
+        options = {"data": data, "model": model, "out": out, "objective.kind": objective}
+        recipe = recipe_from_command_line(TrainRecipe, args, options)
         import os
 
-        run = run_training(loaded, resume=resume, allow_change=allow_change)
+        run = run_training(recipe, resume=resume, allow_change=allow_change)
         if os.environ.get("RANK", "0") == "0":  # under `accelerate launch`, print once
             typer.echo(str(run))

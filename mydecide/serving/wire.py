@@ -14,12 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mydecide.config import Limits
 from mydecide.jsonl import DuplicateKeyError, unique_keys
 from mydecide.records import (
-    MAX_CHOICE_OPTIONS,
-    MAX_SCORE_LEVELS,
-    MIN_CHOICE_OPTIONS,
-    MIN_SCORE_LEVELS,
     Question,
     RecordError,
     parse_question,
@@ -36,33 +33,6 @@ if TYPE_CHECKING:
 
 class RequestError(ValueError):
     """A malformed request; the message names the question (when there is one) and the rule."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Request limits: the one place their defaults live (``mydecide serve`` options and docs/wire.md read them).
-
-    All but the two token counts are counts of bytes or characters checked by :func:`parse_request` before anything
-    is tokenised, so an oversized part is refused in milliseconds; the token counts are checked on the rendered
-    prompts (:func:`render_request`), before any forward pass.
-    """
-
-    max_questions: int = 32
-    # prompts scored per request: one per question, one per label of a set question, one per option of a question
-    # scored per option (short continuations of one shared prefix: a 255-option choice must fit)
-    max_prompts: int = 512
-    max_state_chars: int = 100_000  # the state as the model reads it (a JSON object: its indented JSON)
-    max_body_bytes: int = 1_000_000
-    max_name_chars: int = 200  # the model name, each question name
-    max_instructions_chars: int = 4_000  # each question's instructions
-    max_option_chars: int = 1_000  # each option id, option description, score level and yes / no text
-    max_prompt_chars: int = 128_000  # question text over the request's prompts (see _check_text_limits)
-    max_input_tokens: int = 32_000  # tokens of the rendered prompts: the state once plus every question's suffix
-    max_prompt_tokens: int = 8_000  # tokens of one prompt: scored in one go, it bounds how long others wait
-    min_choice_options: int = MIN_CHOICE_OPTIONS
-    max_choice_options: int = MAX_CHOICE_OPTIONS  # > 26: scored in groups + a final round (many_options)
-    min_score_levels: int = MIN_SCORE_LEVELS
-    max_score_levels: int = MAX_SCORE_LEVELS
 
 
 @dataclass(frozen=True)
@@ -367,23 +337,13 @@ def render_request(
 
 
 def build_response(
-    rendered: RenderedRequest,
-    logits: list[np.ndarray] | None = None,
-    temperature: TemperatureLookup | None = None,
-    model_name: str = "",
+    rendered: RenderedRequest, temperature: TemperatureLookup | None = None, model_name: str = ""
 ) -> dict[str, Any]:
-    """The Jev response of one request whose plan has been scored (``score_plans``).
-
-    ``logits``, when given, are the first round's per-prompt option logits (in ``rendered.prompts`` order), for
-    requests that need no second round.
-    """
+    """The Jev response of one request whose plan has been scored (``score_plans``)."""
     from mydecide.scoring.probabilities import to_probabilities
 
     request = rendered.request
     names, questions = list(request.questions), list(request.questions.values())
-    if logits is not None:
-        rendered.plan.reset()
-        rendered.plan.read(logits)
     per_question = rendered.plan.logits()
     answers = {}
     for name, question, z in zip(names, questions, per_question, strict=True):
@@ -413,4 +373,4 @@ def answer_request(
         [rendered.plan],
         lambda prompts: score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix),
     )
-    return build_response(rendered, None, temperature, model_name or model.name)
+    return build_response(rendered, temperature, model_name or model.name)

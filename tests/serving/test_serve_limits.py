@@ -268,13 +268,11 @@ def test_serve_takes_any_limit_as_name_value(tiny_llama_dir: Path) -> None:
 
 
 def test_docs_list_every_limit_with_its_default() -> None:
-    import dataclasses
-
     table = (Path(__file__).parents[2] / "docs" / "wire.md").read_text()
     limits = Limits()
-    for field in dataclasses.fields(Limits):
-        if field.name.endswith(("_choice_options", "_score_levels")):
+    for name in Limits.model_fields:
+        if name.endswith(("_choice_options", "_score_levels")):
             continue
-        assert f"| `{field.name}` | {getattr(limits, field.name):,} |" in table, field.name
+        assert f"| `{name}` | {getattr(limits, name):,} |" in table, name
     assert f"| choice options | {limits.min_choice_options} to {limits.max_choice_options} |" in table
     assert f"| score levels | {limits.min_score_levels} to {limits.max_score_levels} |" in table

@@ -1,0 +1,176 @@
+"""A recipe's text: YAML with repeated keys refused, dotted ``KEY=VALUE`` overrides from the command line, and a
+validation error told in one line that blames the file, the override or the command line, with the key.
+
+Values of overrides are parsed as YAML scalars (``1e-4``, ``true``, ``[a, b]``); command-line options are taken as
+given (``--out "runs/exp #2"`` is that directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+
+class RecipeError(ValueError):
+    """A recipe file or override is invalid; the message names the file and the key."""
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """``["lora.r=16", "objective.kind=rlcd"]`` → nested dict."""
+    nested: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise RecipeError(f"override {item!r} must look like KEY=VALUE (for example lora.r=16)")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        if not all(parts):
+            raise RecipeError(f"override {item!r}: empty key segment")
+        try:
+            value = load_yaml(raw) if raw.strip() else None
+        except yaml.YAMLError as err:
+            raise RecipeError(f"override {item!r}: {yaml_problem(err, 'value is not valid YAML')}") from None
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise RecipeError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return nested
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` keeps the last of two equal keys, so a setting would vanish silently; refuse instead."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` entries may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            with contextlib.suppress(TypeError):  # an unhashable key: the base constructor says so
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str) -> Any:
+    """Safe YAML (no tags that build objects) with duplicate keys refused."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+
+
+def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
+    """A YAML error in one line: ``duplicate key 'seed' (line 4)``, ``not valid YAML (line 2: expected ',')``."""
+    mark = getattr(err, "problem_mark", None)
+    line = f"line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    if problem.startswith("duplicate key"):
+        return f"{problem} ({line})" if line else problem
+    return f"{invalid} ({line}: {problem})" if line else f"{invalid} ({problem})"
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: no such recipe file")
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: {yaml_problem(err)}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping")
+    return data
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"costs.right": 2}`` → ``{"costs": {"right": 2}}``."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *sections, last = key.split(".")
+        node = nested
+        for part in sections:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+def describe_errors(
+    err: ValidationError,
+    model: type[BaseModel],
+    where: str,
+    overrides: Sequence[str] = (),
+    options: Collection[str] = (),
+) -> str:
+    """One line for all of a validation error's problems, each blamed on the override that set the key (when
+    one did), on the command line (``options``: the dotted keys its options set) or on ``where``; an unknown key
+    gets a did-you-mean among the keys of its section."""
+    typed = [(item, item.split("=", 1)[0].strip()) for item in overrides if "=" in item]
+    problems = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        keys, parent = section_keys(model, loc[:-1])
+        message = e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = "unknown key"
+            close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
+            if close:
+                message += f" (did you mean {'.'.join([*parent, close[0]])}?)"
+        written = ".".join([*parent, str(loc[-1])] if loc else parent)
+        key = written or "(top)"
+        blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
+        if blamed:
+            problems.append(f"command-line override {blamed}: {key}: {message}")
+        elif any(_same_key(dotted, written) for dotted in options):
+            problems.append(f"command line: {key}: {message}")
+        else:
+            problems.append(f"{where}: {key}: {message}")
+    return "; ".join(problems)
+
+
+def _same_key(dotted: str, written: str) -> bool:
+    """Whether an override of ``dotted`` set the key ``written`` (itself, a section holding it, or a key below a
+    value that is not a section)."""
+    return bool(written) and (written == dotted or written.startswith(dotted + ".") or dotted.startswith(written + "."))
+
+
+def section_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], list[str]]:
+    """The keys of the recipe section at a validation error's ``loc`` ([] when unknown), and ``loc`` as the user
+    writes it: without the tags of tagged unions."""
+    current: Any = model
+    written: list[str] = []
+    for part in loc:
+        if isinstance(part, int):  # an item of a list: shown, as in sources.0.kind
+            written.append(str(part))
+            continue
+        if isinstance(current, list):  # a tagged union: the part is the tag
+            current = next((m for m in current if m.model_fields["kind"].default == part), None)
+            continue
+        written.append(str(part))
+        is_model = isinstance(current, type) and issubclass(current, BaseModel)
+        field = current.model_fields.get(part) if is_model else None
+        members = _models_in(field.annotation) if field is not None else []
+        current = members[0] if len(members) == 1 else members or None
+    is_model = isinstance(current, type) and issubclass(current, BaseModel)
+    return (list(current.model_fields) if is_model else []), written
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
