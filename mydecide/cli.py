@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from mydecide import __version__
 from mydecide.commands import calibrate, evaluate, merge, predict, prepare, serve, train
 
 app = typer.Typer(
@@ -20,8 +21,6 @@ app = typer.Typer(
 
 def show_version(value: bool) -> None:
     if value:
-        from mydecide import __version__
-
         typer.echo(f"mydecide {__version__}")
         raise typer.Exit()
 

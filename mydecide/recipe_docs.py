@@ -23,6 +23,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+import mydecide.config as config
+
 DOCS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "recipes.md"
 
 INTRO = """\
@@ -210,8 +212,6 @@ def cell(text: str) -> str:
 
 
 def render() -> str:
-    import mydecide.config as config
-
     parts = [INTRO]
     for command, name, about in RECIPES:
         model = getattr(config, name)

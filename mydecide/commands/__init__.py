@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import errno
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
+
+from mydecide.config import RecipeError
+from mydecide.records import RecordError
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENVIRONMENT_ERRNOS = {
@@ -39,13 +43,9 @@ def friendly_errors(fn: F) -> F:
     Recipe validation errors, unknown models, an existing run directory or a file where a directory belongs all
     raise one of the caught types with a message naming what and where; anything else is a bug and keeps its
     traceback."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from mydecide.config import RecipeError
-        from mydecide.records import RecordError
-
         try:
             return fn(*args, **kwargs)
         except (

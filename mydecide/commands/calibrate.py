@@ -17,6 +17,7 @@ from mydecide.commands.options import (
     check_records_file,
     recipe_from_command_line,
 )
+from mydecide.config import CalibrateRecipe
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +47,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit temperatures on dev data and write temperatures.json (read by evaluate, serve and predict)."""
         from mydecide.calibration.run import calibrate_file
-        from mydecide.config import CalibrateRecipe
 
         options = {
             "model": model,

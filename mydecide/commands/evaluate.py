@@ -21,6 +21,7 @@ from mydecide.commands.options import (
     check_records_file,
     recipe_from_command_line,
 )
+from mydecide.config import EvalRecipe
 
 ARGS_HELP = "[RECIPE.yaml] [KEY=VALUE ...] and more data files (--data a.jsonl b.jsonl works)."
 SUMMARY_COLUMNS = (("n", "n"), ("accuracy", "accuracy"), ("log_loss", "log loss"), ("ece", "ECE"))
@@ -111,7 +112,6 @@ def register(app: typer.Typer) -> None:
         quiet: Quiet = False,
     ) -> None:
         """Score records and write predictions.jsonl, report.json, report.md and reliability.png."""
-        from mydecide.config import EvalRecipe
         from mydecide.evaluation.run import evaluate_files
 
         options: dict[str, Any] = {

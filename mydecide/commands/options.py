@@ -14,6 +14,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 
+from mydecide.config import load_recipe
+
 R = TypeVar("R", bound=BaseModel)
 
 RecipeArgs = Annotated[
@@ -76,8 +78,6 @@ def recipe_from_command_line(
     """The recipe file, its dotted overrides, then the options given (dotted recipe key → value; None = not given),
     validated once by ``config.load_recipe``. With ``data_files``, extra positional files join the recipe's
     ``data`` list (after ``--data``'s, which replace the recipe's)."""
-    from mydecide.config import load_recipe
-
     path, overrides, files = split_args(args, data_files=data_files)
     recipe = load_recipe(path, overrides, model=model, options=options)
     if files:

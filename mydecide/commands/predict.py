@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
 
 from mydecide.commands import friendly_errors
 from mydecide.commands.options import Adapter, Device, Model, OptionFormOption, Temperatures, recipe_from_command_line
+from mydecide.config import ServeRecipe
 
 
 def register(app: typer.Typer) -> None:
@@ -28,10 +30,6 @@ def register(app: typer.Typer) -> None:
         device: Device = None,
     ) -> None:
         """Answer one request file and print the Jev-format response JSON on stdout."""
-        import json
-
-        from mydecide.config import ServeRecipe
-
         options = {
             "model": model,
             "adapter": adapter,

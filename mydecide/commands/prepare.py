@@ -8,6 +8,7 @@ import typer
 
 from mydecide.commands import fail, friendly_errors
 from mydecide.commands.options import Out, recipe_from_command_line, split_args
+from mydecide.config import DataRecipe
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,6 @@ def register(app: typer.Typer) -> None:
         if split_args(args)[0] is None:
             fail("missing RECIPE (a data recipe such as recipes/data/demo.yaml), or use --list-sources")
             return
-        from mydecide.config import DataRecipe
         from mydecide.data.prepare import prepare as run_prepare
 
         recipe = recipe_from_command_line(DataRecipe, args, {"out": out})

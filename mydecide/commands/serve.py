@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +175,6 @@ def register(app: typer.Typer) -> None:
         log_level: str | None = typer.Option(None, help="debug, info, warning or error (default info)."),
     ) -> None:
         """Serve a decision model: POST /v1/systemone (Jev format) and GET /health."""
-        import logging
-
         options: dict[str, Any] = {
             "model": model,
             "adapter": adapter,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from mydecide.commands import fail, friendly_errors
 from mydecide.commands.options import Model, Out, recipe_from_command_line, split_args
+from mydecide.config import TrainRecipe
 
 
 def register(app: typer.Typer) -> None:
@@ -41,14 +44,11 @@ def register(app: typer.Typer) -> None:
         if split_args(args)[0] is None:
             fail("missing RECIPE (a training recipe such as recipes/train/demo.yaml)")
             return
-        from mydecide.config import TrainRecipe
         from mydecide.training.loop import train as run_training
 
         # paths are taken as they are, never parsed as YAML (`--out "runs/exp #2"` is that directory)
         options = {"data": data, "model": model, "out": out, "objective.kind": objective}
         recipe = recipe_from_command_line(TrainRecipe, args, options)
-        import os
-
         run = run_training(recipe, resume=resume, allow_change=allow_change)
         if os.environ.get("RANK", "0") == "0":  # under `accelerate launch`, print once
             typer.echo(str(run))
