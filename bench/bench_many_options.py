@@ -59,8 +59,10 @@ def main() -> None:
     import torch
 
     from mydecide.io import atomic_write_json, provenance
-    from mydecide.many_options import prompt_count
-    from mydecide.modeling import load_model, score_questions, to_probabilities
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.plan import prompt_count
+    from mydecide.scoring.probabilities import to_probabilities
 
     if args.threads:
         torch.set_num_threads(args.threads)

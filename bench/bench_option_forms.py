@@ -39,9 +39,10 @@ def main() -> None:
     from bench_many_options import banking77_records
 
     from mydecide.io import atomic_write_json, provenance
-    from mydecide.many_options import ScoringPlan
-    from mydecide.modeling import LoadedModel, load_model, score_questions
-    from mydecide.prompting import Renderer
+    from mydecide.modeling import LoadedModel, load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.plan import ScoringPlan
+    from mydecide.scoring.render import Renderer
 
     if args.threads:
         torch.set_num_threads(args.threads)

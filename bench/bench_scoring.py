@@ -79,8 +79,10 @@ def main() -> None:
     import torch
 
     from mydecide.io import atomic_write_json, provenance
-    from mydecide.modeling import load_model, score_questions, to_probabilities
+    from mydecide.modeling import load_model
     from mydecide.records import parse_question
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
 
     if args.threads:
         torch.set_num_threads(args.threads)

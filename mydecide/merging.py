@@ -118,7 +118,8 @@ def max_probability_gap(reference: Sequence[np.ndarray], merged: Sequence[np.nda
 
 
 def option_probabilities(model: LoadedModel, items: Sequence[tuple[Any, Question]]) -> list[np.ndarray]:
-    from mydecide.modeling import score_questions, to_probabilities
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
 
     logits = score_questions(model, items)
     return [to_probabilities(q.type, z) for (_, q), z in zip(items, logits, strict=True)]

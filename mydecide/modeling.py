@@ -1,4 +1,4 @@
-"""Load a base model + tokenizer (+ LoRA adapter) and score questions with it.
+"""Load a base model + tokenizer (+ LoRA adapter) ready to score (the scoring itself is :mod:`mydecide.scoring`).
 
 ``M`` may be a local Hugging Face directory, a hub name (online machines), a ``.gguf`` file, or ``smollm2-135m``:
 the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
@@ -14,26 +14,15 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mydecide.prompting import (
-    OPTION_FORMS,
-    Batch,
-    Prompt,
-    RenderConfig,
-    Renderer,
-    collate,
-    last_hidden,
-    read_option_logits,
-)
-from mydecide.records import Question
+from mydecide.scoring.render import OPTION_FORMS, RenderConfig, Renderer
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -264,119 +253,22 @@ def load_model(
     return LoadedModel(lm, tokenizer, renderer, name)
 
 
-def decoder_of(lm: Any) -> Any:
-    """The transformer body (embeddings → final norm) of a causal LM, through a PEFT wrapper if any."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return base.get_decoder()
-
-
-def output_head(lm: Any) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    head = base.get_output_embeddings()
-    softcap = getattr(base.config, "final_logit_softcapping", None)
-    return head.weight, getattr(head, "bias", None), softcap
-
-
-def forward_option_logits(lm: Any, batch: Batch, label_ids: torch.Tensor) -> torch.Tensor:
-    """(B, K) option logits in shown order for one batch (gradients flow when enabled)."""
-    hidden = last_hidden(decoder_of(lm), batch)
-    weight, bias, softcap = output_head(lm)
-    return read_option_logits(hidden, weight, label_ids, batch.option_mask, bias, softcap)
-
-
-def score_prompts(
-    model: LoadedModel,
-    prompts: Sequence[Prompt],
-    *,
-    batch_size: int = 16,
-    shared_prefix: bool = True,
-    progress: Callable[[int], None] | None = None,
-) -> list[np.ndarray]:
-    """Option logits (canonical option order, float64 numpy) for each prompt, batched by length.
-
-    Prompts sharing a prefix are kept in one batch where possible so the prefix is computed once.
-    """
-    import numpy as np
-    import torch
-
-    label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
-    pad_id = model.tokenizer.pad_token_id
-    # order: by prefix (questions on one state together), then by length (less padding)
-    index = sorted(
-        range(len(prompts)), key=lambda i: (len(prompts[i].prefix), prompts[i].prefix, len(prompts[i].suffix))
-    )
-    out: list[np.ndarray] = [np.empty(0)] * len(prompts)
-    with torch.inference_mode():
-        for start in range(0, len(index), batch_size):
-            chunk = index[start : start + batch_size]
-            batch = collate([prompts[i] for i in chunk], pad_id, shared_prefix).to(model.device)
-            logits = forward_option_logits(model.lm, batch, label_ids).double().cpu().numpy()
-            for row, i in enumerate(chunk):
-                p = prompts[i]
-                canonical = np.empty(p.k)
-                canonical[list(p.order)] = logits[row, : p.k]
-                out[i] = canonical
-            if progress:
-                progress(len(chunk))
-    return out
-
-
 def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
     from mydecide.io import atomic_write_text
 
     atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
 
 
-def question_prompts(
-    model: LoadedModel, items: Sequence[tuple[Any, Question]], orders: Sequence[Sequence[int] | None] | None = None
-) -> tuple[list[Prompt], list[int]]:
-    """The first-round prompts of every (state, question), and the item index of each prompt.
-
-    A ``set`` question, and a question scored per option, becomes one yes/no prompt per label or option (canonical
-    order); a choice with more than 26 options read by letter one prompt per group of options (``many_options``);
-    any other question one prompt.
-    """
-    from mydecide.many_options import ScoringPlan
-
-    plan = ScoringPlan(model.renderer, items, orders)
-    return plan.prompts, plan.owner
+def has_adapter(model: LoadedModel | None) -> bool:
+    """Whether ``model`` carries a LoRA adapter (so the base model can be scored through the same weights)."""
+    return model is not None and hasattr(model.lm, "disable_adapter") and hasattr(model.lm, "peft_config")
 
 
-def score_questions(
-    model: LoadedModel,
-    items: Sequence[tuple[Any, Question]],
-    *,
-    orders: Sequence[Sequence[int] | None] | None = None,
-    batch_size: int = 16,
-    shared_prefix: bool = True,
-    progress: Callable[[int], None] | None = None,
-) -> list[np.ndarray]:
-    """Logits for each (state, question), in the question's canonical option order.
-
-    ``set`` questions are scored as one yes/no question per label and return (L,) logits of yes minus no, so that
-    sigmoid gives P(label applies). A question scored per option (the renderer's form) returns its (K,) yes − no
-    logits, whose softmax is the answer. A choice with more than 26 options read by letter is scored in groups plus a
-    final round and returns log P(o) for every option (``many_options``). ``orders`` optionally shows each
-    question's options in another order (the per-option form sees none). ``progress`` is called with the number of
-    prompts scored (every round).
-    """
-    from mydecide.many_options import ScoringPlan
-
-    plan = ScoringPlan(model.renderer, items, orders)
-    while plan.pending:
-        plan.read(
-            score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
-        )
-    return plan.logits()
-
-
-def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """softmax(z / T) over the options; ``set`` → independent sigmoid(z / T) per label."""
-    import numpy as np
-
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    if question_type == "set":
-        return np.exp(-np.logaddexp(0.0, -z))  # sigmoid without overflow for large |z / T|
-    z = z - z.max()
-    e = np.exp(z)
-    return e / e.sum()
+@contextmanager
+def adapter_disabled(model: LoadedModel) -> Iterator[None]:
+    """Score the base model through the same loaded weights: PEFT's ``disable_adapter()`` context."""
+    lm = model.lm
+    if not hasattr(lm, "disable_adapter"):
+        raise ValueError(f"{model.name}: no adapter is loaded, so there is no base model to compare with")
+    with lm.disable_adapter():
+        yield

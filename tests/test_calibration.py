@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.special import softmax
 
-from mydecide.calibration import apply_temperature, fit_temperature
+from mydecide.calibration.temperatures import apply_temperature, fit_temperature
 
 
 def _logit_rows(rng: np.random.Generator, n: int, scale: float = 4.0) -> list[np.ndarray]:

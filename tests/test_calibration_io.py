@@ -11,19 +11,16 @@ import pytest
 from scipy.special import expit
 from typer.testing import CliRunner
 
-from mydecide.calibration import (
+from mydecide.calibration.run import calibrate, check_calibration_data, protected_split
+from mydecide.calibration.temperatures import (
     TemperatureTable,
-    calibrate,
-    check_calibration_data,
     fit_temperatures,
-    fitting_rows,
     load_temperatures,
     option_bucket,
-    protected_split,
 )
 from mydecide.cli import app
-from mydecide.evaluation import probabilities
 from mydecide.records import parse_record
+from mydecide.scoring.probabilities import answer_rows, to_probabilities
 
 TRUE_T = {"choice": 2.0, "noul": 0.5, "score": 1.5, "set": 3.0}
 
@@ -71,7 +68,7 @@ def test_temperatures_never_change_an_argmax() -> None:
     for qtype, k, z, _ in items:
         t = table(qtype, k)
         assert t != 1.0
-        before, after = probabilities(qtype, z, 1.0), probabilities(qtype, z, t)
+        before, after = to_probabilities(qtype, z, 1.0), to_probabilities(qtype, z, t)
         if qtype == "set":  # each label's side of 0.5 is kept
             assert np.array_equal(before >= 0.5, after >= 0.5)
         else:
@@ -79,10 +76,10 @@ def test_temperatures_never_change_an_argmax() -> None:
 
 
 def test_set_rows_are_binary_softmax_rows_equal_to_the_sigmoid() -> None:
-    rows = fitting_rows("set", np.array([1.5, -0.3]), [1.0, 0.25])
+    rows = answer_rows("set", np.array([1.5, -0.3]), [1.0, 0.25], logits=True)
     assert [list(y) for _, y in rows] == [[1.0, 0.0], [0.25, 0.75]]
     for (z, _), d in zip(rows, (1.5, -0.3), strict=True):
-        assert probabilities("choice", z, 2.0)[0] == pytest.approx(expit(d / 2.0), abs=1e-12)
+        assert to_probabilities("choice", z, 2.0)[0] == pytest.approx(expit(d / 2.0), abs=1e-12)
 
 
 def test_option_buckets() -> None:
@@ -177,20 +174,14 @@ def test_refuses_files_named_like_training_or_test_splits(tmp_path: Path) -> Non
     check_calibration_data(_records_file(tmp_path / "dev.jsonl"))
 
 
-def test_refuses_a_file_the_manifest_lists_as_training_output(tmp_path: Path) -> None:
+def test_refuses_a_renamed_copy_of_a_split_the_manifest_records(tmp_path: Path) -> None:
     renamed = _records_file(tmp_path / "copy_of_split.jsonl")
     dev = _records_file(tmp_path / "dev.jsonl", n=3)
-    manifest = {
-        "outputs": {"train": {"path": "copy_of_split.jsonl", "rows": 4}, "dev": {"path": "dev.jsonl"}},
-        "recipe": {"augment": {"constraints": "copy_of_split.jsonl"}},
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert "lists copy_of_split.jsonl as the training split" in (protected_split(renamed) or "")
-    assert protected_split(dev) is None
-    # a renamed copy is caught by its hash too
     digest = hashlib.sha256(renamed.read_bytes()).hexdigest()
-    (tmp_path / "manifest.json").write_text(json.dumps({"outputs": {"train.jsonl": {"sha256": digest}}}))
-    assert "has the sha256" in (protected_split(renamed) or "")
+    outputs = {"train.jsonl": {"rows": 4, "sha256": digest}, "dev.jsonl": {"rows": 3, "sha256": "0" * 64}}
+    (tmp_path / "manifest.json").write_text(json.dumps({"outputs": outputs}))
+    assert "has the sha256 that" in (protected_split(renamed) or "")
+    assert "train.jsonl, the training split" in (protected_split(renamed) or "")
     assert protected_split(dev) is None
 
 

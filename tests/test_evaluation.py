@@ -14,18 +14,10 @@ from typer.testing import CliRunner
 from mydecide.cli import app
 from mydecide.commands.evaluate import parse_costs, split_args
 from mydecide.config import CalibrateRecipe, EvalRecipe, load_recipe
-from mydecide.evaluation import (
-    METRIC_KEYS,
-    LabelPrior,
-    block,
-    coherence_checks,
-    majority_rows,
-    permuted_orders,
-    question_rows,
-    rows_from_predictions,
-    run_evaluation,
-    threshold_report,
-)
+from mydecide.evaluation.baselines import LabelPrior, majority_rows
+from mydecide.evaluation.coherence import coherence_checks
+from mydecide.evaluation.rows import METRIC_KEYS, block, question_rows, rows_from_predictions
+from mydecide.evaluation.run import permuted_orders, run_evaluation, threshold_report
 from mydecide.records import Record, parse_record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,7 +219,8 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
 
     # baselines: the base model is the same weights with the adapter disabled; majority from train.jsonl
     base = [json.loads(line) for line in (out / "base_predictions.jsonl").read_text().splitlines()]
-    from mydecide.modeling import load_model, score_questions
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
 
     plain = load_model(str(tiny_llama_dir))
     recs = records(record_rows(3))

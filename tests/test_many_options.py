@@ -7,18 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mydecide.many_options import (
+from mydecide.records import parse_question
+from mydecide.scoring.plan import (
     ScoringPlan,
     combine,
     is_grouped,
-    log_softmax,
     option_groups,
     prompt_count,
     shown_letter_index,
     sub_question,
 )
-from mydecide.prompting import RenderConfig
-from mydecide.records import parse_question
+from mydecide.scoring.probabilities import log_softmax
+from mydecide.scoring.render import RenderConfig
 
 STATE = "The invoice was charged twice and the customer wants a refund."
 
@@ -73,7 +73,7 @@ def test_combination_is_the_product_of_the_rounds_and_sums_to_one() -> None:
 
 
 def test_temperature_on_log_probabilities_tempers_the_distribution() -> None:
-    from mydecide.modeling import to_probabilities
+    from mydecide.scoring.probabilities import to_probabilities
 
     rng = np.random.default_rng(1)
     groups = option_groups(list(range(40)))
@@ -101,7 +101,7 @@ def model(tiny_llama_dir: Path):
 
 
 def test_plan_rounds_on_a_tiny_model(model) -> None:
-    from mydecide.modeling import score_prompts
+    from mydecide.scoring.forward import score_prompts
 
     q = choice(40)
     plan = ScoringPlan(model.renderer, [(STATE, NOUL), (STATE, q)])
@@ -125,7 +125,8 @@ def test_plan_rounds_on_a_tiny_model(model) -> None:
 
 @pytest.mark.parametrize("k", [27, 77, 255])
 def test_every_option_gets_a_probability_summing_to_one(model, k: int) -> None:
-    from mydecide.modeling import score_questions, to_probabilities
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
 
     (z,) = score_questions(model, [(STATE, choice(k))])
     p = to_probabilities("choice", z)
@@ -135,7 +136,7 @@ def test_every_option_gets_a_probability_summing_to_one(model, k: int) -> None:
 
 
 def test_same_answer_alone_or_with_other_questions(model) -> None:
-    from mydecide.modeling import score_questions
+    from mydecide.scoring.engine import score_questions
 
     big = choice(60)
     (alone,) = score_questions(model, [(STATE, big)])
@@ -146,7 +147,7 @@ def test_same_answer_alone_or_with_other_questions(model) -> None:
 
 
 def test_an_order_regroups_the_options_and_logits_stay_canonical(model) -> None:
-    from mydecide.modeling import score_questions
+    from mydecide.scoring.engine import score_questions
 
     q = choice(30)
     order = list(range(30))[::-1]
@@ -164,7 +165,8 @@ def test_an_order_regroups_the_options_and_logits_stay_canonical(model) -> None:
 def test_served_answer_has_every_option_and_matches_score_questions(model) -> None:
     from fastapi.testclient import TestClient
 
-    from mydecide.modeling import score_questions, to_probabilities
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
     from mydecide.serving.app import create_app
     from mydecide.serving.batching import BatchOptions
 
@@ -286,8 +288,8 @@ def test_training_on_40_option_records_runs_and_dev_metrics_score_them(tiny_llam
 
 
 def test_evaluate_and_calibrate_questions_with_more_than_26_options(model) -> None:
-    from mydecide.calibration import option_bucket
-    from mydecide.evaluation import run_evaluation
+    from mydecide.calibration.temperatures import option_bucket
+    from mydecide.evaluation.run import run_evaluation
 
     records = [record(30, i, f"e{i}") for i in range(3)]
     ev = run_evaluation(model, records, permutations=1, coherence=True, base=False, progress=False)

@@ -15,16 +15,11 @@ import numpy as np
 import pytest
 
 import mydecide.modeling as modeling
-from mydecide.modeling import (
-    convert_gguf,
-    load_model,
-    resolve_model_path,
-    save_render_config,
-    score_questions,
-    to_probabilities,
-)
-from mydecide.prompting import RenderConfig
+from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
 from mydecide.records import parse_question
+from mydecide.scoring.engine import score_questions
+from mydecide.scoring.probabilities import to_probabilities
+from mydecide.scoring.render import RenderConfig
 
 TEAM = parse_question(
     {
@@ -203,7 +198,7 @@ def test_gguf_hf_dir_and_converted_dir_give_the_same_logits(
 
 
 def test_set_questions_score_one_yes_no_unit_per_label(tiny_llama_dir: Path) -> None:
-    from mydecide.prompting import question_units
+    from mydecide.scoring.render import question_units
 
     model = load_model(str(tiny_llama_dir), device="cpu")
     (z,) = score_questions(model, [(STATE, LABELS)])

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mydecide.prompting import RenderConfig, Renderer
 from mydecide.records import parse_question, parse_record
+from mydecide.scoring.render import RenderConfig, Renderer
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
 CRITERIA = {
@@ -112,7 +112,9 @@ def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("k", [4, 40])
 def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int) -> None:
-    from mydecide.modeling import load_model, score_questions, to_probabilities
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
 
     model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     criteria = CRITERIA if k == 4 else {f"team_{i}": f"Team number {i}" for i in range(k)}
@@ -130,7 +132,8 @@ def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, 
 
 
 def test_a_prefix_shared_batch_equals_each_option_scored_alone(tiny_model_dir: Path) -> None:
-    from mydecide.modeling import load_model, score_prompts
+    from mydecide.modeling import load_model
+    from mydecide.scoring.forward import score_prompts
 
     model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     prompts = model.renderer.render_per_option(STATE, choice(CRITERIA))
@@ -143,8 +146,9 @@ def test_a_prefix_shared_batch_equals_each_option_scored_alone(tiny_model_dir: P
 
 
 def test_set_and_score_questions_work_in_the_per_option_form(tiny_llama_dir: Path) -> None:
-    from mydecide.many_options import ScoringPlan, prompt_count
-    from mydecide.modeling import load_model, score_questions
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.plan import ScoringPlan, prompt_count
 
     model = load_model(str(tiny_llama_dir), render=PER_OPTION, device="cpu")
     score = parse_question({"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]}, "s")
@@ -161,7 +165,8 @@ def test_set_and_score_questions_work_in_the_per_option_form(tiny_llama_dir: Pat
 def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_dir: Path) -> None:
     import torch
 
-    from mydecide.modeling import load_model, score_questions
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.loop import build_module
 

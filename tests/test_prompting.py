@@ -14,17 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from mydecide.modeling import LoadedModel, forward_option_logits, load_model, score_questions, to_probabilities
-from mydecide.prompting import (
-    LETTERS,
-    TRUNCATION_MARK,
-    LabelError,
-    RenderConfig,
-    Renderer,
-    collate,
-    read_option_logits,
-)
+from mydecide.modeling import LoadedModel, load_model
 from mydecide.records import Question, parse_question
+from mydecide.scoring.engine import score_questions
+from mydecide.scoring.forward import collate, forward_option_logits, read_option_logits
+from mydecide.scoring.probabilities import to_probabilities
+from mydecide.scoring.render import LETTERS, TRUNCATION_MARK, LabelError, RenderConfig, Renderer
 from mydecide.serving.wire import answer_request, parse_request
 
 TEAM = parse_question(
@@ -292,7 +287,7 @@ def test_read_option_logits_multiplies_only_the_label_rows(model: LoadedModel) -
         valid = batch.option_mask
         assert torch.allclose(ours[valid], expected[valid].float(), atol=1e-5)
         # every other row of the output matrix is NaN: if it were multiplied, NaN would leak into the result
-        from mydecide.prompting import last_hidden
+        from mydecide.scoring.forward import last_hidden
 
         hidden = last_hidden(lm.get_decoder(), batch)  # (B, H)
         poisoned = torch.full_like(lm.get_output_embeddings().weight, float("nan"))

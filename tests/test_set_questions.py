@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mydecide.evaluation import block, question_rows, set_metrics
+from mydecide.evaluation.rows import block, question_rows, set_metrics
 from mydecide.records import parse_record
 
 LABELS = {"bug": "Something is broken", "billing": "About money", "outage": "A system is down"}
@@ -48,7 +48,7 @@ def test_set_metrics_exact_values() -> None:
 def test_training_units_of_a_set_are_one_yes_no_question_per_label(tiny_llama_dir: Path) -> None:
     from transformers import AutoTokenizer
 
-    from mydecide.prompting import Renderer
+    from mydecide.scoring.render import Renderer
     from mydecide.training.batches import epoch_units, make_batch
 
     renderer = Renderer(AutoTokenizer.from_pretrained(tiny_llama_dir))
@@ -67,10 +67,13 @@ def test_training_units_of_a_set_are_one_yes_no_question_per_label(tiny_llama_di
 def test_set_questions_train_calibrate_evaluate_and_serve(tiny_llama_dir: Path, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from mydecide.calibration import TemperatureTable, calibrate
+    from mydecide.calibration.run import calibrate
+    from mydecide.calibration.temperatures import TemperatureTable
     from mydecide.config import TrainRecipe, load_recipe
-    from mydecide.evaluation import run_evaluation
-    from mydecide.modeling import load_model, score_questions, to_probabilities
+    from mydecide.evaluation.run import run_evaluation
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.probabilities import to_probabilities
     from mydecide.serving.app import create_app
     from mydecide.training.loop import train
 

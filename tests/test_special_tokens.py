@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from conftest import CHATML, CORPUS
 
-from mydecide.many_options import ScoringPlan
-from mydecide.prompting import RenderConfig, Renderer, question_text, question_units, render_state
 from mydecide.records import parse_question
+from mydecide.scoring.plan import ScoringPlan
+from mydecide.scoring.render import RenderConfig, Renderer, question_text, question_units, render_state
 
 LLAMA3 = (
     "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role']"

@@ -2,56 +2,47 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from mydecide.commands import friendly_errors
-from mydecide.commands.options import (
-    Adapter,
-    BatchSize,
-    Limit,
-    Model,
-    OptionFormOption,
-    Out,
-    Quiet,
-    RecipeArgs,
-    check_records_file,
-    recipe_from_command_line,
-)
-from mydecide.config import CalibrateRecipe
+from mydecide.commands.evaluate import resolve
 
 
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     @friendly_errors
     def calibrate(
-        args: RecipeArgs = None,
-        model: Model = None,
-        adapter: Adapter = None,
-        option_form: OptionFormOption = None,
+        args: list[str] | None = typer.Argument(None, help="[RECIPE.yaml] [KEY=VALUE ...]", show_default=False),
+        model: str | None = typer.Option(
+            None, "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m (default)."
+        ),
+        adapter: str | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
         data: str | None = typer.Option(None, "--data", "-d", help="Dev JSONL (never the training split)."),
-        out: Out = None,
+        out: str | None = typer.Option(None, "--out", "-o", help="Where to write temperatures.json."),
         by_bucket: bool | None = typer.Option(
             None, "--by-bucket/--by-type", help="Also fit per (type, option-count bucket)."
         ),
         min_rows: int | None = typer.Option(
             None,
-            help="Questions a type or bucket needs for its own temperature (default 30); smaller buckets use their "
-            "type's.",
+            help="Questions a type or bucket needs for its own "
+            "temperature (default 30); smaller buckets use their type's.",
         ),
-        limit: Limit = None,
-        batch_size: BatchSize = None,
+        limit: int | None = typer.Option(None, help="Only the first N records."),
+        batch_size: int | None = typer.Option(None, help="Prompts per forward pass (default 16)."),
         force: bool = typer.Option(
             False, "--force", help="Fit even on a file that looks like a training or test split."
         ),
-        quiet: Quiet = False,
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     ) -> None:
         """Fit temperatures on dev data and write temperatures.json (read by evaluate, serve and predict)."""
         from mydecide.calibration.run import calibrate_file
+        from mydecide.config import CalibrateRecipe
 
-        options = {
+        cli: dict[str, Any] = {
             "model": model,
             "adapter": adapter,
-            "option_form": option_form,
             "data": data,
             "out": out,
             "by_bucket": by_bucket,
@@ -59,8 +50,7 @@ def register(app: typer.Typer) -> None:
             "limit": limit,
             "batch_size": batch_size,
         }
-        recipe = recipe_from_command_line(CalibrateRecipe, args, options)
-        check_records_file(recipe.data)
+        recipe = resolve(CalibrateRecipe, args, cli)
         document = calibrate_file(recipe, force=force, progress=not quiet)
         typer.echo(f"{'type':<8} {'bucket':<7} {'n':>6} {'T':>7}  log loss before → after   ECE before → after")
         rows = [(t, "all", s) for t, s in document["types"].items()]

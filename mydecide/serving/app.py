@@ -28,8 +28,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, RequestError, TemperatureFn, decode_body, parse_request
+from mydecide.serving.wire import Limits, RequestError, decode_body, parse_request
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel
@@ -135,7 +136,7 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 def create_app(
     model: LoadedModel | Callable[[], LoadedModel],
     *,
-    temperature: TemperatureFn | None = None,
+    temperature: TemperatureLookup | None = None,
     limits: Limits = Limits(),
     api_key: str | None = None,
     batching: BatchOptions = BatchOptions(),

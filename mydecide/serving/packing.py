@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from mydecide.modeling import LoadedModel
-    from mydecide.prompting import Prompt
+    from mydecide.scoring.render import Prompt
 
 PACKABLE_KERNELS = ("sdpa", "eager")
 MAX_ROW_TOKENS = 4096  # longer rows (a (L, L) mask per row) go through score_prompts
@@ -108,8 +108,7 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
     import numpy as np
     import torch
 
-    from mydecide.modeling import decoder_of, output_head, score_prompts
-    from mydecide.prompting import read_option_logits
+    from mydecide.scoring.forward import decoder_of, output_head, read_option_logits, score_prompts
 
     by_prefix: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompts):
@@ -170,7 +169,8 @@ def packing_agrees(model: LoadedModel, prompts: Sequence[Prompt], tolerance: flo
     """Whether packed scoring reproduces ``score_prompts`` on these prompts (softmax probabilities)."""
     import numpy as np
 
-    from mydecide.modeling import score_prompts, to_probabilities
+    from mydecide.scoring.forward import score_prompts
+    from mydecide.scoring.probabilities import to_probabilities
 
     reference = score_prompts(model, prompts, shared_prefix=False)
     packed = score_packed(model, prompts)

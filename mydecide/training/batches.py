@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mydecide.many_options import GROUP_SIZE, sub_question
-from mydecide.prompting import Batch, Prompt, Renderer, collate, question_units
 from mydecide.records import Record
+from mydecide.scoring.forward import Batch, collate
+from mydecide.scoring.plan import GROUP_SIZE, sub_question
+from mydecide.scoring.render import Prompt, Renderer, question_units
 
 if TYPE_CHECKING:
     import torch

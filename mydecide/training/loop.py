@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
+from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
 from mydecide.io import atomic_write_text, provenance, sha256_file
 from mydecide.records import Record, load_records
 
@@ -116,7 +117,7 @@ def build_module(lm: Any, label_ids: Any) -> Any:
     """Wrap the LM in an nn.Module whose forward returns (B, K) option logits, so DDP sees one forward call."""
     import torch
 
-    from mydecide.modeling import forward_option_logits
+    from mydecide.scoring.forward import forward_option_logits
 
     class DecisionModule(torch.nn.Module):
         def __init__(self) -> None:
@@ -148,18 +149,7 @@ def objective_fn(recipe: TrainRecipe, progress: float) -> Any:
 # ------------------------------------------------------------------------------------------------- dev metrics
 
 
-def majority_by_task(records: list[Record]) -> dict[str, int]:
-    """The most frequent gold option index per task in the training data (the majority-class baseline)."""
-    counts: dict[str, Counter[int]] = {}
-    for r in records:
-        if r.question.type != "set":
-            counts.setdefault(r.task, Counter())[r.gold_index] += 1
-    return {task: c.most_common(1)[0][0] for task, c in counts.items()}
-
-
-def dev_metrics(
-    model: Any, records: list[Record], majority: dict[str, int], seed: int, batch_size: int
-) -> dict[str, Any]:
+def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: int, batch_size: int) -> dict[str, Any]:
     """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
 
     A set question counts one yes/no row per label in the metrics; the collapse check looks at the other
@@ -167,9 +157,10 @@ def dev_metrics(
     """
     import numpy as np
 
-    from mydecide.many_options import shown_letter_index
     from mydecide.metrics import summarize
-    from mydecide.modeling import score_questions, to_probabilities
+    from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.plan import shown_letter_index
+    from mydecide.scoring.probabilities import answer_rows, to_probabilities
     from mydecide.training.batches import shown_order
     from mydecide.training.diagnostics import collapse_report
 
@@ -189,12 +180,12 @@ def dev_metrics(
         )
         for i, z in zip(reordered, again, strict=True):
             shuffled[i] = z
-    probs = [to_probabilities(r.question.type, z) for r, z in zip(single, logits, strict=True)]
-    targets = [np.array(r.target) for r in single]
-    for r, z in zip(sets, set_logits, strict=True):  # one binary row per label
-        for p, y in zip(to_probabilities("set", z), r.target, strict=True):
-            probs.append(np.array([p, 1.0 - p]))
-            targets.append(np.array([y, 1.0 - y]))
+    rows = [
+        row
+        for r, z in zip(single + sets, logits + set_logits, strict=True)
+        for row in answer_rows(r.question.type, to_probabilities(r.question.type, z), r.target)
+    ]
+    probs, targets = [p for p, _ in rows], [y for _, y in rows]
     summary = summarize(
         probs, targets, [r.question.type == "score" for r in single] + [False] * (len(probs) - len(single))
     )
@@ -205,7 +196,7 @@ def dev_metrics(
         gold_pos.append(position_of[r.gold_index])
         if r.question.type == "choice":
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
-    majority_acc = float(np.mean([majority.get(r.task, -1) == r.gold_index for r in single])) if single else 0.0
+    majority_acc = majority_accuracy(single, majority)
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
     if not single:
         return {
@@ -431,7 +422,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         train_records = train_records[: recipe.train_limit]
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
-    majority = majority_by_task(train_records)
+    majority = LabelPrior.from_records(train_records, "training split")
 
     # ---- model + LoRA
     base = load_model(

@@ -13,7 +13,7 @@ from prepare_builders import CHOICE, NOUL, make, sentence, write_jsonl
 from mydecide.config import AugmentConfig, DataRecipe, RecipeError
 from mydecide.data import augment
 from mydecide.data.prepare import prepare
-from mydecide.evaluation import NEGATION_TEMPLATE
+from mydecide.evaluation.coherence import NEGATION_TEMPLATE
 from mydecide.records import parse_record
 
 NOUL_TEXTS = {**NOUL, "criteria": {"true": "Customers cannot pay", "false": "Everything works"}}

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mydecide.prompting import RenderConfig
+from mydecide.scoring.render import RenderConfig
 from mydecide.serving.wire import parse_request, render_request
 
 REQUESTS = [
@@ -53,7 +53,7 @@ def gap(a, b) -> float:
 
 
 def test_packed_logits_equal_each_prompt_scored_alone(llama) -> None:
-    from mydecide.modeling import score_prompts
+    from mydecide.scoring.forward import score_prompts
     from mydecide.serving.packing import score_packed
 
     prompts = prompts_of(llama)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mydecide.prompting import RenderConfig
 from mydecide.records import parse_question
+from mydecide.scoring.render import RenderConfig
 from mydecide.serving.batching import BatchOptions, Scorer
 from mydecide.serving.wire import Limits, answer_request, parse_request
 
@@ -73,7 +73,7 @@ def post(client, body: Any, headers: dict[str, str] | None = None):
 
 
 def direct_logits(model, state: Any, question: dict[str, Any]) -> np.ndarray:
-    from mydecide.modeling import score_questions
+    from mydecide.scoring.engine import score_questions
 
     return score_questions(model, [(state, parse_question(question, "q"))], shared_prefix=False)[0]
 
@@ -124,7 +124,7 @@ def test_response_contract_for_every_question_type(client, model) -> None:
     assert a["selected"] == [k for k, v in a["probabilities"].items() if v >= 0.5]
 
     # usage counts the tokens processed: the state prefix once, then every question's suffix (a set: per label)
-    from mydecide.modeling import question_prompts
+    from mydecide.scoring.engine import question_prompts
 
     parsed = parse_request({"state": STATE, "questions": QUESTIONS})
     prompts, _ = question_prompts(model, [(STATE, q) for q in parsed.questions.values()])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mydecide.calibration import TEMPERATURE_RANGE, load_temperatures
+from mydecide.calibration.temperatures import TEMPERATURE_RANGE, load_temperatures
 from mydecide.cli import app
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
@@ -51,7 +51,7 @@ def test_a_temperature_out_of_range_or_a_misspelt_type_is_an_error_naming_it(
 
 def test_the_range_is_the_one_calibrate_fits_in(tmp_path: Path) -> None:
     """Whatever `mydecide calibrate` can write (T at the edges of its search), serve accepts."""
-    from mydecide.calibration import LOG_T_BOUNDS
+    from mydecide.calibration.temperatures import LOG_T_BOUNDS
 
     low, high = TEMPERATURE_RANGE
     assert low == pytest.approx(math.exp(LOG_T_BOUNDS[0]), rel=1e-6) and high == pytest.approx(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.prompting import RenderConfig, Renderer
 from mydecide.records import parse_record
+from mydecide.scoring.render import RenderConfig, Renderer
 from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches, shown_order
 
 CHOICE = {

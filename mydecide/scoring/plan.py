@@ -1,4 +1,10 @@
-"""Choice questions with more options than answer letters (27–255): groups of ≤ 26, then a final round.
+"""Planning, the scoring layer's second step: which prompts score each question, round by round.
+
+Every scorer — ``scoring.engine.score_questions``, the server's micro-batching worker, evaluation, calibration,
+training's dev metrics — drives one :class:`ScoringPlan`, so all of them score a question the same way.
+
+**Many options.** Choice questions with more options than answer letters (27–255): groups of ≤ 26, then a final
+round.
 
 A prompt shows at most 26 options (labels A–Z, one token each), but a Jev choice may have up to 255. A choice
 with K > 26 options is scored in two rounds, every prompt continuing from the same state prefix:
@@ -33,9 +39,7 @@ question: groups and the final round are separate prompts that never see other q
 Set questions are expanded here too (one yes/no prompt per label, read as yes − no logits), and so are questions
 scored in the **per-option form** (``RenderConfig.option_form`` / ``score_form``: one yes/no prompt per option,
 continuing a prefix that holds the state and the question; the K yes − no logits go through one softmax). Neither
-needs groups: every option is its own prompt at any K. Every scorer — ``modeling.score_questions``, the server's
-micro-batching worker, evaluation, calibration — drives one :class:`ScoringPlan`, so all of them score a question
-the same way.
+needs groups: every option is its own prompt at any K.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mydecide.prompting import MAX_LETTER_OPTIONS, Prompt, Renderer, question_units
 from mydecide.records import Question
+from mydecide.scoring.probabilities import log_softmax
+from mydecide.scoring.render import MAX_LETTER_OPTIONS, Prompt, Renderer, question_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,14 +107,6 @@ def sub_question(question: Question, indices: Sequence[int]) -> Question:
         tuple(question.options[i] for i in indices),
         tuple(question.descriptions[i] for i in indices),
     )
-
-
-def log_softmax(z: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    z = np.asarray(z, dtype=np.float64)
-    m = z.max()
-    return z - m - np.log(np.exp(z - m).sum())
 
 
 def combine(

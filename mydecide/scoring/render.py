@@ -1,4 +1,4 @@
-"""Render a question as a chat prompt whose next token is the answer, and read option logits.
+"""Rendering, the scoring layer's first step: a question as a chat prompt whose next token is the answer.
 
 Training, evaluation and serving all go through this module, so a question is always tokenised the same way.
 
@@ -19,14 +19,11 @@ import json
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from mydecide.records import Question
-
-if TYPE_CHECKING:
-    import torch
 
 LETTERS = string.ascii_uppercase
 MAX_LETTER_OPTIONS = len(LETTERS)
@@ -317,132 +314,3 @@ class Renderer:
         prefix, truncated = self.encode_state(state)
         suffix = self._encode_user(question_text(question, order, self.config.show_option_ids), self.tail)
         return Prompt(prefix, tuple(suffix), order, truncated)
-
-
-# ------------------------------------------------------------------------------------------------------ batches
-
-
-@dataclass
-class Batch:
-    """Tensors for one forward pass. Either ``input_ids`` (whole prompts, left-padded) or the shared-prefix form.
-
-    Shared-prefix form: ``prefix_ids`` (G, P) left-padded, one row per distinct state; ``suffix_ids`` (B, S)
-    right-padded, one row per question; ``group`` (B,) maps a question to its prefix row; ``last`` (B,) is the index
-    of each question's last real suffix token. ``option_mask`` (B, K) marks the options shown in each row.
-    """
-
-    option_mask: torch.Tensor
-    input_ids: torch.Tensor | None = None
-    attention_mask: torch.Tensor | None = None
-    prefix_ids: torch.Tensor | None = None
-    prefix_mask: torch.Tensor | None = None
-    suffix_ids: torch.Tensor | None = None
-    suffix_mask: torch.Tensor | None = None
-    group: torch.Tensor | None = None
-    last: torch.Tensor | None = None
-    n_tokens: int = 0  # real (non-pad) tokens processed
-    n_padded: int = 0  # tokens processed including padding
-
-    def to(self, device: Any) -> Batch:
-        import torch
-
-        fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
-        return Batch(**fields)  # type: ignore[arg-type]
-
-
-def collate(prompts: Sequence[Prompt], pad_id: int, shared_prefix: bool = True) -> Batch:
-    """Build a :class:`Batch`. With ``shared_prefix``, questions with the same prefix share one prefix row."""
-    import torch
-
-    k_max = max(p.k for p in prompts)
-    option_mask = torch.zeros(len(prompts), k_max, dtype=torch.bool)
-    for i, p in enumerate(prompts):
-        option_mask[i, : p.k] = True
-
-    groups: dict[tuple[int, ...], int] = {}
-    for p in prompts:
-        groups.setdefault(p.prefix, len(groups))
-    if not shared_prefix or len(groups) == len(prompts):
-        seqs = [p.prefix + p.suffix for p in prompts]
-        ids, mask = _pad(seqs, pad_id, left=True)
-        return Batch(
-            option_mask, input_ids=ids, attention_mask=mask, n_tokens=sum(map(len, seqs)), n_padded=ids.numel()
-        )
-    prefixes = list(groups)
-    prefix_ids, prefix_mask = _pad(prefixes, pad_id, left=True)
-    suffix_ids, suffix_mask = _pad([p.suffix for p in prompts], pad_id, left=False)
-    group = torch.tensor([groups[p.prefix] for p in prompts])
-    last = torch.tensor([len(p.suffix) - 1 for p in prompts])
-    n_tokens = sum(map(len, prefixes)) + sum(len(p.suffix) for p in prompts)
-    return Batch(
-        option_mask,
-        prefix_ids=prefix_ids,
-        prefix_mask=prefix_mask,
-        suffix_ids=suffix_ids,
-        suffix_mask=suffix_mask,
-        group=group,
-        last=last,
-        n_tokens=n_tokens,
-        n_padded=prefix_ids.numel() + suffix_ids.numel(),
-    )
-
-
-def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    import torch
-
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if left:
-            ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-        else:
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
-    return ids, mask
-
-
-def last_hidden(decoder: Any, batch: Batch) -> torch.Tensor:
-    """(B, H) final hidden state at each question's answer slot; runs the decoder once or twice (shared prefix)."""
-    import torch
-
-    if batch.input_ids is not None:
-        out = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-        return out.last_hidden_state[:, -1]
-    assert batch.prefix_ids is not None and batch.suffix_ids is not None
-    assert batch.group is not None and batch.last is not None and batch.suffix_mask is not None
-    assert batch.prefix_mask is not None
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=decoder.config)
-    decoder(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask, past_key_values=cache, use_cache=True)
-    cache.reorder_cache(batch.group)  # type: ignore[arg-type]  # (G, …) → (B, …): each question continues from its own state's prefix
-    mask = torch.cat([batch.prefix_mask[batch.group], batch.suffix_mask], dim=1)
-    out = decoder(input_ids=batch.suffix_ids, attention_mask=mask, past_key_values=cache, use_cache=True)
-    rows = torch.arange(batch.suffix_ids.shape[0], device=batch.suffix_ids.device)
-    return out.last_hidden_state[rows, batch.last]  # suffixes are right-padded: read the last real position
-
-
-def read_option_logits(
-    hidden: torch.Tensor,
-    output_weight: torch.Tensor,
-    label_ids: torch.Tensor,
-    option_mask: torch.Tensor,
-    output_bias: torch.Tensor | None = None,
-    softcap: float | None = None,
-) -> torch.Tensor:
-    """(B, K) logits of the shown labels only; positions beyond a row's options are −inf.
-
-    Only the K label rows of the output embedding are multiplied: no full-vocabulary logits are ever formed.
-    """
-    import torch
-
-    k = option_mask.shape[1]
-    weight = output_weight[label_ids[:k]]  # (K, H)
-    logits = hidden.to(weight.dtype) @ weight.T  # (B, K)
-    if output_bias is not None:
-        logits = logits + output_bias[label_ids[:k]]
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
-    return logits.float().masked_fill(~option_mask, float("-inf"))

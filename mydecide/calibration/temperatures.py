@@ -1,4 +1,4 @@
-"""Temperature scaling.
+"""Temperature scaling: fit one temperature per question type (and option-count bucket), temperatures.json.
 
 The pure part, at the top: ``fit_temperature`` finds the one temperature T that minimises the mean log
 loss of softmax(z / T) over a set of rows, and ``apply_temperature`` turns logits into calibrated
@@ -14,17 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mydecide.io import sha256_file
-
-if TYPE_CHECKING:
-    from mydecide.config import CalibrateRecipe
-    from mydecide.evaluation import Scorer
-    from mydecide.modeling import LoadedModel
-    from mydecide.records import Record
+from mydecide.metrics import ece, log_loss
+from mydecide.records import QUESTION_TYPES
+from mydecide.scoring.probabilities import answer_rows, softmax
 
 LOG_T_BOUNDS = (-4.0, 4.0)
 """Search interval of log T: T from e^-4 ≈ 0.018 to e^4 ≈ 54.6."""
@@ -106,19 +101,18 @@ def apply_temperature(logits: Sequence[np.ndarray] | np.ndarray, temperature: fl
     A list of 1-D rows (any K each) gives a list of probability rows; a numpy array gives an array of the
     same shape, with the softmax over its last axis.
     """
-    from scipy.special import softmax
-
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
     if isinstance(logits, np.ndarray):
-        return softmax(logits / temperature, axis=-1)
-    return [softmax(np.asarray(z, dtype=float) / temperature) for z in logits]
+        return softmax(logits, temperature)
+    return [softmax(z, temperature) for z in logits]
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Per-type temperatures, temperatures.json, and the guard against fitting on a training split.
 # Everything below works on (question type, option count K, option logits z, target y) rows: the logits come
-# from ``modeling.score_questions`` (set questions: one yes−no logit per label, read with a sigmoid).
+# from ``scoring.engine.score_questions`` (set questions: one yes−no logit per label, read with a sigmoid), and a
+# question's rows are ``scoring.probabilities.answer_rows(..., logits=True)``.
 
 BUCKET_STARTS = (2, 3, 5, 9, 17, 27)
 """Option-count buckets: K = 2, 3–4, 5–8, 9–16, 17–26, 27+ (26 is the last K shown in one prompt)."""
@@ -126,13 +120,6 @@ BUCKET_STARTS = (2, 3, 5, 9, 17, 27)
 TEMPERATURES_FORMAT = "mydecide.temperatures/1"
 DEFAULT_MIN_ROWS = 30
 """A type (or a type × bucket) needs this many dev questions for its own temperature."""
-
-PROTECTED_SPLITS = {
-    "train.jsonl": ("train", "training"),
-    "test.jsonl": ("test", "test"),
-    "heldout_tasks.jsonl": ("heldout", "held-out test"),
-}
-"""Prepare outputs that calibration must never see: fitting there would leak into training or testing."""
 
 
 def option_bucket(k: int) -> str:
@@ -145,21 +132,6 @@ def option_bucket(k: int) -> str:
         if k < stop:
             return str(start) if stop - start == 1 else f"{start}-{stop - 1}"
     raise AssertionError("unreachable")
-
-
-def fitting_rows(qtype: str, logits: np.ndarray, target: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The softmax rows one question contributes to fitting and scoring a temperature.
-
-    choice / noul / score: one row (z, y). set: one binary row per label, ([d, 0], [p, 1 − p]) with d the
-    yes−no logit, because softmax([d, 0] / T) = (sigmoid(d / T), 1 − sigmoid(d / T)): one code path fits both.
-    """
-    z = np.asarray(logits, dtype=float)
-    y = np.asarray(target, dtype=float)
-    if z.shape != y.shape:
-        raise ValueError(f"{qtype} question: {z.shape[0]} logits for {y.shape[0]} target entries")
-    if qtype != "set":
-        return [(z, y)]
-    return [(np.array([d, 0.0]), np.array([p, 1.0 - p])) for d, p in zip(z, y, strict=True)]
 
 
 def _calibrated(logits: Sequence[np.ndarray], temperature: float | Sequence[float]) -> list[np.ndarray]:
@@ -179,8 +151,6 @@ def _calibrated(logits: Sequence[np.ndarray], temperature: float | Sequence[floa
 
 def _fit_summary(rows: list[tuple[np.ndarray, np.ndarray]], temperature: float, n_questions: int) -> dict:
     """Counts and dev log loss / ECE at T = 1 and at ``temperature`` for these rows."""
-    from mydecide.metrics import ece, log_loss
-
     logits = [z for z, _ in rows]
     targets = [y for _, y in rows]
     before = _calibrated(logits, 1.0)
@@ -220,7 +190,7 @@ def fit_temperatures(
         by_type.setdefault(item[0], []).append(item)
 
     def rows_of(group: list) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [row for qtype, _, z, y in group for row in fitting_rows(qtype, z, y)]
+        return [row for qtype, _, z, y in group for row in answer_rows(qtype, z, y, logits=True)]
 
     types: dict[str, dict] = {}
     buckets: dict[str, dict[str, dict]] = {}
@@ -254,11 +224,9 @@ def fit_temperatures(
         {t: {b: s["temperature"] for b, s in bs.items() if "fallback" not in s} for t, bs in buckets.items()},
     )
     all_rows = rows_of(list(items))
-    from mydecide.metrics import ece, log_loss
-
     targets = [y for _, y in all_rows]
     before = _calibrated([z for z, _ in all_rows], 1.0)
-    row_temperatures = [table(qtype, k) for qtype, k, zs, ys in items for _ in fitting_rows(qtype, zs, ys)]
+    row_temperatures = [table(qtype, k) for qtype, k, zs, ys in items for _ in answer_rows(qtype, zs, ys, logits=True)]
     after = _calibrated([z for z, _ in all_rows], row_temperatures)
     overall = {
         "n": len(items),
@@ -314,8 +282,6 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
         raise ValueError(f"{path}: a temperatures file needs a 'types' object (see mydecide calibrate)")
 
-    from mydecide.records import QUESTION_TYPES
-
     low, high = TEMPERATURE_RANGE
     bucket_names = list(dict.fromkeys(option_bucket(k) for k in range(BUCKET_STARTS[0], 256)))
 
@@ -360,148 +326,3 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
             if not (isinstance(entry, dict) and "fallback" in entry)
         }
     return TemperatureTable(types, buckets)
-
-
-# -------------------------------------------------------------------------------------- training-split guard
-
-
-def _manifest_entries(node: object, trail: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
-    """Every string leaf of a manifest with the keys leading to it."""
-    if isinstance(node, dict):
-        return [e for k, v in node.items() for e in _manifest_entries(v, (*trail, str(k)))]
-    if isinstance(node, list):
-        return [e for v in node for e in _manifest_entries(v, trail)]
-    return [(trail, node)] if isinstance(node, str) else []
-
-
-def protected_split(path: str | Path) -> str | None:
-    """Why ``path`` must not be used for calibration, or None.
-
-    Refused: a file named train.jsonl or heldout_tasks.jsonl, and a file that the ``manifest.json`` beside it
-    lists as one of those outputs, by name or by sha256 (so a renamed copy is caught too).
-    """
-    path = Path(path)
-    if path.name in PROTECTED_SPLITS:
-        return f"{path} is named like the {PROTECTED_SPLITS[path.name][1]} split written by prepare"
-    manifest = path.parent / "manifest.json"
-    if not manifest.is_file():
-        return None
-    import json
-
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    digest: str | None = None
-    for trail, leaf in _manifest_entries(data):
-        for stem, role in PROTECTED_SPLITS.values():
-            if not any(_names_split(key, stem) for key in trail):  # e.g. outputs.train.path
-                continue
-            if leaf.replace("\\", "/").rsplit("/", 1)[-1] == path.name:
-                return f"{manifest} lists {path.name} as the {role} split"
-            if len(leaf) == 64:
-                digest = digest or sha256_file(path)
-                if leaf.lower() == digest:
-                    return f"{path} has the sha256 that {manifest} records for the {role} split"
-    return None
-
-
-def _names_split(key: str, stem: str) -> bool:
-    """Whether a manifest key names a split: "train", "train.jsonl", "train_file" (but not "constraints")."""
-    key = key.lower()
-    return key in (stem, f"{stem}ing", f"{stem}_tasks") or key.startswith((f"{stem}.", f"{stem}_"))
-
-
-def check_calibration_data(path: str | Path, force: bool = False) -> None:
-    """Raise ValueError when ``path`` is a training or held-out split, unless ``force``."""
-    reason = protected_split(path)
-    if reason and not force:
-        raise ValueError(
-            f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
-            "(dev.jsonl), or pass --force if this file really is held-out dev data"
-        )
-
-
-# ------------------------------------------------------------------------------------------ calibrate a model
-
-
-def calibrate(
-    model: LoadedModel | None,
-    records: Sequence[Record],
-    *,
-    by_bucket: bool = False,
-    min_rows: int = DEFAULT_MIN_ROWS,
-    batch_size: int = 16,
-    shared_prefix: bool = True,
-    progress: bool = True,
-    scorer: Scorer | None = None,
-) -> dict:
-    """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits.
-
-    ``scorer`` replaces the model's scoring (see ``evaluation.Scorer``). Returns what :func:`fit_temperatures`
-    returns.
-    """
-    from mydecide.evaluation import model_scorer, prompt_counter, score_records
-
-    if not records:
-        raise ValueError("cannot calibrate on zero records")
-    if scorer is None:
-        if model is None:
-            raise ValueError("calibrate needs a model or a scorer")
-        scorer = model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)
-    logits, _ = score_records(
-        scorer,
-        [(r.state, r.question) for r in records],
-        chunk_prompts=batch_size,
-        desc="calibrate: scoring",
-        progress=progress,
-        prompts_of=prompt_counter(model),
-    )
-    items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
-    return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
-
-
-def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bool = True) -> dict:
-    """``mydecide calibrate``: refuse a training split, score the dev file, fit, write temperatures.json.
-
-    Returns the written document.
-    """
-    from mydecide.config import dump_recipe
-    from mydecide.io import atomic_write_json, atomic_write_text, provenance
-    from mydecide.modeling import load_model
-    from mydecide.records import load_records
-
-    if recipe.data is None:
-        raise ValueError("give the dev data to fit on: --data DEV.jsonl")
-    data = Path(recipe.data)
-    if not data.is_file():
-        raise FileNotFoundError(f"{data}: no such data file")
-    check_calibration_data(data, force)
-    records = load_records(data)
-    if recipe.limit is not None:
-        records = records[: recipe.limit]
-    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
-    fit = calibrate(
-        model,
-        records,
-        by_bucket=recipe.by_bucket,
-        min_rows=recipe.min_rows,
-        batch_size=recipe.batch_size,
-        shared_prefix=recipe.shared_prefix,
-        progress=progress,
-    )
-    document = {
-        "format": TEMPERATURES_FORMAT,
-        "model": recipe.model,
-        "adapter": recipe.adapter,
-        "data": str(data),
-        "data_sha256": sha256_file(data),
-        "records": len(records),
-        "forced": bool(force and protected_split(data)),
-        **fit,
-        "recipe": recipe.model_dump(mode="json"),
-        "provenance": provenance(),
-    }
-    atomic_write_json(recipe.out, document)
-    atomic_write_text(Path(recipe.out).with_suffix(".recipe.yaml"), dump_recipe(recipe, provenance()))
-    return document

@@ -1,0 +1,256 @@
+"""Report rendering: report.md (readable tables of report.json) and reliability.png, and writing every output.
+
+Every file is written atomically (``mydecide.io``), so a crash never leaves half a report.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mydecide import metrics
+from mydecide.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from mydecide.jsonl import write_jsonl
+from mydecide.records import QUESTION_TYPES
+
+if TYPE_CHECKING:
+    from mydecide.evaluation.rows import MetricRow
+    from mydecide.evaluation.run import Evaluation
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if math.isfinite(value) else str(value)
+    return str(value).replace("|", "\\|")  # a bare | would end the table cell
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+FULL_COLUMNS = (
+    ("n", "n"),
+    ("questions", "questions"),
+    ("accuracy", "accuracy"),
+    ("chance_corrected", "chance-corr."),
+    ("log_loss", "log loss"),
+    ("brier", "Brier"),
+    ("ece", "ECE"),
+    ("rps", "RPS"),
+    ("aurc", "AURC"),
+    ("flip_rate", "flip rate"),
+    ("latency_p50_ms", "p50 ms"),
+    ("latency_p95_ms", "p95 ms"),
+)
+
+SHORT_COLUMNS = (
+    ("n", "n"),
+    ("accuracy", "accuracy"),
+    ("chance_corrected", "chance-corr."),
+    ("log_loss", "log loss"),
+    ("ece", "ECE"),
+    ("flip_rate", "flip rate"),
+)
+
+
+def _rows_for(blocks: dict[str, dict[str, Any]], columns: Sequence[tuple[str, str]]) -> list[list[Any]]:
+    return [[name, *(b.get(key) for key, _ in columns)] for name, b in blocks.items() if b.get("n")]
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """report.md: readable tables of report.json (overall, baselines, per task, slices, thresholds, coherence)."""
+    model = report["model"] + (f" + {report['adapter']}" if report.get("adapter") else "")
+    lines = [f"# Evaluation: {model}", ""]
+    data = report.get("data") or []
+    lines += [
+        f"- data: {', '.join(data) if data else '(in process)'} — {report['records']} questions",
+        f"- temperatures: {report.get('temperatures') or 'none (T = 1)'}",
+        f"- option orders per question: reversed + {report['settings']['permutations']} random "
+        f"(seed {report['settings']['seed']})",
+        "",
+    ]
+
+    lines += ["## Overall", ""]
+    overall = {name: report[name] for name in ("all", *QUESTION_TYPES)}
+    lines += _table(["", *(label for _, label in FULL_COLUMNS)], _rows_for(overall, FULL_COLUMNS))
+    extra = [
+        (t, report[t])
+        for t in QUESTION_TYPES
+        if report[t].get("n") and (report[t].get("n_soft") or report[t].get("exact_set_accuracy") is not None)
+    ]
+    if extra:
+        lines += _table(
+            ["", "soft accuracy", "total variation", "exact-set accuracy", "micro F1", "macro F1", "label log loss"],
+            [
+                [
+                    t,
+                    b.get("soft_accuracy"),
+                    b.get("total_variation"),
+                    b.get("exact_set_accuracy"),
+                    b.get("micro_f1"),
+                    b.get("macro_f1"),
+                    b.get("label_log_loss"),
+                ]
+                for t, b in extra
+            ],
+        )
+
+    lines += ["## Baselines", ""]
+    side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""): report["all"]}
+    if report.get("uncalibrated"):
+        side["model, T = 1"] = report["uncalibrated"]["all"]
+    baselines = report.get("baselines", {})
+    if "base_model" in baselines:
+        side["base model (no adapter)"] = baselines["base_model"]["all"]
+    if "majority" in baselines:
+        side[f"majority ({baselines['majority']['source']})"] = baselines["majority"]["all"]
+    lines += _table(["", *(label for _, label in SHORT_COLUMNS)], _rows_for(side, SHORT_COLUMNS))
+    if baselines.get("majority", {}).get("in_sample_tasks") and baselines["majority"]["source"] != "in-sample majority":
+        lines += [
+            f"In-sample majority for tasks absent from the training split: "
+            f"{', '.join(baselines['majority']['in_sample_tasks'])}.",
+            "",
+        ]
+
+    lines += ["## Per task", ""]
+    header = ["task", "type", *(label for _, label in SHORT_COLUMNS), "RPS", "majority acc."]
+    has_base = "base_model" in baselines
+    if has_base:
+        header.append("base acc.")
+    task_rows = []
+    for task, b in report["by_task"].items():
+        row = [
+            task,
+            "/".join(b.get("types") or ["—"]),
+            *(b.get(key) for key, _ in SHORT_COLUMNS),
+            b.get("rps"),
+            baselines.get("majority", {}).get("by_task", {}).get(task, {}).get("accuracy"),
+        ]
+        if has_base:
+            row.append(baselines["base_model"]["by_task"].get(task, {}).get("accuracy"))
+        task_rows.append(row)
+    lines += _table(header, task_rows)
+
+    lines += ["## Slices", ""]
+    for name, groups in report.get("slices", {}).items():
+        lines += [f"### {name.replace('_', ' ')}", ""]
+        lines += _table([name, *(label for _, label in SHORT_COLUMNS)], _rows_for(groups, SHORT_COLUMNS))
+
+    th = report["thresholds"]
+    costs = th["costs"]
+    lines += [
+        "## Thresholds",
+        "",
+        f"Payoffs right = {costs['right']:g}, wrong = {costs['wrong']:g}, escalate = {costs['escalate']:g}: "
+        f"auto-act when p > {th['auto_act_threshold']:.3f}, escalate otherwise.",
+        "",
+    ]
+    lines += _table(
+        ["threshold", "coverage", "accuracy", "payoff / question", "auto-act"],
+        [
+            [e["threshold"], e["coverage"], e["accuracy"], e["payoff"], "◀" if e["auto_act"] else ""]
+            for e in th["table"]
+        ],
+    )
+
+    if report.get("coherence"):
+        c = report["coherence"]
+        lines += ["## Coherence", ""]
+        lines += _table(
+            ["law", "n", "violation rate", "detail"],
+            [
+                [
+                    "noul + negation ≈ 1",
+                    c["negation"]["n"],
+                    c["negation"]["violation_rate"],
+                    f"mean |p + p_neg − 1| = {_fmt(c['negation']['mean_gap'])}",
+                ],
+                ["anonymised option ids keep the answer", c["renaming"]["n"], c["renaming"]["violation_rate"], ""],
+                [
+                    "answer independent of other questions",
+                    c["context"]["n"],
+                    c["context"]["violation_rate"],
+                    f"max |Δp| = {_fmt(c['context']['max_abs_diff'], 5)}, argmax changed "
+                    f"{_fmt(c['context']['argmax_change_rate'])}",
+                ],
+            ],
+        )
+
+    if report.get("temperatures_used"):
+        lines += ["## Temperatures", ""]
+        lines += _table(
+            ["type", "K", "T"], [[t, k, v] for t, ks in report["temperatures_used"].items() for k, v in ks.items()]
+        )
+    lines += ["## Reliability", "", "![reliability diagram](reliability.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_reliability(
+    rows: Sequence[MetricRow], path: str | Path, raw_rows: Sequence[MetricRow] | None = None, bins: int = 10
+) -> None:
+    """reliability.png: accuracy vs confidence per bin (before and after temperatures when both are known)
+    beside the histogram of top probabilities. Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [("after temperatures" if raw_rows is not None else "model", rows)]
+    if raw_rows is not None:
+        curves.insert(0, ("before (T = 1)", raw_rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    left.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
+    width = 1.0 / bins
+    for n, (label, group) in enumerate(curves):
+        rb = metrics.reliability_bins([r.probs for r in group], [r.target for r in group], bins)
+        filled = rb.counts > 0
+        ece = metrics.ece([r.probs for r in group], [r.target for r in group], bins)
+        left.plot(rb.confidence[filled], rb.accuracy[filled], marker="o", label=f"{label} (ECE {ece:.3f})")
+        offset = (n - (len(curves) - 1) / 2) * width / len(curves)
+        right.bar(rb.edges[:-1] + width / 2 + offset, rb.counts, width=width / len(curves), label=label, alpha=0.8)
+    left.set(
+        xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy", title="Reliability diagram"
+    )
+    left.legend(loc="upper left", fontsize=8)
+    right.set(
+        xlim=(0, 1), xlabel="confidence (top probability)", ylabel="questions (rows)", title="Confidence histogram"
+    )
+    right.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_outputs(evaluation: Evaluation, out_dir: str | Path) -> dict[str, Path]:
+    """predictions.jsonl (and base_predictions.jsonl), report.json, report.md, reliability.png in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "predictions": out / "predictions.jsonl",
+        "report": out / "report.json",
+        "markdown": out / "report.md",
+        "plot": out / "reliability.png",
+    }
+    write_jsonl(paths["predictions"], evaluation.predictions)
+    if evaluation.base_predictions is not None:
+        paths["base_predictions"] = out / "base_predictions.jsonl"
+        write_jsonl(paths["base_predictions"], evaluation.base_predictions)
+    atomic_write_json(paths["report"], evaluation.report)
+    atomic_write_text(paths["markdown"], render_markdown(evaluation.report))
+    plot_reliability(evaluation.rows, paths["plot"], evaluation.raw_rows)
+    return paths

@@ -1,0 +1,339 @@
+"""Evaluation, orchestrated: score decision records and say how good, how calibrated and how robust the answers are.
+
+The steps, in the order :func:`run_evaluation` runs them:
+
+1. score every record (batched, questions on one state share the state's computation; progress on stderr)
+   and turn the logits into probabilities with the fitted temperatures;
+2. score every choice question again with its options shown in other orders (the reversed order plus
+   ``permutations`` random ones) to measure the option-order flip rate;
+3. metrics for all questions, per type, per task and per slice (language, option count, state length,
+   confidence bin), from one flat list of scored rows (:mod:`~mydecide.evaluation.rows`);
+4. baselines beside the model: the majority class per task (:mod:`~mydecide.evaluation.baselines`) and the base
+   model without its adapter;
+5. the auto-act threshold from payoffs and the coverage / accuracy / payoff table around it;
+6. optionally, coherence checks (:mod:`~mydecide.evaluation.coherence`).
+
+:func:`~mydecide.evaluation.report.write_outputs` writes ``predictions.jsonl``, ``report.json``, ``report.md`` and
+``reliability.png``; :func:`evaluate_files` is ``mydecide evaluate``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mydecide import metrics
+from mydecide.calibration.run import protected_split
+from mydecide.calibration.temperatures import load_temperatures
+from mydecide.config import dump_recipe
+from mydecide.evaluation.baselines import LabelPrior, majority_rows
+from mydecide.evaluation.coherence import coherence_checks
+from mydecide.evaluation.report import write_outputs
+from mydecide.evaluation.rows import MetricRow, metric_blocks, prediction_row, question_rows
+from mydecide.io import atomic_write_text, provenance
+from mydecide.manifest import split_beside
+from mydecide.modeling import adapter_disabled, has_adapter, load_model
+from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record, load_records
+from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
+from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
+from mydecide.scoring.render import render_state
+
+if TYPE_CHECKING:
+    from mydecide.config import EvalRecipe
+    from mydecide.modeling import LoadedModel
+
+DEFAULT_COSTS = {"right": 1.0, "wrong": -3.0, "escalate": -0.5}
+DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(record index, shown order) pairs for the flip-rate pass: reversed + ``permutations`` random orders.
+
+    Only choice questions: a client gives their options in some order, while yes / no questions (and set labels)
+    are always rendered "A. yes, B. no" and score levels in their order (prompting.py), so no request can reorder those.
+    Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
+    """
+    rng = np.random.default_rng(seed)
+    pairs: list[tuple[int, tuple[int, ...]]] = []
+    for n, record in enumerate(records):
+        q = record.question
+        if q.type != "choice" or q.k < 2:
+            continue
+        identity = tuple(range(q.k))
+        seen = {identity}
+        candidates = [identity[::-1]] + [tuple(int(i) for i in rng.permutation(q.k)) for _ in range(permutations)]
+        for order in candidates:
+            if order not in seen:
+                seen.add(order)
+                pairs.append((n, order))
+    return pairs
+
+
+def flip_flags(
+    records: Sequence[Record],
+    logits: Sequence[np.ndarray],
+    pairs: Sequence[tuple[int, tuple]],
+    permuted: Sequence[np.ndarray],
+) -> list[bool | None]:
+    """Per record: True when any other option order changes the argmax, None when not applicable."""
+    flags: list[bool | None] = [None] * len(records)
+    for (n, _), z in zip(pairs, permuted, strict=True):
+        changed = int(np.argmax(z)) != int(np.argmax(logits[n]))
+        flags[n] = bool(flags[n]) or changed
+    return flags
+
+
+@dataclass
+class Evaluation:
+    """Everything one evaluation produced: the report, the per-question predictions, the plot's data."""
+
+    report: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    base_predictions: list[dict[str, Any]] | None = None
+    rows: list[MetricRow] = field(default_factory=list)  # calibrated rows of the model
+    raw_rows: list[MetricRow] | None = None  # the same at T = 1, when temperatures were given
+
+
+def threshold_report(
+    rows: Sequence[MetricRow], costs: dict[str, float], thresholds: Sequence[float] = DEFAULT_THRESHOLDS
+) -> dict[str, Any]:
+    """The auto-act threshold from payoffs and the coverage / accuracy / payoff table around it."""
+    auto = metrics.auto_act_threshold(costs["right"], costs["wrong"], costs["escalate"])
+    points = sorted({round(t, 6) for t in (*thresholds, auto)})
+    table = metrics.threshold_table(
+        [r.probs for r in rows], [r.target for r in rows], points, costs["right"], costs["wrong"], costs["escalate"]
+    )
+    for entry in table:
+        entry["auto_act"] = math.isclose(entry["threshold"] or 0.0, auto, abs_tol=1e-6)
+    return {"costs": dict(costs), "auto_act_threshold": auto, "table": table}
+
+
+def _check_scorable(records: Sequence[Record]) -> None:
+    """Choices of 27–255 options are scored in groups + a final round (``many_options``); more are refused."""
+    limits = {"choice": MAX_CHOICE_OPTIONS, "score": MAX_SCORE_LEVELS}
+    for r in records:
+        most = limits.get(r.question.type)
+        if most is not None and r.question.k > most:
+            raise ValueError(
+                f"record {r.id!r} ({r.task}): {r.question.k} options, but a {r.question.type} "
+                f"question has at most {most}"
+            )
+
+
+def run_evaluation(
+    model: LoadedModel | None,
+    records: Sequence[Record],
+    temperatures: TemperatureLookup | str | Path | None = None,
+    *,
+    permutations: int = 4,
+    seed: int = 13,
+    costs: dict[str, float] | None = None,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    coherence: bool = False,
+    base: bool = True,
+    prior: LabelPrior | None = None,
+    files: Sequence[str] | None = None,
+    batch_size: int = 16,
+    shared_prefix: bool = True,
+    progress: bool = True,
+    scorer: QuestionScorer | None = None,
+    base_scorer: QuestionScorer | None = None,
+) -> Evaluation:
+    """Score ``records`` and build the full report (see the module docstring for the steps).
+
+    ``temperatures``: a callable (qtype, K) → T, a temperatures.json path, or None (T = 1). ``prior``: the
+    training split's label distribution for the majority baseline (None → in-sample majority). ``files``: the
+    source file name of each record (for "by_file"). ``scorer`` / ``base_scorer`` replace the model's scoring
+    (tests; a base scorer is otherwise the model under ``disable_adapter()`` when an adapter is loaded).
+    """
+    if not records:
+        raise ValueError("nothing to evaluate: no records")
+    if permutations < 0:
+        raise ValueError(f"permutations must be >= 0, got {permutations}")
+    if model is None and scorer is None:
+        raise ValueError("run_evaluation needs a model or a scorer")
+    costs = dict(DEFAULT_COSTS if costs is None else costs)
+    metrics.auto_act_threshold(costs["right"], costs["wrong"], costs["escalate"])  # validate early
+    temperature_path: str | None = None
+    if isinstance(temperatures, (str, Path)):
+        temperature_path = str(temperatures)
+        temperatures = load_temperatures(temperatures)
+    calibrated = temperatures is not None
+    temperature: TemperatureLookup = temperatures if temperatures is not None else (lambda qtype, k: 1.0)
+    if model is not None:
+        _check_scorable(records)
+    scorer = scorer or model_scorer(model, batch_size=batch_size, shared_prefix=shared_prefix)  # type: ignore[arg-type]
+    files = list(files) if files is not None else [""] * len(records)
+    state_tokens = _state_tokens(model, records)
+    items = [(r.state, r.question) for r in records]
+
+    prompts_of = prompt_counter(model)
+
+    def scored(score: QuestionScorer, label: str) -> tuple[list[np.ndarray], list[float], list[bool | None]]:
+        logits, latency = score_records(
+            score, items, chunk_prompts=batch_size, desc=label, progress=progress, prompts_of=prompts_of
+        )
+        pairs = permuted_orders(records, permutations, seed)
+        permuted, _ = score_records(
+            score,
+            [items[n] for n, _ in pairs],
+            [o for _, o in pairs],
+            chunk_prompts=batch_size,
+            desc=f"{label}: option orders",
+            progress=progress,
+            prompts_of=prompts_of,
+        )
+        return logits, latency, flip_flags(records, logits, pairs, permuted)
+
+    def rows_and_predictions(
+        logits: list[np.ndarray], latency: list[float] | None, flips: list[bool | None], temp: TemperatureLookup
+    ) -> tuple[list[MetricRow], list[dict[str, Any]]]:
+        rows: list[MetricRow] = []
+        predictions = []
+        for n, (record, z) in enumerate(zip(records, logits, strict=True)):
+            q = record.question
+            t = temp(q.type, q.k)
+            p = to_probabilities(q.type, z, t)
+            lat = latency[n] if latency is not None else None
+            rows += question_rows(
+                n, record, p, state_tokens=state_tokens[n], flipped=flips[n], latency=lat, file=files[n]
+            )
+            predictions.append(
+                prediction_row(
+                    record, z, p, t, latency=lat, flipped=flips[n], state_tokens=state_tokens[n], file=files[n]
+                )
+            )
+        return rows, predictions
+
+    started = time.perf_counter()
+    logits, latency, flips = scored(scorer, "scoring")
+    rows, predictions = rows_and_predictions(logits, latency, flips, temperature)
+    report: dict[str, Any] = {
+        "model": model.name if model is not None else "(scorer)",
+        "adapter": _adapter_path(model),
+        "temperatures": temperature_path or ("(given)" if calibrated else None),
+        "records": len(records),
+        "settings": {
+            "permutations": permutations,
+            "seed": seed,
+            "batch_size": batch_size,
+            "shared_prefix": shared_prefix,
+            "coherence": coherence,
+            "base": base,
+            **(
+                {"option_form": model.renderer.config.option_form, "score_form": model.renderer.config.score_form}
+                if model is not None
+                else {}
+            ),
+        },
+        **metric_blocks(rows),
+    }
+    raw_rows = None
+    if calibrated:
+        raw_rows, _ = rows_and_predictions(logits, latency, flips, lambda qtype, k: 1.0)
+        report["uncalibrated"] = metric_blocks(raw_rows, slices=False)
+        report["temperatures_used"] = _temperatures_used(records, temperature)
+
+    baselines: dict[str, Any] = {}
+    majority, info = majority_rows(records, prior)
+    baselines["majority"] = {**info, **metric_blocks(majority, slices=False)}
+    base_predictions = None
+    if base and (base_scorer is not None or has_adapter(model)):
+        if base_scorer is not None:
+            b_logits, b_latency, b_flips = scored(base_scorer, "base model")
+        else:
+            assert model is not None
+            with adapter_disabled(model):
+                b_logits, b_latency, b_flips = scored(scorer, "base model")
+        b_rows, base_predictions = rows_and_predictions(b_logits, b_latency, b_flips, lambda qtype, k: 1.0)
+        baselines["base_model"] = {
+            "note": "the same weights without the adapter, T = 1",
+            **metric_blocks(b_rows, slices=False),
+        }
+    report["baselines"] = baselines
+    report["thresholds"] = threshold_report(rows, costs, thresholds)
+    if coherence:
+        report["coherence"] = coherence_checks(scorer, records, logits, temperature, progress=progress)
+    report["wall_s"] = time.perf_counter() - started
+    return Evaluation(report, predictions, base_predictions, rows, raw_rows)
+
+
+def _adapter_path(model: LoadedModel | None) -> str | None:
+    """ "(loaded)" when the model carries an adapter (``evaluate_files`` writes the adapter's path instead)."""
+    return "(loaded)" if has_adapter(model) else None
+
+
+def _state_tokens(model: LoadedModel | None, records: Sequence[Record]) -> list[int]:
+    """Tokens of each record's state (after the renderer's cut); characters / 4 without a model."""
+    if model is None:
+        return [len(render_state(r.state)) // 4 for r in records]
+    renderer = model.renderer
+    head = len(model.tokenizer(renderer.head, add_special_tokens=False)["input_ids"])
+    return [len(renderer.encode_state(r.state)[0]) - head for r in records]
+
+
+def _temperatures_used(records: Sequence[Record], temperature: TemperatureLookup) -> dict[str, dict[str, float]]:
+    used: dict[str, dict[str, float]] = {}
+    for r in records:
+        used.setdefault(r.question.type, {})[str(r.question.k)] = temperature(r.question.type, r.question.k)
+    return {t: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for t, v in sorted(used.items())}
+
+
+def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
+    """``mydecide evaluate``: read the files (strictly: the first bad line is an error naming file and line),
+    load the model, evaluate, and write every output into ``recipe.out``."""
+    if not recipe.data:
+        raise ValueError("give the records to evaluate: --data FILE.jsonl [MORE.jsonl ...]")
+    records: list[Record] = []
+    files: list[str] = []
+    warnings: list[str] = []
+    for path in map(Path, recipe.data):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such data file")
+        loaded = load_records(path)
+        if recipe.limit is not None:
+            loaded = loaded[: recipe.limit]
+        records += loaded
+        files += [path.name] * len(loaded)
+        reason = protected_split(path)
+        if reason and "training" in reason:
+            warnings.append(f"{reason}: these numbers are in-sample")
+    for warning in warnings:
+        print(f"[mydecide] warning: {warning}", file=sys.stderr)
+    if recipe.temperatures is not None and not Path(recipe.temperatures).is_file():
+        raise FileNotFoundError(f"{recipe.temperatures}: no such temperatures file")
+    train = split_beside(recipe.data, "train")
+    prior = LabelPrior.from_file(train) if train is not None else None
+    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
+    evaluation = run_evaluation(
+        model,
+        records,
+        recipe.temperatures,
+        permutations=recipe.permutations,
+        seed=recipe.seed,
+        costs=recipe.costs.model_dump(),
+        thresholds=recipe.thresholds,
+        coherence=recipe.coherence,
+        base=recipe.base,
+        prior=prior,
+        files=files,
+        batch_size=recipe.batch_size,
+        shared_prefix=recipe.shared_prefix,
+        progress=progress,
+    )
+    report = evaluation.report
+    report["adapter"] = recipe.adapter
+    report["data"] = [str(p) for p in recipe.data]
+    report["warnings"] = warnings
+    report["recipe"] = recipe.model_dump(mode="json")
+    report["provenance"] = provenance()
+    write_outputs(evaluation, recipe.out)
+    atomic_write_text(Path(recipe.out) / "recipe.yaml", dump_recipe(recipe, report["provenance"]))
+    return evaluation

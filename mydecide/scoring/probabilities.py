@@ -1,0 +1,61 @@
+"""The scoring layer's last step: logits → probabilities, the one place a temperature is applied.
+
+A question's logits come from :mod:`mydecide.scoring.plan` in its canonical option order: choice / noul / score
+give K logits whose softmax is the answer; a set question gives one yes − no logit per label, whose sigmoid is
+P(label applies). :func:`to_probabilities` is the only softmax of the package; :func:`answer_rows` the only place
+a set question becomes binary rows (for metrics, temperature fits and the training's dev metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+TemperatureLookup = Callable[[str, int], float]
+"""The temperature of a (question type, option count K); ``calibration.TemperatureTable`` is one."""
+
+
+def softmax(logits: np.ndarray | Sequence[float], temperature: float = 1.0) -> np.ndarray:
+    """softmax(z / T) over the last axis (a row, or (N, K) rows at once; −inf logits get probability 0)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def log_softmax(logits: np.ndarray | Sequence[float]) -> np.ndarray:
+    """log softmax(z) of one row, computed without overflow."""
+    z = np.asarray(logits, dtype=np.float64)
+    m = z.max()
+    return z - m - np.log(np.exp(z - m).sum())
+
+
+def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """softmax(z / T) over the options; ``set`` → independent sigmoid(z / T) per label."""
+    if question_type == "set":
+        z = np.asarray(logits, dtype=np.float64) / temperature
+        return np.exp(-np.logaddexp(0.0, -z))  # sigmoid without overflow for large |z / T|
+    return softmax(logits, temperature)
+
+
+def answer_rows(
+    question_type: str,
+    values: np.ndarray | Sequence[float],
+    target: np.ndarray | Sequence[float],
+    *,
+    logits: bool = False,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (prediction, target) rows one question counts as: itself, or one binary row per label of a set.
+
+    A set label's row is (p, 1 − p) against (y, 1 − y); with ``logits`` its yes − no logit d becomes (d, 0), since
+    softmax((d, 0) / T) = (sigmoid(d / T), 1 − sigmoid(d / T)): a temperature fit sees every type as softmax rows.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    y = np.asarray(target, dtype=np.float64)
+    if v.shape != y.shape:
+        raise ValueError(f"{question_type} question: {v.shape[0]} values for {y.shape[0]} target entries")
+    if question_type != "set":
+        return [(v, y)]
+    second = (lambda _: 0.0) if logits else (lambda p: 1.0 - p)
+    return [(np.array([d, second(d)]), np.array([t, 1.0 - t])) for d, t in zip(v, y, strict=True)]
