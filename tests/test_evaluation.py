@@ -12,7 +12,8 @@ from scipy.special import expit, softmax
 from typer.testing import CliRunner
 
 from mydecide.cli import app
-from mydecide.commands.evaluate import parse_costs, split_args
+from mydecide.commands.evaluate import parse_costs
+from mydecide.commands.options import recipe_from_command_line, split_args
 from mydecide.config import CalibrateRecipe, EvalRecipe, load_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
@@ -478,15 +479,15 @@ def test_empty_and_malformed_eval_files_name_the_file_and_line(tiny_llama_dir: P
 
 def test_command_line_pieces_and_shipped_recipes(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert split_args(["r.yaml", "limit=5", str(b)]) == ("r.yaml", ["limit=5"], [str(b)])
+    assert split_args(["r.yaml", "limit=5", str(b)], data_files=True) == ("r.yaml", ["limit=5"], [str(b)])
     assert parse_costs("right=2, wrong=-5") == {"right": 2.0, "wrong": -5.0}
     with pytest.raises(ValueError, match="expected right=…,wrong=…,escalate=…"):
         parse_costs("correct=1")
     with pytest.raises(ValueError, match="wrong must be a number"):
         parse_costs("wrong=lots")
-    from mydecide.commands.evaluate import resolve
-
-    recipe = resolve(EvalRecipe, ["limit=5", str(b)], {"data": [str(a)], "coherence": True})
+    recipe = recipe_from_command_line(
+        EvalRecipe, ["limit=5", str(b)], {"data": [str(a)], "coherence": True}, data_files=True
+    )
     assert recipe.data == [str(a), str(b)] and recipe.limit == 5 and recipe.coherence is True
     for path, model in (
         (REPO / "recipes/eval/default.yaml", EvalRecipe),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mydecide.config import CalibrateRecipe
 from mydecide.metrics import ece, log_loss
 from mydecide.records import QUESTION_TYPES
 from mydecide.scoring.probabilities import answer_rows, softmax
@@ -118,8 +119,8 @@ BUCKET_STARTS = (2, 3, 5, 9, 17, 27)
 """Option-count buckets: K = 2, 3–4, 5–8, 9–16, 17–26, 27+ (26 is the last K shown in one prompt)."""
 
 TEMPERATURES_FORMAT = "mydecide.temperatures/1"
-DEFAULT_MIN_ROWS = 30
-"""A type (or a type × bucket) needs this many dev questions for its own temperature."""
+DEFAULT_MIN_ROWS: int = CalibrateRecipe.model_fields["min_rows"].default
+"""A type (or a type × bucket) needs this many dev questions for its own temperature (the recipe's default)."""
 
 
 def option_bucket(k: int) -> str:

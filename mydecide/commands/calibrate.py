@@ -2,47 +2,56 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
 from mydecide.commands import friendly_errors
-from mydecide.commands.evaluate import resolve
+from mydecide.commands.options import (
+    Adapter,
+    BatchSize,
+    Limit,
+    Model,
+    OptionFormOption,
+    Out,
+    Quiet,
+    RecipeArgs,
+    check_records_file,
+    recipe_from_command_line,
+)
+from mydecide.config import CalibrateRecipe
 
 
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     @friendly_errors
     def calibrate(
-        args: list[str] | None = typer.Argument(None, help="[RECIPE.yaml] [KEY=VALUE ...]", show_default=False),
-        model: str | None = typer.Option(
-            None, "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m (default)."
-        ),
-        adapter: str | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
+        args: RecipeArgs = None,
+        model: Model = None,
+        adapter: Adapter = None,
+        option_form: OptionFormOption = None,
         data: str | None = typer.Option(None, "--data", "-d", help="Dev JSONL (never the training split)."),
-        out: str | None = typer.Option(None, "--out", "-o", help="Where to write temperatures.json."),
+        out: Out = None,
         by_bucket: bool | None = typer.Option(
             None, "--by-bucket/--by-type", help="Also fit per (type, option-count bucket)."
         ),
         min_rows: int | None = typer.Option(
             None,
-            help="Questions a type or bucket needs for its own "
-            "temperature (default 30); smaller buckets use their type's.",
+            help="Questions a type or bucket needs for its own temperature (default 30); smaller buckets use their "
+            "type's.",
         ),
-        limit: int | None = typer.Option(None, help="Only the first N records."),
-        batch_size: int | None = typer.Option(None, help="Prompts per forward pass (default 16)."),
+        limit: Limit = None,
+        batch_size: BatchSize = None,
         force: bool = typer.Option(
             False, "--force", help="Fit even on a file that looks like a training or test split."
         ),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        quiet: Quiet = False,
     ) -> None:
         """Fit temperatures on dev data and write temperatures.json (read by evaluate, serve and predict)."""
         from mydecide.calibration.run import calibrate_file
-        from mydecide.config import CalibrateRecipe
 
-        cli: dict[str, Any] = {
+        options = {
             "model": model,
             "adapter": adapter,
+            "option_form": option_form,
             "data": data,
             "out": out,
             "by_bucket": by_bucket,
@@ -50,7 +59,8 @@ def register(app: typer.Typer) -> None:
             "limit": limit,
             "batch_size": batch_size,
         }
-        recipe = resolve(CalibrateRecipe, args, cli)
+        recipe = recipe_from_command_line(CalibrateRecipe, args, options)
+        check_records_file(recipe.data)
         document = calibrate_file(recipe, force=force, progress=not quiet)
         typer.echo(f"{'type':<8} {'bucket':<7} {'n':>6} {'T':>7}  log loss before → after   ECE before → after")
         rows = [(t, "all", s) for t, s in document["types"].items()]

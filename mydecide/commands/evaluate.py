@@ -2,37 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import typer
-from pydantic import BaseModel
 
 from mydecide.commands import friendly_errors
+from mydecide.commands.options import (
+    Adapter,
+    BatchSize,
+    Limit,
+    Model,
+    OptionFormOption,
+    Out,
+    Quiet,
+    Temperatures,
+    check_records_file,
+    recipe_from_command_line,
+)
+from mydecide.config import EvalRecipe
 
-R = TypeVar("R", bound=BaseModel)
 ARGS_HELP = "[RECIPE.yaml] [KEY=VALUE ...] and more data files (--data a.jsonl b.jsonl works)."
-
-
-def split_args(args: list[str] | None) -> tuple[str | None, list[str], list[str]]:
-    """Positional arguments → (recipe path, dotted overrides, extra data files).
-
-    A ``.yaml`` / ``.yml`` first argument is the recipe, ``KEY=VALUE`` items are overrides, anything else is
-    a data file (so ``--data a.jsonl b.jsonl`` reads both files: the shell passes b.jsonl positionally).
-    """
-    recipe: str | None = None
-    overrides: list[str] = []
-    files: list[str] = []
-    for arg in args or []:
-        if arg.endswith((".yaml", ".yml")) and "=" not in arg:
-            if recipe is not None:
-                raise ValueError(f"two recipes given ({recipe} and {arg}); pass one")
-            recipe = arg
-        elif "=" in arg and not Path(arg).exists():
-            overrides.append(arg)
-        else:
-            files.append(arg)
-    return recipe, overrides, files
+SUMMARY_COLUMNS = (("n", "n"), ("accuracy", "accuracy"), ("log_loss", "log loss"), ("ece", "ECE"))
 
 
 def parse_costs(text: str) -> dict[str, float]:
@@ -50,33 +42,46 @@ def parse_costs(text: str) -> dict[str, float]:
     return costs
 
 
-def resolve(recipe_type: type[R], args: list[str] | None, cli: dict[str, Any]) -> R:
-    """Recipe file, then dotted overrides, then explicit command-line options (None = not given)."""
-    from mydecide.config import load_recipe, validate_recipe
+def summary(report: dict[str, Any]) -> list[str]:
+    """What the terminal shows of report.json: accuracy, log loss and ECE overall and per type, beside the
+    baselines, and the auto-act threshold with its coverage, accuracy and payoff (report.md has everything)."""
 
-    recipe_path, overrides, files = split_args(args)
-    recipe = load_recipe(recipe_path, overrides, model=recipe_type)
-    updates = {k: v for k, v in cli.items() if v is not None}
-    if files:
-        current = recipe.model_dump().get("data")
-        if not isinstance(current, list):
-            raise ValueError(f"unexpected argument(s) {files}: pass the data file with --data")
-        updates["data"] = [*(updates.get("data") or current), *files]
-    recipe = validate_recipe(recipe_type, {**recipe.model_dump(), **updates})
-    data = recipe.model_dump().get("data")
-    for path in data if isinstance(data, list) else [data]:
-        check_records_file(path)
-    return recipe
+    def line(name: str, block: dict[str, Any]) -> str:
+        cells = [f"{label} {_number(block.get(key))}" for key, label in SUMMARY_COLUMNS]
+        return f"  {name:<28} " + "  ".join(cells)
 
-
-def check_records_file(path: str | None) -> None:
-    """A --data that names a directory (a `mydecide prepare` output) where a JSONL file is expected."""
-    if isinstance(path, str) and Path(path).is_dir():
-        found = sorted(p.name for p in Path(path).glob("*.jsonl"))
-        hint = f": give one of its files ({', '.join(found)})" if found else ""
-        raise IsADirectoryError(
-            f"--data {path} is a directory; this command reads a JSONL file of decision records{hint}"
+    lines = ["overall"]
+    lines += [line(name, report[name]) for name in ("all", "choice", "noul", "score", "set") if report[name].get("n")]
+    baselines = report.get("baselines", {})
+    lines.append("baselines")
+    if report.get("uncalibrated"):
+        lines.append(line("model, T = 1", report["uncalibrated"]["all"]))
+    if "base_model" in baselines:
+        lines.append(line("base model (no adapter)", baselines["base_model"]["all"]))
+    if "majority" in baselines:
+        lines.append(
+            line(f"majority ({Path(str(baselines['majority']['source'])).name})", baselines["majority"]["all"])
         )
+    thresholds = report["thresholds"]
+    costs = thresholds["costs"]
+    chosen = next((row for row in thresholds["table"] if row["auto_act"]), None)
+    lines.append(
+        f"thresholds: payoffs right = {costs['right']:g}, wrong = {costs['wrong']:g}, escalate = "
+        f"{costs['escalate']:g}: auto-act when p > {thresholds['auto_act_threshold']:.3f}, escalate otherwise"
+        + (
+            f" (coverage {_number(chosen['coverage'])}, accuracy {_number(chosen['accuracy'])}, "
+            f"payoff {_number(chosen['payoff'])} per question)"
+            if chosen
+            else ""
+        )
+    )
+    return lines
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "—"
+    return str(value) if isinstance(value, int) else f"{value:.3f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -84,15 +89,12 @@ def register(app: typer.Typer) -> None:
     @friendly_errors
     def evaluate(
         args: list[str] | None = typer.Argument(None, help=ARGS_HELP, show_default=False),
-        model: str | None = typer.Option(
-            None, "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m (default)."
-        ),
-        adapter: str | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
-        temperatures: str | None = typer.Option(
-            None, "--temperatures", "-t", help="temperatures.json from `mydecide calibrate`."
-        ),
+        model: Model = None,
+        adapter: Adapter = None,
+        temperatures: Temperatures = None,
+        option_form: OptionFormOption = None,
         data: list[str] | None = typer.Option(None, "--data", "-d", help="Decision-record JSONL file(s)."),
-        out: str | None = typer.Option(None, "--out", "-o", help="Output directory (default runs/eval)."),
+        out: Out = None,
         permutations: int | None = typer.Option(
             None, help="Random option orders per question, besides the reversed order (default 4)."
         ),
@@ -105,19 +107,18 @@ def register(app: typer.Typer) -> None:
             None, "--coherence/--no-coherence", help="Also run the negation, renaming and context checks."
         ),
         no_base: bool = typer.Option(False, "--no-base", help="Skip the base model (adapter disabled)."),
-        limit: int | None = typer.Option(None, help="Only the first N records of each file."),
-        batch_size: int | None = typer.Option(None, help="Prompts per forward pass (default 16)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+        limit: Limit = None,
+        batch_size: BatchSize = None,
+        quiet: Quiet = False,
     ) -> None:
         """Score records and write predictions.jsonl, report.json, report.md and reliability.png."""
-        from mydecide.config import EvalRecipe
-        from mydecide.evaluation.report import render_markdown
         from mydecide.evaluation.run import evaluate_files
 
-        cli: dict[str, Any] = {
+        options: dict[str, Any] = {
             "model": model,
             "adapter": adapter,
             "temperatures": temperatures,
+            "option_form": option_form,
             "data": list(data) if data else None,
             "out": out,
             "permutations": permutations,
@@ -127,10 +128,11 @@ def register(app: typer.Typer) -> None:
             "base": False if no_base else None,
         }
         if costs is not None:
-            cli["costs"] = parse_costs(costs)
-        recipe = resolve(EvalRecipe, args, cli)
-        evaluation = evaluate_files(recipe, progress=not quiet)
-        markdown = render_markdown(evaluation.report)
-        shown = [s for s in markdown.split("\n## ") if s.startswith(("Overall", "Baselines", "Thresholds"))]
-        typer.echo("\n".join("## " + s.rstrip() + "\n" for s in shown))
+            options.update({f"costs.{key}": value for key, value in parse_costs(costs).items()})
+        recipe = recipe_from_command_line(EvalRecipe, args, options, data_files=True)
+        for path in recipe.data:
+            check_records_file(path)
+        evaluate_files(recipe, progress=not quiet)
+        report = json.loads((Path(recipe.out) / "report.json").read_text(encoding="utf-8"))
+        typer.echo("\n".join(summary(report)))
         typer.echo(f"wrote {Path(recipe.out) / 'report.json'}, report.md, reliability.png, predictions.jsonl")

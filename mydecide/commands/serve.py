@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
+import logging
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from mydecide.commands import fail, friendly_errors
-from mydecide.serving.batching import BatchOptions
-from mydecide.serving.wire import Limits
+from mydecide.commands.options import (
+    Adapter,
+    Device,
+    Model,
+    OptionFormOption,
+    RecipeArgs,
+    Temperatures,
+    recipe_from_command_line,
+)
+from mydecide.config import BatchOptions, Limits, ServeRecipe
 
-DEFAULT_LIMITS = Limits()
-DEFAULT_BATCHING = BatchOptions()
+DEFAULT = ServeRecipe()  # the defaults the help shows: the recipe model's fields
 
 
 def is_loopback(host: str) -> bool:
@@ -60,11 +67,11 @@ def default_allowed_hosts(host: str, api_key: str | None) -> list[str]:
     return LOOPBACK_NAMES + extra
 
 
-def parse_limits(overrides: list[str], **flags: int) -> Limits:
-    """``Limits`` from the dedicated flags (``max_questions=…``) and ``--limit NAME=VALUE`` overrides, which win."""
-    names = [f.name for f in dataclasses.fields(Limits)]
-    values = dict(flags)
-    for item in overrides:
+def limit_values(items: list[str]) -> dict[str, int]:
+    """``--limit NAME=VALUE`` items → {name: value} (a dash in NAME may stand for an underscore)."""
+    names = list(Limits.model_fields)
+    values = {}
+    for item in items:
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in names:
@@ -72,27 +79,25 @@ def parse_limits(overrides: list[str], **flags: int) -> Limits:
         if not value.strip().isdigit() or int(value) < 1:
             raise ValueError(f"--limit {item!r}: the value must be a whole number ≥ 1")
         values[name] = int(value)
-    return Limits(**values)
+    return values
+
+
+def parse_limits(overrides: list[str], **flags: int) -> Limits:
+    """``Limits`` from the dedicated flags (``max_questions=…``) and ``--limit NAME=VALUE`` overrides, which win."""
+    return Limits(**{**flags, **limit_values(overrides)})
 
 
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     @friendly_errors
     def serve(
-        model: str = typer.Option(
-            "smollm2-135m", "--model", "-m", help="Base model: HF dir, hub name, .gguf, or smollm2-135m."
-        ),
-        adapter: Path | None = typer.Option(None, "--adapter", "-a", help="A LoRA adapter directory."),
-        temperatures: Path | None = typer.Option(
-            None, "--temperatures", "-t", help="temperatures.json from `mydecide calibrate`."
-        ),
-        option_form: str | None = typer.Option(
-            None,
-            "--option-form",
-            help="How choice options are scored: letters or per_option (default: as the adapter was trained).",
-        ),
-        host: str = typer.Option("127.0.0.1", help="Interface to bind (loopback by default)."),
-        port: int = typer.Option(8741, min=0, max=65535, help="TCP port."),
+        args: RecipeArgs = None,
+        model: Model = None,
+        adapter: Adapter = None,
+        temperatures: Temperatures = None,
+        option_form: OptionFormOption = None,
+        host: str | None = typer.Option(None, help=f"Interface to bind (default {DEFAULT.host}, loopback)."),
+        port: int | None = typer.Option(None, min=0, max=65535, help=f"TCP port (default {DEFAULT.port})."),
         api_key: str | None = typer.Option(
             None,
             "--api-key",
@@ -112,35 +117,53 @@ def register(app: typer.Typer) -> None:
             "(repeatable; '*' for any). Default: any with an API key, else "
             "localhost, 127.0.0.1, ::1 and --host.",
         ),
-        max_questions: int = typer.Option(DEFAULT_LIMITS.max_questions, min=1, help="Questions per request."),
-        max_prompts: int = typer.Option(
-            DEFAULT_LIMITS.max_prompts, min=1, help="Scored prompts per request (a set question counts one per label)."
+        max_questions: int | None = typer.Option(
+            None, min=1, help=f"Questions per request (default {DEFAULT.limits.max_questions})."
         ),
-        max_state_chars: int = typer.Option(
-            DEFAULT_LIMITS.max_state_chars, min=1, help="Characters of state per request."
+        max_prompts: int | None = typer.Option(
+            None,
+            min=1,
+            help=f"Scored prompts per request, a set question counting one per label (default "
+            f"{DEFAULT.limits.max_prompts}).",
         ),
-        max_body_bytes: int = typer.Option(DEFAULT_LIMITS.max_body_bytes, min=1, help="Request body size in bytes."),
+        max_state_chars: int | None = typer.Option(
+            None, min=1, help=f"Characters of state per request (default {DEFAULT.limits.max_state_chars})."
+        ),
+        max_body_bytes: int | None = typer.Option(
+            None, min=1, help=f"Request body size in bytes (default {DEFAULT.limits.max_body_bytes})."
+        ),
         limit: list[str] = typer.Option(
             [],
             "--limit",
             help="Any request limit as NAME=VALUE (repeatable): "
-            + ", ".join(f"{f.name}={getattr(DEFAULT_LIMITS, f.name)}" for f in dataclasses.fields(Limits))
+            + ", ".join(f"{key}={value}" for key, value in DEFAULT.limits.model_dump().items())
             + " (docs/wire.md).",
         ),
-        batch_window_ms: float = typer.Option(
-            5.0, min=0.0, help="How long a request waits for others to share its forward pass."
+        batch_window_ms: float | None = typer.Option(
+            None,
+            min=0.0,
+            help=f"How long a request waits for others to share its forward pass (default "
+            f"{DEFAULT.batching.window_ms:g}).",
         ),
-        max_batch_requests: int = typer.Option(16, min=1, help="Requests per micro-batch."),
-        max_pending: int = typer.Option(256, min=1, help="Queued requests beyond which the server answers 503."),
-        slice_tokens: int = typer.Option(
-            DEFAULT_BATCHING.slice_tokens,
+        max_batch_requests: int | None = typer.Option(
+            None, min=1, help=f"Requests per micro-batch (default {DEFAULT.batching.max_requests})."
+        ),
+        max_pending: int | None = typer.Option(
+            None,
+            min=1,
+            help=f"Queued requests beyond which the server answers 503 (default {DEFAULT.batching.max_pending}).",
+        ),
+        slice_tokens: int | None = typer.Option(
+            None,
             min=256,
-            help="Tokens scored in one go "
-            "while other requests wait: a larger batch is scored in slices, and "
-            "requests that arrive meanwhile are answered between two slices.",
+            help="Tokens scored in one go while other requests wait: a larger batch is scored in slices, and "
+            f"requests that arrive meanwhile are answered between two slices (default "
+            f"{DEFAULT.batching.slice_tokens}).",
         ),
-        request_timeout: float = typer.Option(
-            120.0, min=0.1, help="Seconds a request may wait for its answer before a 503."
+        request_timeout: float | None = typer.Option(
+            None,
+            min=0.1,
+            help=f"Seconds a request may wait for its answer before a 503 (default {DEFAULT.request_timeout_s:g}).",
         ),
         baseline: bool = typer.Option(
             False,
@@ -148,74 +171,80 @@ def register(app: typer.Typer) -> None:
             help="Turn off micro-batching and shared-prefix "
             "scoring: one prompt and one forward pass per question (for benchmarks).",
         ),
-        device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 … (default: cuda when available)."),
-        log_level: str = typer.Option("info", help="debug, info, warning or error."),
+        device: Device = None,
+        log_level: str | None = typer.Option(None, help="debug, info, warning or error (default info)."),
     ) -> None:
         """Serve a decision model: POST /v1/systemone (Jev format) and GET /health."""
-        import logging
-
-        if not is_loopback(host) and not api_key and not no_auth:
+        options: dict[str, Any] = {
+            "model": model,
+            "adapter": adapter,
+            "temperatures": temperatures,
+            "option_form": option_form,
+            "host": host,
+            "port": port,
+            "name": name,
+            "allowed_hosts": allowed_hosts or None,
+            "limits.max_questions": max_questions,
+            "limits.max_prompts": max_prompts,
+            "limits.max_state_chars": max_state_chars,
+            "limits.max_body_bytes": max_body_bytes,
+            **{f"limits.{key}": value for key, value in limit_values(limit).items()},
+            "batching.window_ms": batch_window_ms,
+            "batching.max_requests": max_batch_requests,
+            "batching.max_pending": max_pending,
+            "batching.slice_tokens": slice_tokens,
+            "request_timeout_s": request_timeout,
+            "device": device,
+            "log_level": log_level.lower() if log_level else None,
+        }
+        recipe = recipe_from_command_line(ServeRecipe, args, options)
+        if not is_loopback(recipe.host) and not api_key and not no_auth:
             fail(
-                f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
+                f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
         from mydecide.modeling import check_option_form, resolve_model_path
 
-        path, _ = resolve_model_path(model)  # a missing model fails here with one line, not in the server's startup
-        if adapter is not None and not (adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
-        check_option_form(path, adapter, option_form)  # so does a form the adapter was not trained with
+        # a missing model fails here with one line, not in the server's startup
+        path, _ = resolve_model_path(recipe.model)
+        adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
+        if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter_dir}: not a LoRA adapter directory (no adapter_config.json)")
+        check_option_form(path, adapter_dir, recipe.option_form)  # so does a form the adapter was not trained with
         temperature = None
-        if temperatures is not None:
+        if recipe.temperatures is not None:
             from mydecide.calibration.temperatures import load_temperatures
 
-            temperature = load_temperatures(temperatures)  # read now: a bad file fails before the model loads
-        limits = parse_limits(
-            limit,
-            max_questions=max_questions,
-            max_prompts=max_prompts,
-            max_state_chars=max_state_chars,
-            max_body_bytes=max_body_bytes,
+            temperature = load_temperatures(recipe.temperatures)  # read now: a bad file fails before the model loads
+        logging.basicConfig(
+            level=getattr(logging, recipe.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
-        options = (
-            BatchOptions.baseline()
-            if baseline
-            else BatchOptions(
-                window_ms=batch_window_ms,
-                max_requests=max_batch_requests,
-                max_pending=max_pending,
-                slice_tokens=slice_tokens,
-            )
-        )
-        level = getattr(logging, log_level.upper(), None)
-        if not isinstance(level, int):
-            raise ValueError(f"--log-level {log_level!r}: use debug, info, warning or error")
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
         from mydecide.modeling import load_model
-        from mydecide.serving.app import create_app
+        from mydecide.serving.app import create_app, public_name
 
         def loader():  # runs in the app's lifespan, after uvicorn has started
-            return load_model(model, adapter, device=device, option_form=option_form)
-
-        from mydecide.serving.app import public_name
+            return load_model(recipe.model, adapter_dir, device=recipe.device, option_form=recipe.option_form)
 
         server = create_app(
             loader,
             temperature=temperature,
-            limits=limits,
+            limits=recipe.limits,
             api_key=api_key,
-            batching=options,
-            model_name=name or public_name(model),
-            request_timeout_s=request_timeout,
-            allowed_hosts=allowed_hosts or default_allowed_hosts(host, api_key),
+            batching=BatchOptions.baseline() if baseline else recipe.batching,
+            model_name=recipe.name or public_name(recipe.model),
+            request_timeout_s=recipe.request_timeout_s,
+            allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
         )
         typer.echo(
-            f"mydecide serve: http://{host}:{port}/v1/systemone (model {model}"
-            f"{', adapter ' + str(adapter) if adapter else ''}; auth {'on' if api_key else 'off'}"
+            f"mydecide serve: http://{recipe.host}:{recipe.port}/v1/systemone (model {recipe.model}"
+            f"{', adapter ' + str(adapter_dir) if adapter_dir else ''}; auth {'on' if api_key else 'off'}"
             f"{'; baseline: no batching, no shared prefix' if baseline else ''})",
             err=True,
         )
         import uvicorn
 
-        uvicorn.Server(server_config(server, host, port, request_timeout_s=request_timeout, log_level=log_level)).run()
+        config = server_config(
+            server, recipe.host, recipe.port, request_timeout_s=recipe.request_timeout_s, log_level=recipe.log_level
+        )
+        uvicorn.Server(config).run()

@@ -32,7 +32,7 @@ import numpy as np
 from mydecide import metrics
 from mydecide.calibration.run import protected_split
 from mydecide.calibration.temperatures import load_temperatures
-from mydecide.config import dump_recipe
+from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.report import write_outputs
@@ -46,11 +46,10 @@ from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
 from mydecide.scoring.render import render_state
 
 if TYPE_CHECKING:
-    from mydecide.config import EvalRecipe
     from mydecide.modeling import LoadedModel
 
-DEFAULT_COSTS = {"right": 1.0, "wrong": -3.0, "escalate": -0.5}
-DEFAULT_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+DEFAULT_COSTS = Costs().model_dump()  # the recipe's defaults, defined once in config
+DEFAULT_THRESHOLDS = tuple(EvalRecipe().thresholds)
 
 
 def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> list[tuple[int, tuple[int, ...]]]:

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mydecide.config import BatchOptions
 from mydecide.records import parse_question
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
@@ -41,27 +42,6 @@ if TYPE_CHECKING:
     from mydecide.serving.wire import RenderedRequest
 
 log = logging.getLogger("mydecide.serve")
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    """How the worker scores requests. ``baseline()`` is the naive server the benchmark compares against."""
-
-    batching: bool = True  # collect concurrent requests into one forward pass
-    shared_prefix: bool = True  # questions on one state share the state's computation
-    packing: bool = True  # shared prefix as one padding-free row per state, where the model allows (packing.py)
-    window_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_requests: int = 16  # requests per micro-batch
-    max_prompts: int = 128  # prompts per micro-batch (a request may bring up to Limits.max_prompts)
-    forward_batch: int = 64  # prompts per forward pass inside a micro-batch (unpacked scoring)
-    max_batch_tokens: int = 8192  # padded tokens per forward pass (packed scoring)
-    max_pending: int = 256  # queued requests beyond which the server answers 503 (busy)
-    slice_tokens: int = 8192  # tokens scored in one go while other requests wait (a larger batch is sliced)
-
-    @classmethod
-    def baseline(cls) -> BatchOptions:
-        """No micro-batching and no shared prefix: each question is its own prompt and its own forward pass."""
-        return cls(batching=False, shared_prefix=False, packing=False, window_ms=0.0, max_requests=1, forward_batch=1)
 
 
 @dataclass
@@ -351,7 +331,7 @@ class Scorer:
     def _answer(self, job: _Job) -> None:
         assert job.rendered is not None
         try:
-            job.future.set_result(build_response(job.rendered, None, self.temperature, self.model_name))
+            job.future.set_result(build_response(job.rendered, self.temperature, self.model_name))
         except Exception as err:
             self._fail(job, err)
 
