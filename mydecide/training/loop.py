@@ -28,6 +28,7 @@ from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
 from mydecide.io import atomic_write_text, provenance, sha256_file
 from mydecide.records import Record, load_records
+from mydecide.training.objectives import loss_for
 
 STATE_FILE = "trainer_state.pt"
 
@@ -130,20 +131,6 @@ def build_module(lm: Any, label_ids: Any) -> Any:
             return forward_option_logits(self.lm, batch, label_ids)
 
     return DecisionModule()
-
-
-def objective_fn(recipe: TrainRecipe, progress: float) -> Any:
-    from functools import partial
-
-    from mydecide.config import CeThenProperObjective, RlcdObjective
-    from mydecide.training.objectives import OBJECTIVES
-
-    o = recipe.objective
-    if isinstance(o, CeThenProperObjective):
-        return OBJECTIVES["ce" if progress < o.ce_fraction else "proper"]
-    if isinstance(o, RlcdObjective):
-        return partial(OBJECTIVES["rlcd"], group_size=o.group_size, sigma_start=o.sigma_start, sigma_end=o.sigma_end)
-    return OBJECTIVES[o.kind]
 
 
 # ------------------------------------------------------------------------------------------------- dev metrics
@@ -623,7 +610,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
             sync = a == accum - 1
             with accelerator.no_sync(module) if not sync else _null():
                 logits = tb.logits(module(tb.batch))  # (B, K): per-option units gather their yes − no reads
-                loss = objective_fn(recipe, update / total_updates)(
+                loss = loss_for(recipe.objective, update / total_updates)(
                     logits, tb.targets, tb.mask, tb.is_score, progress=update / total_updates, generator=generator
                 )
                 accelerator.backward(loss / accum)
