@@ -19,12 +19,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mydecide.records import Question, parse_question
+from mydecide.io import atomic_write_json, provenance
+from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
+from mydecide.records import Question, parse_question, read_records
+from mydecide.scoring.engine import score_questions
+from mydecide.scoring.probabilities import to_probabilities
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from mydecide.modeling import LoadedModel
 
 SAVE_DTYPES = ("float32", "bfloat16", "float16", "auto")
 REPORT_FILE = "merge_report.json"
@@ -100,8 +102,6 @@ def sample_items(records_path: str | Path | None = None, limit: int = 16) -> lis
     """The (state, question) pairs the check scores: the built-in samples, or the first records of a file."""
     if records_path is None:
         return [(state, parse_question(q, f"sample{i}")) for i, (state, q) in enumerate(SAMPLE_QUESTIONS)]
-    from mydecide.records import read_records
-
     records, _ = read_records(records_path)
     if not records:
         raise MergeError(f"{records_path}: no valid records to check the merge with")
@@ -118,9 +118,6 @@ def max_probability_gap(reference: Sequence[np.ndarray], merged: Sequence[np.nda
 
 
 def option_probabilities(model: LoadedModel, items: Sequence[tuple[Any, Question]]) -> list[np.ndarray]:
-    from mydecide.scoring.engine import score_questions
-    from mydecide.scoring.probabilities import to_probabilities
-
     logits = score_questions(model, items)
     return [to_probabilities(q.type, z) for (_, q), z in zip(items, logits, strict=True)]
 
@@ -136,8 +133,6 @@ def base_model_of(adapter: str | Path) -> str:
 
 def stored_dtype(model: str) -> str:
     """The dtype a base model's weights are stored in (its config.json), float32 when it does not say."""
-    from mydecide.modeling import resolve_model_path
-
     path, kwargs = resolve_model_path(model)
     config = Path(path) / "config.json"
     if kwargs or not config.is_file():  # a GGUF file or a hub name
@@ -179,9 +174,6 @@ def merge_adapter(
     Returns the report; ``report.ok`` is False (and ``out`` is not written) when merged and unmerged option
     probabilities differ by more than ``tolerance`` on any sample question.
     """
-    from mydecide.io import atomic_write_json, provenance
-    from mydecide.modeling import RENDER_CONFIG_FILE, load_model, resolve_model_path
-
     adapter, out = Path(adapter), Path(out)
     if dtype not in SAVE_DTYPES:
         raise MergeError(f"dtype {dtype!r} is not one of {list(SAVE_DTYPES)}")

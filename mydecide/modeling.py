@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mydecide.io import atomic_write_text
 from mydecide.scoring.render import OPTION_FORMS, RenderConfig, Renderer
 
 if TYPE_CHECKING:
@@ -254,8 +255,6 @@ def load_model(
 
 
 def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
-    from mydecide.io import atomic_write_text
-
     atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
 
 

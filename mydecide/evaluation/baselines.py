@@ -16,7 +16,7 @@ import numpy as np
 
 from mydecide import metrics
 from mydecide.evaluation.rows import MetricRow, question_rows
-from mydecide.records import Record
+from mydecide.records import Record, read_records
 
 
 @dataclass
@@ -44,8 +44,6 @@ class LabelPrior:
     @classmethod
     def from_file(cls, path: str | Path) -> LabelPrior:
         """The label distribution of a training split file (rows that do not validate are skipped)."""
-        from mydecide.records import read_records
-
         return cls.from_records(read_records(path)[0], str(path))
 
     def knows(self, record: Record) -> bool:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide.records import Question
+from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count
 from mydecide.scoring.render import Prompt, render_state
 
@@ -59,8 +60,6 @@ def score_questions(
     final round and returns log P(o) for every option. ``orders`` optionally shows each question's options in
     another order (the per-option form sees none). ``progress`` is called with the number of prompts scored.
     """
-    from mydecide.scoring.forward import score_prompts
-
     plan = ScoringPlan(model.renderer, items, orders)
     while plan.pending:
         plan.read(
