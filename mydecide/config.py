@@ -169,14 +169,6 @@ def load_recipe(
         raise RecipeError(describe_errors(err, model, where, overrides, given)) from None
 
 
-def validate_recipe(model: type[R], data: dict[str, Any], where: str = "command line") -> R:
-    """Validate ``data`` (a recipe updated by command-line options) with the messages of :func:`load_recipe`."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        raise RecipeError(describe_errors(err, model, where)) from None
-
-
 # recipe model name → (what the recipe is, the command that takes it); filled in below the recipe models
 RECIPE_COMMANDS: dict[str, tuple[str, str]] = {}
 

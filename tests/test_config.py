@@ -16,8 +16,8 @@ from mydecide.config import (
     TrainRecipe,
     dump_recipe,
     load_recipe,
-    parse_overrides,
 )
+from mydecide.recipe_parsing import parse_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 
