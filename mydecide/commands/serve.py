@@ -82,11 +82,6 @@ def limit_values(items: list[str]) -> dict[str, int]:
     return values
 
 
-def parse_limits(overrides: list[str], **flags: int) -> Limits:
-    """``Limits`` from the dedicated flags (``max_questions=…``) and ``--limit NAME=VALUE`` overrides, which win."""
-    return Limits(**{**flags, **limit_values(overrides)})
-
-
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     @friendly_errors

@@ -250,19 +250,18 @@ def test_serve_takes_any_limit_as_name_value(tiny_llama_dir: Path) -> None:
     from typer.testing import CliRunner
 
     from mydecide.cli import app
-    from mydecide.commands.serve import parse_limits
+    from mydecide.commands.serve import limit_values
 
-    assert parse_limits([]) == Limits()
-    assert parse_limits(["max_input_tokens=500", "max-option-chars=20"], max_questions=3) == Limits(
-        max_input_tokens=500, max_option_chars=20, max_questions=3
-    )
+    assert limit_values([]) == {}
+    given = limit_values(["max_input_tokens=500", "max-option-chars=20"])
+    assert Limits(**given, max_questions=3) == Limits(max_input_tokens=500, max_option_chars=20, max_questions=3)
     for bad, message in [
         ("max_instruction_chars=9", "NAME one of max_questions"),
         ("max_questions=0", "≥ 1"),
         ("max_questions", "NAME=VALUE"),
     ]:
         with pytest.raises(ValueError, match=message):
-            parse_limits([bad])
+            limit_values([bad])
     result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--limit", "max_tokens=9"])
     assert result.exit_code == 2 and "--limit 'max_tokens=9'" in result.output
 
