@@ -17,6 +17,7 @@ from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.io import atomic_write_text
+from mydecide.jsonl import iter_jsonl
 from mydecide.records import Record
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -64,8 +65,11 @@ def data_table(splits: dict[str, Sequence[Record]]) -> str:
 
 def dev_table(metrics_file: Path) -> str:
     rows = []
-    if metrics_file.is_file():
-        rows = [r for r in map(json.loads, metrics_file.read_text(encoding="utf-8").splitlines()) if r["kind"] == "dev"]
+    for where, row, error in iter_jsonl(metrics_file) if metrics_file.is_file() else []:
+        if error is not None:
+            raise ValueError(f"{metrics_file.parent / where}: {error}")
+        if row["kind"] == "dev":
+            rows.append(row)
     if not rows:
         return "No dev evaluation yet."
 
