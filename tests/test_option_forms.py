@@ -356,7 +356,7 @@ def test_a_form_the_model_was_not_trained_with_and_an_unknown_form_are_one_line_
     request.write_text(json.dumps({"state": STATE, "questions": {"team": choice(CRITERIA).to_json()}}))
     for form, message in (
         ("letters", "trained to score choice options with option_form=per_option"),
-        ("per-option", "is not one of letters, per_option"),
+        ("per-option", "option_form: Input should be 'letters' or 'per_option'"),  # refused by the recipe's type
     ):
         result = CliRunner().invoke(app, ["predict", "--model", str(model_dir), "--option-form", form, str(request)])
         assert result.exit_code != 0 and message in result.output, result.output
