@@ -10,13 +10,10 @@ micro-batch; gradients are averaged by DDP).
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import json
 import math
 import re
-import shutil
 import sys
 import time
 from collections import Counter
@@ -28,9 +25,8 @@ from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
 from mydecide.io import atomic_write_text, provenance, sha256_file
 from mydecide.records import Record, load_records
+from mydecide.training.checkpoints import check_resumable
 from mydecide.training.objectives import loss_for
-
-STATE_FILE = "trainer_state.pt"
 
 
 def log(message: str) -> None:
@@ -205,142 +201,6 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     }
 
 
-# ------------------------------------------------------------------------------------------ checkpoints, resume
-
-CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
-# what --resume --allow-change KEY may change: how long to train and how often to look; nothing the saved weights,
-# optimiser or data order depend on
-SAFE_CHANGES = (
-    "optim.max_steps",
-    "optim.epochs",
-    "eval_every",
-    "save_every",
-    "keep_checkpoints",
-    "eval_batch_size",
-    "collapse_after",
-    "report_to",
-)
-
-
-def checkpoint_dirs(run: Path) -> list[Path]:
-    """The run's complete checkpoints, oldest first."""
-    folder = run / "checkpoints"
-    found = [p for p in folder.iterdir() if CHECKPOINT.fullmatch(p.name) and p.is_dir()] if folder.is_dir() else []
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A checkpoint's LoRA weights and trainer state, read as tensors and plain values only (``weights_only``: a
-    file that carries code is refused, never run)."""
-    import torch
-
-    lora = torch.load(path / "lora.pt", weights_only=True, map_location="cpu")
-    state = torch.load(path / STATE_FILE, weights_only=True, map_location="cpu")
-    missing = [
-        key
-        for key in ("update", "best", "optimizer", "scheduler", "torch_rng", "python_rng", "numpy_rng")
-        if key not in state
-    ]
-    if missing:
-        raise KeyError(f"no {', '.join(missing)} in {STATE_FILE}")
-    return lora, state
-
-
-def newest_checkpoint(run: Path) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
-    """The newest checkpoint that loads (its path, LoRA weights, trainer state); a damaged newer one is named and
-    skipped. None when the run has no checkpoint; an error when none of them loads."""
-    damaged = []
-    for path in reversed(checkpoint_dirs(run)):
-        try:
-            return (path, *load_checkpoint(path))
-        except Exception as err:  # any failure to read (truncated, not a checkpoint, code inside) means damaged
-            reason = " ".join(str(err).split())[:160] or type(err).__name__
-            log(f"checkpoint {path.name} is damaged or unreadable ({reason}); skipped")
-            damaged.append(path.name)
-    if damaged:
-        raise ValueError(
-            f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); "
-            "start a new run with another --out"
-        )
-    return None
-
-
-def numpy_rng_state() -> list[Any]:
-    """NumPy's global RNG state as plain values and a tensor, which ``weights_only`` loading accepts."""
-    import numpy as np
-    import torch
-
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return [kind, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)]
-
-
-def set_numpy_rng_state(saved: list[Any]) -> None:
-    import numpy as np
-
-    kind, keys, pos, has_gauss, cached = saved
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optim": {"lr": 1e-4}}`` → ``{"optim.lr": 1e-4}`` (lists stay whole)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        out.update(flat(value, name + ".") if isinstance(value, dict) and value else {name: value})
-    return out
-
-
-def recipe_changes(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str]) -> list[tuple[str, Any, Any]]:
-    """(key, saved, new) for each recipe value, and each data file, that differs from what the run in ``run``
-    trained with (its recipe.yaml); ``out`` and the ``data`` path are not compared, the data files' hashes are."""
-    import yaml
-    from pydantic import ValidationError
-
-    saved_file = run / "recipe.yaml"
-    if not saved_file.is_file():
-        return []
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
-    if not isinstance(saved, dict):
-        raise ValueError(f"{saved_file}: not a recipe; start a new run with another --out")
-    trained_on = (saved.pop("_provenance", None) or {}).get("data_sha256") or {}
-    with contextlib.suppress(ValidationError):  # keys added since the run was saved take their defaults
-        saved = TrainRecipe.model_validate(saved).model_dump(mode="json")
-    before, after = flat(saved), flat(recipe.model_dump(mode="json"))
-    absent = "(absent)"
-    changes = [
-        (key, before.get(key, absent), after.get(key, absent))
-        for key in [*before, *after]
-        if key not in ("out", "data") and before.get(key, absent) != after.get(key, absent)
-    ]
-    changes = list(dict.fromkeys(changes))
-    for name, digest in trained_on.items():
-        if data_sha256.get(name) != digest:
-            changes.append((f"data {name} (sha256)", str(digest)[:12], str(data_sha256.get(name, absent))[:12]))
-    return changes
-
-
-def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str], allow_change: Collection[str]) -> None:
-    """Refuse to resume with another recipe or other data than the run's, listing every difference; the keys in
-    ``allow_change`` (only ``SAFE_CHANGES``) may differ."""
-    unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
-    if unsafe:
-        raise ValueError(
-            f"--allow-change: {', '.join(unsafe)} cannot change on resume (only "
-            f"{', '.join(SAFE_CHANGES)} can); start a new run with another --out"
-        )
-    changes = [c for c in recipe_changes(run, recipe, data_sha256) if c[0] not in allow_change]
-    if not changes:
-        return
-    listed = "; ".join(f"{key}: {old} → {new}" for key, old, new in changes)
-    if all(key in SAFE_CHANGES for key, _, _ in changes):
-        hint = "to continue with it, pass " + " ".join(f"--allow-change {key}" for key, _, _ in changes)
-    else:
-        hint = (
-            f"start a new run with another --out (only {', '.join(SAFE_CHANGES)} may change, with --allow-change KEY)"
-        )
-    raise ValueError(f"--resume {run}: the recipe or data differs from the run's recipe.yaml: {listed}; {hint}")
-
-
 # ---------------------------------------------------------------------------------------------------- the loop
 
 
@@ -360,15 +220,14 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     elif allow_change:
         raise ValueError("--allow-change applies to --resume only")
 
-    import random
-
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from accelerate.utils import ProjectConfiguration, broadcast_object_list, set_seed
+    from peft import LoraConfig, get_peft_model
     from transformers import get_scheduler
 
     from mydecide.modeling import LoadedModel, load_model, peft_warnings_silenced, save_render_config
+    from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
     from mydecide.training.model_card import record_base_model, write_model_card
 
@@ -381,6 +240,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         cpu=not on_gpu,
         log_with=trackers or None,
         project_config=ProjectConfiguration(project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None,
+        # one scheduler step per update: total_updates already counts per process (Accelerate's default steps it
+        # once per process, which ran an N-process schedule N times too fast)
+        step_scheduler_with_optimizer=False,
     )
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
@@ -489,81 +351,34 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         return LoadedModel(accelerator.unwrap_model(module).lm, tokenizer, renderer, recipe.model)
 
     # ---- resume
+    checkpoints.save_lora_only(accelerator)
     update, best = 0, {"log_loss": math.inf, "update": None}
-    found = newest_checkpoint(run) if resume else None
+    found = checkpoints.resume_newest(accelerator, run, module) if resume else None
     if found is not None:
-        checkpoint, lora_state, state = found
-        set_peft_model_state_dict(accelerator.unwrap_model(module).lm, lora_state)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        set_numpy_rng_state(state["numpy_rng"])
-        update, best = state["update"], state["best"]
-        log(f"resumed from {checkpoint.name} at update {update}/{total_updates}")
-
-    def save_checkpoint() -> None:
-        if not is_main:
-            return
-        target = run / "checkpoints" / f"update-{update:06d}"
-        tmp = target.with_name(f".{target.name}.tmp")  # a half-written checkpoint never looks like one
-        for leftover in target.parent.glob(".update-*.tmp"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            torch.save(get_peft_model_state_dict(accelerator.unwrap_model(module).lm), tmp / "lora.pt")
-            torch.save(
-                {
-                    "update": update,
-                    "best": best,
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
-                    "numpy_rng": numpy_rng_state(),
-                },
-                tmp / STATE_FILE,
-            )
-        except RuntimeError as err:  # torch's word for a full disk or a file-size limit: "file write failed"
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise OSError(
-                errno.EIO,
-                f"could not write the checkpoint ({' '.join(str(err).split())[-120:]}); is the disk full?",
-                str(tmp),
-            ) from None
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        # newer ones are an earlier attempt's that resume skipped as damaged; of the rest keep the newest few
-        older = [p for p in checkpoint_dirs(run) if int(p.name.split("-")[1]) <= update]
-        for old in [p for p in checkpoint_dirs(run) if p not in older] + older[: -recipe.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
+        update, best = found[1]["update"], found[1]["best"]
+        log(f"resumed from {found[0].name} at update {update}/{total_updates}")
 
     def save_adapter(name: str) -> None:
-        if not is_main:
-            return
-        target, tmp = run / name, run / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        accelerator.unwrap_model(module).lm.save_pretrained(tmp)
-        save_render_config(tmp, recipe.prompt)
-        record_base_model(tmp, recipe.model)  # its portable name, not the path of a cache
-        write_model_card(
-            tmp,
-            recipe,
-            "best on dev" if name == "adapter" else "last",
-            update,
-            {"train": train_records, "dev": dev_records},
-            run / "metrics.jsonl",
-        )
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+        def beside_the_weights(folder: Path) -> None:
+            save_render_config(folder, recipe.prompt)
+            record_base_model(folder, recipe.model)  # its portable name, not the path of a cache
+            kind = "best on dev" if name == "adapter" else "last"
+            write_model_card(
+                folder, recipe, kind, update, {"train": train_records, "dev": dev_records}, run / "metrics.jsonl"
+            )
+
+        checkpoints.save_adapter(accelerator, module, run / name, beside_the_weights)
 
     def evaluate_dev(epoch: float) -> None:
+        """Dev metrics on the main process (on every process when the weights are sharded: each forward pass
+        gathers them), written by the main process; all processes then agree on the best update and save it."""
         nonlocal best
-        if is_main:
+        if is_main or checkpoints.is_sharded(accelerator):
             module.eval()
             started = time.perf_counter()
             metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
             module.train()
+        if is_main:
             row = {
                 "kind": "dev",
                 "update": update,
@@ -585,8 +400,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
                     log(f"WARNING: {warning}")
             if metrics["log_loss"] < best["log_loss"]:
                 best = {"log_loss": metrics["log_loss"], "accuracy": metrics["accuracy"], "update": update}
-                save_adapter("adapter")
-        accelerator.wait_for_everyone()
+        best = broadcast_object_list([best])[0]
+        if best["update"] == update:
+            save_adapter("adapter")
 
     # ---- train
     module.train()
@@ -650,11 +466,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
             evaluate_dev(schedule.epoch_float(update * accum))
         if update % recipe.save_every == 0 or update == total_updates:
-            save_checkpoint()
-            accelerator.wait_for_everyone()
+            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints)
 
     save_adapter("last")
-    if is_main and not (run / "adapter").exists():
+    if best["update"] is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
         save_adapter("adapter")
     if is_main:
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from test_loop import recipe_for, write_task
 
+from mydecide.training.checkpoints import CHECKPOINT
+
 ARGS = ("optim.max_steps=10", "save_every=4", "eval_every=100")
+PICKLED = "optimizer.bin"  # a file of a checkpoint that torch unpickles (accelerator.save_state writes it)
 _STRAIGHT: dict[str, Any] = {}
 
 
@@ -69,11 +72,11 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
     expected = straight_weights(tiny_llama_dir, data, tmp_path.parent)
     run = tmp_path / "killed"
     marker = tmp_path / "code-ran"
-    if fault == "killed while writing":  # the trainer state of update 8 never finishes
+    if fault == "killed while writing":  # the optimizer state of update 8 never finishes
         real_save = torch.save
 
         def save(obj: Any, path: Any, *args: Any, **kwargs: Any) -> None:
-            if isinstance(obj, dict) and obj.get("update") == 8:
+            if Path(path).name == PICKLED and Path(path).parent.name == ".update-000008.tmp":
                 Path(path).write_bytes(b"PK\x03\x04half")
                 raise KeyboardInterrupt("simulated kill during checkpoint writing")
             real_save(obj, path, *args, **kwargs)
@@ -87,13 +90,13 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
     checkpoints = run / "checkpoints"
     newest = checkpoints / "update-000008"
     if fault == "truncated":
-        state = newest / loop.STATE_FILE
+        state = newest / PICKLED
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     elif fault == "carries code":
-        torch.save({"update": 8, "x": RunsCode(marker)}, newest / loop.STATE_FILE)
+        torch.save({"update": 8, "x": RunsCode(marker)}, newest / PICKLED)
     elif fault == "legacy tmp name":  # what an older version left when killed while writing: it sorts last
         shutil.copytree(newest, checkpoints / "update-000009.tmp")
-        (checkpoints / "update-000009.tmp" / loop.STATE_FILE).write_bytes(b"PK\x03\x04half")
+        (checkpoints / "update-000009.tmp" / PICKLED).write_bytes(b"PK\x03\x04half")
         shutil.rmtree(newest)
     assert not marker.exists()
     capsys.readouterr()
@@ -108,7 +111,7 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6)
     names = sorted(p.name for p in checkpoints.iterdir() if not p.name.endswith(".tmp"))
-    assert names[-1] == "update-000010" and all(loop.CHECKPOINT.fullmatch(n) for n in names)
+    assert names[-1] == "update-000010" and all(CHECKPOINT.fullmatch(n) for n in names)
 
 
 def test_a_changed_recipe_or_data_is_refused_on_resume(
@@ -193,7 +196,7 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line(
     real_save = torch.save
 
     def full_disk(obj: Any, path: Any, *args: Any, **kwargs: Any) -> None:
-        if Path(path).name == "trainer_state.pt":  # what torch says when the disk is full or ulimit -f is hit
+        if Path(path).name == PICKLED:  # what torch says when the disk is full or ulimit -f is hit
             raise RuntimeError(
                 "[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing "
                 "file data/3: file write failed"
