@@ -237,3 +237,25 @@ out: {tmp_path / "out"}
     assert all(r["source"] == "datasets" for r in rejects), rejects
     manifest = json.loads((out / "manifest.json").read_text())
     assert json.dumps(manifest).count('"rejected": 2') >= 1
+
+
+def test_the_recipe_examples_of_the_docs_page_are_valid_sources() -> None:
+    import inspect
+    import re
+
+    import yaml
+
+    from mydecide.config import SourceSpec
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "datasets-source.md"
+    blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    specs = [SourceSpec.model_validate(s) for block in blocks for s in yaml.safe_load(block)["sources"]]
+    assert len(specs) == 3 and {s.kind for s in specs} == {"datasets"}
+    accepted = set(inspect.signature(ds_source.convert).parameters)
+    for spec in specs:
+        assert set(spec.options) <= accepted, spec.options
+        o = spec.options
+        mapping = ds_source.check_mapping(
+            "docs", o.get("fields"), o.get("type"), o.get("instructions"), o.get("criteria"), o.get("task"), "en"
+        )
+        assert mapping.columns["state"]
