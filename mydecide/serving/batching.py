@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide.config import BatchOptions
 from mydecide.records import parse_question
+from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
+from mydecide.serving.packing import packing_agrees, score_packed, supports_packing
 from mydecide.serving.wire import Limits, Request, RequestError, build_response, render_request
 
 if TYPE_CHECKING:
@@ -137,8 +139,6 @@ class Scorer:
         self._thread = None
 
     def _packing_works(self) -> bool:
-        from mydecide.serving.packing import packing_agrees, supports_packing
-
         if not supports_packing(self.model.lm):
             return False
         probe = [
@@ -171,9 +171,6 @@ class Scorer:
         return out  # type: ignore[return-value]
 
     def _score_now(self, prompts: list[Prompt]) -> list[np.ndarray]:
-        from mydecide.scoring.forward import score_prompts
-        from mydecide.serving.packing import score_packed
-
         if self.packed:
             return score_packed(self.model, prompts, max_batch_tokens=self.options.max_batch_tokens)
         return score_prompts(

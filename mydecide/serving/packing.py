@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mydecide.scoring.forward import decoder_of, output_head, read_option_logits, score_prompts
+from mydecide.scoring.probabilities import to_probabilities
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -108,8 +111,6 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
     import numpy as np
     import torch
 
-    from mydecide.scoring.forward import decoder_of, output_head, read_option_logits, score_prompts
-
     by_prefix: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompts):
         by_prefix.setdefault(p.prefix, []).append(i)
@@ -168,9 +169,6 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
 def packing_agrees(model: LoadedModel, prompts: Sequence[Prompt], tolerance: float = 1e-4) -> bool:
     """Whether packed scoring reproduces ``score_prompts`` on these prompts (softmax probabilities)."""
     import numpy as np
-
-    from mydecide.scoring.forward import score_prompts
-    from mydecide.scoring.probabilities import to_probabilities
 
     reference = score_prompts(model, prompts, shared_prefix=False)
     packed = score_packed(model, prompts)

@@ -21,8 +21,9 @@ from mydecide.records import (
     RecordError,
     parse_question,
 )
+from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
-from mydecide.scoring.probabilities import TemperatureLookup
+from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
 
 if TYPE_CHECKING:
     import numpy as np
@@ -340,8 +341,6 @@ def build_response(
     rendered: RenderedRequest, temperature: TemperatureLookup | None = None, model_name: str = ""
 ) -> dict[str, Any]:
     """The Jev response of one request whose plan has been scored (``score_plans``)."""
-    from mydecide.scoring.probabilities import to_probabilities
-
     request = rendered.request
     names, questions = list(request.questions), list(request.questions.values())
     per_question = rendered.plan.logits()
@@ -366,8 +365,6 @@ def answer_request(
     batch_size: int = 16,
 ) -> dict[str, Any]:
     """Score every question of one request (one shared state prefix) and build the Jev response."""
-    from mydecide.scoring.forward import score_prompts
-
     rendered = render_request(model, request, shared_prefix=shared_prefix)
     score_plans(
         [rendered.plan],
