@@ -236,6 +236,9 @@ class DecontaminationConfig(Strict):
     # a text shorter than ngram words, with at least this many, overlaps when it appears whole inside the
     # other (an eval item inside a training row, or a row inside an eval item); 0 turns this off
     whole_min_words: int = Field(8, ge=0, le=64)
+    # short eval items (3-12 words) copied with one word inserted, left out or misspelt, or a greeting / sign-off
+    # around them; and 5-7-word items inside a row unless the phrase is inside 4+ rows (docs/dedup.md)
+    short_edits: bool = True
 
 
 class SplitConfig(Strict):

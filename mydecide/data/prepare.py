@@ -280,6 +280,7 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         seed=near.seed,
         overlap_words=settings.ngram,
         whole_min_words=settings.whole_min_words,
+        short_edits=settings.short_edits,
         keep_slot_changes=near.keep_slot_changes,
     )
     with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
@@ -306,6 +307,7 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         eval_files=files,
         ngram=settings.ngram,
         whole_min_words=settings.whole_min_words,
+        short_edits=settings.short_edits,
         near_threshold=index.threshold,
         shingling=index.shingling.describe(),
     )

@@ -202,3 +202,24 @@ def test_a_rerun_writes_the_same_bytes(fixture: dict[str, Any], tmp_path: Path) 
     second = prepare(fixture["recipe"], tmp_path / "two")["outputs"]
     for name in ("train.jsonl", "dev.jsonl", "test.jsonl", "heldout_tasks.jsonl", "rejects.jsonl"):
         assert first[name]["sha256"] == second[name]["sha256"], name
+
+
+def test_a_short_eval_item_with_a_sign_off_is_decontaminated_unless_short_edits_is_off(tmp_path: Path) -> None:
+    item = "Strange and beautiful film."
+    rows = [make(i, state=sentence(i, 30)) for i in range(4)]
+    rows.append(make(50, state=f"{item}\n\nKind regards,\nPriya Shah"))  # line 5: the item with a sign-off
+    source = write_jsonl(tmp_path / "records.jsonl", rows)
+    evals = write_jsonl(tmp_path / "eval.jsonl", [{"id": "review", "state": item}])
+    base = {"sources": [{"kind": "jsonl", "path": str(source)}], "decontaminate_against": [str(evals)]}
+    for short_edits, out in ((True, tmp_path / "on"), (False, tmp_path / "off")):
+        recipe = DataRecipe.model_validate({**base, "decontamination": {"short_edits": short_edits}})
+        manifest = prepare(recipe, out)
+        step = next(s for s in manifest["steps"] if s["step"] == "decontaminate")
+        assert step["short_edits"] is short_edits
+        rejects = [r for r in read(out / "rejects.jsonl") if r["step"] == "decontaminate"]
+        if short_edits:
+            assert [(r["where"], r["matched"]["method"], r["matched"]["eval_id"]) for r in rejects] == [
+                ("records.jsonl:5", "edit", "review")
+            ]
+        else:
+            assert rejects == []
