@@ -5,7 +5,8 @@ accumulate micro-batches, clip, step → every ``eval_every`` updates and at eac
 check, keep the best adapter → every ``save_every`` updates: a resumable checkpoint → save the last adapter.
 
 The same code runs on one CPU, one GPU, or N processes under ``accelerate launch`` (each process takes every N-th
-micro-batch; gradients are averaged by DDP).
+micro-batch; gradients are averaged by DDP). Checkpoints, resume and adapter saving are in checkpoints.py, the dev
+metrics in dev.py.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
-from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
+from mydecide.evaluation.baselines import LabelPrior
 from mydecide.io import atomic_write_text, provenance, sha256_file
 from mydecide.records import Record, load_records
 from mydecide.training.checkpoints import check_resumable
+from mydecide.training.dev import dev_line, dev_metrics
 from mydecide.training.objectives import loss_for
 
 
@@ -127,78 +129,6 @@ def build_module(lm: Any, label_ids: Any) -> Any:
             return forward_option_logits(self.lm, batch, label_ids)
 
     return DecisionModule()
-
-
-# ------------------------------------------------------------------------------------------------- dev metrics
-
-
-def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: int, batch_size: int) -> dict[str, Any]:
-    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
-
-    A set question counts one yes/no row per label in the metrics; the collapse check looks at the other
-    questions only (letters: for more than 26 options, the letter an option has in its group).
-    """
-    import numpy as np
-
-    from mydecide.metrics import summarize
-    from mydecide.scoring.engine import score_questions
-    from mydecide.scoring.plan import shown_letter_index
-    from mydecide.scoring.probabilities import answer_rows, to_probabilities
-    from mydecide.training.batches import shown_order
-    from mydecide.training.diagnostics import collapse_report
-
-    single = [r for r in records if r.question.type != "set"]
-    sets = [r for r in records if r.question.type == "set"]
-    items = [(r.state, r.question) for r in single]
-    logits = score_questions(model, items + [(r.state, r.question) for r in sets], batch_size=batch_size)
-    set_logits = logits[len(single) :]
-    logits = logits[: len(single)]
-    # the collapse check's second pass: choice options in another order (yes / no and score are always in order)
-    orders = [shown_order(r, seed, 10_000, shuffle=True) for r in single]
-    reordered = [i for i, r in enumerate(single) if r.question.type == "choice"]
-    shuffled = list(logits)
-    if reordered:
-        again = score_questions(
-            model, [items[i] for i in reordered], orders=[orders[i] for i in reordered], batch_size=batch_size
-        )
-        for i, z in zip(reordered, again, strict=True):
-            shuffled[i] = z
-    rows = [
-        row
-        for r, z in zip(single + sets, logits + set_logits, strict=True)
-        for row in answer_rows(r.question.type, to_probabilities(r.question.type, z), r.target)
-    ]
-    probs, targets = [p for p, _ in rows], [y for _, y in rows]
-    summary = summarize(
-        probs, targets, [r.question.type == "score" for r in single] + [False] * (len(probs) - len(single))
-    )
-    predicted_pos, gold_pos, flips = [], [], []
-    for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
-        position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
-        predicted_pos.append(position_of[int(np.argmax(zs))])
-        gold_pos.append(position_of[r.gold_index])
-        if r.question.type == "choice":
-            flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
-    majority_acc = majority_accuracy(single, majority)
-    out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
-    if not single:
-        return {
-            **out,
-            "flip_rate": 0.0,
-            "majority_accuracy": majority_acc,
-            "top_letter": "-",
-            "top_letter_share": 0.0,
-            "warnings": [],
-        }
-    report = collapse_report(predicted_pos, gold_pos, flips, summary["accuracy"], majority_acc)
-    return {
-        **out,
-        "flip_rate": report.flip_rate,
-        "majority_accuracy": majority_acc,
-        "top_letter": report.top_letter,
-        "top_letter_share": report.top_letter_share,
-        "warnings": report.warnings,
-    }
 
 
 # ---------------------------------------------------------------------------------------------------- the loop
@@ -389,12 +319,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
             }
             write_metrics(run, row)
             accelerator.log(tracked("dev", {**row, "collapse_warnings": len(metrics["warnings"])}), step=update)
-            log(
-                f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
-                f"{metrics['majority_accuracy']:.3f}), log loss {metrics['log_loss']:.3f}, ECE {metrics['ece']:.3f}, "
-                f"flip rate {metrics['flip_rate']:.2f}, top letter {metrics['top_letter']} "
-                f"{metrics['top_letter_share']:.0%}"
-            )
+            log(dev_line(update, metrics))
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
