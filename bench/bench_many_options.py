@@ -2,7 +2,7 @@
 
 A Banking77-layout file (``text,category``) is converted twice by the ``banking77`` converter: with
 ``all_options=True`` (all 77 intents, scored as 3 groups of 26/26/25 plus a final round among the 3 group leaders,
-``mydecide.many_options``) and with ``num_distractors=9`` (the gold intent among 9 sampled others, one prompt of 10
+``mydecide.scoring.plan``) and with ``num_distractors=9`` (the gold intent among 9 sampled others, one prompt of 10
 options: the seed's setting). Both are scored by the same untuned model in the same process; the table gives
 accuracy, chance-corrected accuracy, log loss, and time per question (batched: the wall time of scoring all
 questions divided by their number; alone: the median latency of one question scored by itself). The 77-way
