@@ -45,6 +45,43 @@ def test_set_metrics_exact_values() -> None:
     assert block(rows)["macro_f1"] == got["macro_f1"]
 
 
+def test_answer_rows_is_the_one_set_expansion_for_metrics_fits_and_dev_metrics() -> None:
+    from scipy.special import expit, softmax
+
+    from mydecide.scoring.probabilities import answer_rows, to_probabilities
+
+    z = np.array([1.5, -0.3, 4.0])
+    y = [1.0, 0.0, 0.25]
+    probs = answer_rows("set", to_probabilities("set", z, 2.0), y)
+    assert [list(t) for _, t in probs] == [[1.0, 0.0], [0.0, 1.0], [0.25, 0.75]]
+    fits = answer_rows("set", z, y, logits=True)  # (d, 0): softmax((d, 0) / T) is the label's sigmoid
+    for (p, _), (d, _) in zip(probs, fits, strict=True):
+        assert list(p) == pytest.approx(list(softmax(d / 2.0)), abs=1e-12)
+        assert p[0] == pytest.approx(expit(d[0] / 2.0), abs=1e-12)
+    (row,) = answer_rows("choice", [0.2, 0.8], [0.0, 1.0])  # any other type: the question is one row
+    assert list(row[0]) == [0.2, 0.8] and list(row[1]) == [0.0, 1.0]
+    with pytest.raises(ValueError, match="2 values for 3 target entries"):
+        answer_rows("set", [0.1, 0.2], [1.0, 0.0, 1.0])
+
+
+def test_training_dev_metrics_majority_is_the_evaluation_majority() -> None:
+    from mydecide.evaluation.baselines import LabelPrior, majority_accuracy, majority_rows
+    from mydecide.evaluation.rows import metric_blocks
+
+    choice = {"type": "choice", "instructions": "Team?", "criteria": {"a": "", "b": "", "c": ""}}
+    train = [
+        parse_record({"task": "t", "state": f"s{i}", "question": choice, "answer": answer})[0]
+        for i, answer in enumerate("aab")
+    ]
+    dev = [
+        parse_record({"task": "t", "state": f"d{i}", "question": choice, "answer": answer})[0]
+        for i, answer in enumerate("abaa")
+    ] + [parse_record(row)[0] for row in set_rows(2, seed=3)]
+    prior = LabelPrior.from_records(train, "training split")
+    rows, _ = majority_rows(dev, prior)
+    assert majority_accuracy(dev, prior) == metric_blocks(rows, slices=False)["choice"]["accuracy"] == 0.75
+
+
 def test_training_units_of_a_set_are_one_yes_no_question_per_label(tiny_llama_dir: Path) -> None:
     from transformers import AutoTokenizer
 
