@@ -1,11 +1,14 @@
 """Decontamination: drop training rows whose state text overlaps an evaluation item.
 
-Four checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace
-collapsed), near match (shingle Jaccard ≥ a threshold with dedup's shingles, by default character 5-grams, so a
-short eval item copied with an edit is found; candidates from an LSH index, verified on the exact shingle sets,
-short look-alikes with another slot value kept), a shared word 13-gram (the n-gram overlap test of evaluation
+Checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace collapsed),
+near match (shingle Jaccard ≥ a threshold with dedup's shingles, by default character 5-grams, so a short eval
+item copied with an edit is found; candidates from an LSH index, verified on the exact shingle sets, short
+look-alikes with another slot value kept), a shared word 13-gram (the n-gram overlap test of evaluation
 harnesses), and, for texts shorter than 13 words, containment: a short eval item found whole inside a training
-row, or a short row found whole inside an eval item. Every match names the eval file and the eval item's id.
+row, or a short row found whole inside an eval item. With ``short_edits``, two more for the short items those
+miss: a 5-7-word item inside a row when the phrase is rare in the rows, and a row that is a 3-12-word item with
+one word inserted, left out or misspelt, or with a greeting or sign-off around it. Every match names the eval
+file and the eval item's id.
 """
 
 from __future__ import annotations
@@ -52,18 +55,18 @@ class EvalItem:
 
 @dataclass(frozen=True)
 class Contamination:
-    method: str  # "exact" | "near" | "ngram" | "contained"
+    method: str  # "exact" | "near" | "ngram" | "contained" | "edit"
     file: str
     item_id: str
     similarity: float | None = None  # near: estimated Jaccard
-    shared: str | None = None  # ngram / contained: the shared words (normalised)
+    shared: str | None = None  # ngram / contained: the shared words (normalised); edit: what changed
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "eval_file": self.file, "eval_id": self.item_id}
         if self.similarity is not None:
             out["similarity"] = round(self.similarity, 4)
         if self.shared is not None:
-            out["shared_ngram"] = self.shared
+            out["edit" if self.method == "edit" else "shared_ngram"] = self.shared
         return out
 
 
@@ -94,7 +97,7 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
 
 
 class EvalIndex:
-    """The eval items indexed for the four checks; :meth:`match` finds the first contamination per text."""
+    """The eval items indexed for the checks; :meth:`match` finds the first contamination per text."""
 
     def __init__(
         self,
@@ -171,7 +174,7 @@ class EvalIndex:
         tokenised: Words | None = None,
         sketches: Sequence[MinHash] | None = None,
     ) -> list[Contamination | None]:
-        """One entry per text: the first check it fails (exact, near, n-gram, contained), or None if clean.
+        """One entry per text: the first check it fails (exact, near, n-gram, contained, edit), or None if clean.
 
         ``tokenised`` (the texts' :class:`Words`) and ``sketches`` (their MinHash with this index's num_perm,
         shingling and seed) may be passed when the caller has them already.

@@ -221,5 +221,6 @@ def test_a_short_eval_item_with_a_sign_off_is_decontaminated_unless_short_edits_
             assert [(r["where"], r["matched"]["method"], r["matched"]["eval_id"]) for r in rejects] == [
                 ("records.jsonl:5", "edit", "review")
             ]
+            assert rejects[0]["matched"]["edit"] == "words around it"
         else:
             assert rejects == []
