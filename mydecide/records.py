@@ -1,7 +1,7 @@
 """The decision-record schema every stage shares, and its validation errors (documented in docs/records.md).
 
 A record is one state and one typed question with a gold answer or a soft target. Everything downstream
-(prompting, training, evaluation, serving) works on :class:`Record` / :class:`Question`, never on raw JSON.
+(scoring, training, evaluation, serving) works on :class:`Record` / :class:`Question`, never on raw JSON.
 Targets are always stored as a distribution over the question's options (``set`` questions: one P(label applies)
 per label), so hard and soft labels flow through the same code.
 """

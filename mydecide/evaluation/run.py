@@ -56,8 +56,8 @@ def permuted_orders(records: Sequence[Record], permutations: int, seed: int) -> 
     """(record index, shown order) pairs for the flip-rate pass: reversed + ``permutations`` random orders.
 
     Only choice questions: a client gives their options in some order, while yes / no questions (and set labels)
-    are always rendered "A. yes, B. no" and score levels in their order (prompting.py), so no request can reorder those.
-    Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
+    are always rendered "A. yes, B. no" and score levels in their order (scoring/render.py), so no request can
+    reorder those. Orders equal to the identity or to one already listed are skipped, so K = 2 gets one.
     """
     rng = np.random.default_rng(seed)
     pairs: list[tuple[int, tuple[int, ...]]] = []
@@ -115,7 +115,7 @@ def threshold_report(
 
 
 def _check_scorable(records: Sequence[Record]) -> None:
-    """Choices of 27–255 options are scored in groups + a final round (``many_options``); more are refused."""
+    """Choices of 27–255 options are scored in groups + a final round (``scoring.plan``); more are refused."""
     limits = {"choice": MAX_CHOICE_OPTIONS, "score": MAX_SCORE_LEVELS}
     for r in records:
         most = limits.get(r.question.type)
