@@ -23,6 +23,14 @@ ROWS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def own_datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrow copies of the test files go to the test's folder, not the user's datasets cache."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets-cache")
+
+
 def convert(path: Path | str, **options: Any) -> list[dict[str, Any]]:
     return list(ds_source.convert(str(path), **options))
 
@@ -33,16 +41,17 @@ def write_tables(folder: Path) -> dict[str, Path]:
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {k: folder / f"tickets.{k}" for k in ("csv", "jsonl", "parquet")}
+    paths = {k: folder / f"tickets.{k}" for k in ("csv", "jsonl", "json", "parquet")}
     paths["csv"].write_text(
         "body,team,ref\n" + "".join(f"{r['body']},{r['team']},{r['ref']}\n" for r in ROWS), encoding="utf-8"
     )
     paths["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    paths["json"].write_text(json.dumps(ROWS, indent=1), encoding="utf-8")
     pq.write_table(pa.Table.from_pylist(ROWS), paths["parquet"])
     return paths
 
 
-@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "json", "parquet"])
 def test_local_files_map_columns_to_records_and_name_the_column_and_row_of_a_bad_value(
     fmt: str, tmp_path: Path
 ) -> None:
