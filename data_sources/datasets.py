@@ -305,6 +305,8 @@ class RowReader:
             state: Any = {c: json_safe(row.get(c)) for c in state_column if row.get(c) not in (None, "")}
             if not state:
                 raise RowError(f"columns {state_column} are all empty")
+        elif isinstance(row.get(state_column), (list, dict)) and row.get(state_column):
+            state = json_safe(row[state_column])  # a list of strings or an object: records take those as they are
         else:
             state = _text(row.get(state_column), state_column)
         out: dict[str, Any] = {}

@@ -190,6 +190,10 @@ def test_per_row_questions_and_soft_targets_from_columns(tmp_path: Path) -> None
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     fields = {"state": "s", "type": "t", "instructions": "q", "criteria": "c", "target": "p"}
     got = convert(table, fields=fields, task="triage")
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps({"text": ["first line", "second line"], "label": "yes"}) + "\n", encoding="utf-8")
+    (as_list,) = convert(lines, type="noul", instructions="Two lines?")
+    assert as_list["state"] == ["first line", "second line"] and as_list["answer"] is True
     assert got[0]["question"] == {"type": "noul", "instructions": "Is it down?"} and got[0]["target"] == 0.8
     assert got[1]["question"]["criteria"] == ["low", "high"] and got[1]["target"] == pytest.approx({"0": 0.3, "1": 0.7})
     assert got[2]["_error"] == "column 'p': '{oops' is not JSON (a map, a list or a number) (row 2 of mixed.jsonl)"
