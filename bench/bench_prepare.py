@@ -241,6 +241,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prepare.json")
     args = parser.parse_args()
 
+    load_before = _load()
     records, planted = synthetic(args.records, 0.10)
     pair_jaccard = sorted(jaccard(records[d]["state"], records[o]["state"]) for d, o in list(planted.items())[:2000])
     with tempfile.TemporaryDirectory() as tmp:
@@ -309,7 +310,8 @@ def main() -> None:
         # recall and precision by edit kind and length are bench_dedup.py's; here short copies with one edit
         # per 100 words can share < 70% of their shingles, so recall is reported, not judged
         "targets": {"prepare_seconds": 120},
-        "machine": {"python": platform.python_version(), "cpus": _cpus()},
+        # the 1-minute load average at the start and the end: above the CPU count, other processes shared them
+        "machine": {"python": platform.python_version(), "cpus": _cpus(), "load_average": [load_before, _load()]},
     }
     # on a shared machine the wall clock also counts other processes' time: CPU seconds are what prepare costs
     result["meets_targets"] = min(result["prepare_seconds"], result["prepare_cpu_seconds"]) < 120
@@ -338,7 +340,14 @@ def main() -> None:
             f"{args.subset / dedup_s:>18.0f}{naive_s / dedup_s:>7.1f}x"
         )
     print("(near dedup = sketches + LSH index + queries + verification; all three use the same LSH bands)")
+    print(f"load average at start / end: {result['machine']['load_average']} on {result['machine']['cpus']} CPUs")
     print(f"targets met: {result['meets_targets']}  → {args.out}")
+
+
+def _load() -> float | None:
+    import os
+
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def _cpus() -> int | None:
