@@ -2,8 +2,8 @@
 
 Each record becomes one or more *units* (a set question: one yes/no unit per label). A choice unit is rendered with
 its options in an order drawn per (seed, epoch, record), and its target is permuted with the options so every target
-stays attached to its option. As prompting.py renders them everywhere, yes / no questions are always shown as "A. yes,
-B. no" and score levels in their order: no client can reorder those, so training does not either.
+stays attached to its option. As scoring/render.py renders them everywhere, yes / no questions are always shown as
+"A. yes, B. no" and score levels in their order: no client can reorder those, so training does not either.
 
 A choice with more than 26 options (one prompt shows at most 26, labels A–Z) is trained as its gold option among
 25 distractors sampled afresh every epoch (every option with target mass is kept, up to 26): over the epochs the
@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from mydecide.records import Record
 from mydecide.scoring.forward import Batch, collate
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
+from mydecide.training.shared_state import PackedBatch, pack
 
 if TYPE_CHECKING:
     import torch
@@ -46,11 +47,18 @@ class Unit:
     is_score: bool
     record_index: int
     yes_no: bool = False
+    state: int = 0  # how many leading prefix tokens are the state (template head + state); 0: the whole prefix
 
     @property
     def prompt(self) -> Prompt:
         """The first prompt (the only one in the letters form); every prompt of a unit has the same prefix."""
         return self.prompts[0]
+
+    @property
+    def state_ids(self) -> tuple[int, ...]:
+        """The state's tokens: the whole prefix, or its start where the prefix also holds the question (per option)."""
+        prefix = self.prompt.prefix
+        return prefix[: self.state] if self.state else prefix
 
     @property
     def k(self) -> int:
@@ -62,7 +70,7 @@ class TrainBatch:
     """``batch`` holds every prompt of the units (R rows); ``index`` (B, K) says where each unit's option logits
     are in the flattened (R·Kp prompt logits, then R yes − no values) view (:func:`question_logits`)."""
 
-    batch: Batch
+    batch: Batch | PackedBatch
     targets: torch.Tensor  # (B, K) target distributions in shown order
     is_score: torch.Tensor  # (B,)
     units: list[Unit]
@@ -174,14 +182,13 @@ def record_units(
         mass = sum(record.target[i] for i in shown)  # < 1 only when more than 26 options carry mass
         target = tuple(record.target[i] / mass for i in shown)
         if per_option:
-            return [Unit(tuple(renderer.render_per_option(record.state, q, shown)), target, False, index, True)]
+            prompts = tuple(renderer.render_per_option(record.state, q, shown))
+            return [Unit(prompts, target, False, index, True, len(renderer.encode_state(record.state)[0]))]
         return [Unit((renderer.render(record.state, sub_question(q, shown)),), target, False, index)]
     if per_option:
-        return [
-            Unit(
-                tuple(renderer.render_per_option(record.state, q)), tuple(record.target), q.type == "score", index, True
-            )
-        ]
+        prompts = tuple(renderer.render_per_option(record.state, q))
+        state = len(renderer.encode_state(record.state)[0])
+        return [Unit(prompts, tuple(record.target), q.type == "score", index, True, state)]
     prompt = renderer.render(record.state, q, order)
     return [Unit((prompt,), tuple(record.target[i] for i in order), q.type == "score", index)]
 
@@ -209,16 +216,17 @@ def epoch_units(
 def plan_batches(
     units: Sequence[Unit], batch_size: int, seed: int, epoch: int, length_buckets: bool = True
 ) -> list[list[Unit]]:
-    """Group units into batches of ``batch_size`` questions.
+    """Group units into batches of at most ``batch_size`` questions.
 
-    Units on one state stay adjacent (one prefix per state in a batch); with ``length_buckets`` the state groups are
+    The units on one state go into one batch (one prefix per state in a batch, and under DDP on one process; only a
+    state with more units than ``batch_size`` fills several batches); with ``length_buckets`` the state groups are
     sorted by length inside windows of ``BUCKET_BATCHES`` batches, and the batches are then shuffled, so batches are
     homogeneous in length but their order is random. Deterministic in (seed, epoch).
     """
     rng = _rng(seed, epoch, "batches")
     groups: dict[tuple[int, ...], list[Unit]] = {}
     for unit in units:
-        groups.setdefault(unit.prompt.prefix, []).append(unit)
+        groups.setdefault(unit.state_ids, []).append(unit)
     ordered = list(groups.values())
     rng.shuffle(ordered)
     if length_buckets:
@@ -237,8 +245,19 @@ def plan_batches(
             for w in flat_windows
             for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(p.suffix) for u in g for p in u.prompts))
         ]
-    flat = [u for g in ordered for u in g]
-    batches = [flat[i : i + batch_size] for i in range(0, len(flat), batch_size)]
+    # whole states per batch, so no state is computed twice or split across processes (a batch goes to one
+    # process); a state with more than ``batch_size`` units is cut into batches of its own units
+    batches: list[list[Unit]] = []
+    batch: list[Unit] = []
+    for group in ordered:
+        for start in range(0, len(group), batch_size):
+            part = group[start : start + batch_size]
+            if batch and len(batch) + len(part) > batch_size:
+                batches.append(batch)
+                batch = []
+            batch.extend(part)
+    if batch:
+        batches.append(batch)
     rng.shuffle(batches)
     return batches
 
@@ -271,12 +290,26 @@ class OrderSchedule:
         return epoch + j / self.per_epoch[phase]
 
 
-def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool) -> TrainBatch:
-    """Collate the units' prompts into one forward pass; per-option units get an index into its logits."""
+def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing: str | None = None) -> TrainBatch:
+    """Collate the units' prompts into one forward pass; per-option units get an index into its logits.
+
+    ``shared_prefix`` with ``packing`` (``shared_state.packing_mode`` of the model: "attention" or "hybrid"): one
+    packed row per state, a single forward call that gradient checkpointing can recompute; ``shared_prefix`` alone:
+    the prefix once through a KV cache (:func:`mydecide.scoring.forward.last_hidden`); neither: one prompt per row.
+    """
     import torch
 
     prompts = [p for u in units for p in u.prompts]
-    batch = collate(prompts, pad_id, shared_prefix)
+    batch: Batch | PackedBatch
+    if shared_prefix and packing is not None:  # one row per state: a per-option prompt's question joins its suffix
+        at_state = [
+            replace(p, prefix=p.prefix[: u.state], suffix=p.prefix[u.state :] + p.suffix) if u.state else p
+            for u in units
+            for p in u.prompts
+        ]
+        batch = pack(at_state, pad_id, segments=packing == "hybrid")
+    else:
+        batch = collate(prompts, pad_id, shared_prefix)
     k = max(u.k for u in units)
     targets = torch.zeros(len(units), k)
     for i, unit in enumerate(units):

@@ -160,6 +160,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
     from mydecide.training.model_card import record_base_model, write_model_card
+    from mydecide.training.shared_state import packing_mode
 
     # ---- set up
     run = Path(recipe.out)
@@ -222,14 +223,17 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)
-    # Sharing a state's prefix needs the KV cache inside the autograd graph: not with gradient checkpointing (which
-    # drops the cache) and not with recurrent layers (Gated DeltaNet updates its cached state in place).
+    # A state's questions share it through the KV cache, which gradient checkpointing drops and Gated DeltaNet layers
+    # update in place; there they share it in one packed forward call that checkpointing recomputes (shared_state.py)
     recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
-    shared_prefix = recipe.shared_prefix and not recipe.gradient_checkpointing and not recurrent
+    cache_fails = recipe.gradient_checkpointing or recurrent
+    packing = packing_mode(lm) if recipe.shared_prefix and cache_fails else None
+    shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
     if recipe.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
+    log(f"state sharing: {f'packed ({packing})' if packing else 'KV cache' if shared_prefix else 'none'}")
     module = build_module(lm, renderer.label_ids)
 
     # ---- schedule
@@ -346,7 +350,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
                     log(f"update {update}: options shuffled from now on (shuffle_start {recipe.shuffle_start})")
                 batches = first_plans.pop((phase, epoch), []) or plan(epoch, phase)
                 cached = (phase, epoch)
-            tb = make_batch(batches[j * world + rank], tokenizer.pad_token_id, shared_prefix).to(accelerator.device)
+            micro_units = batches[j * world + rank]
+            tb = make_batch(micro_units, tokenizer.pad_token_id, shared_prefix, packing).to(accelerator.device)
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
             with accelerator.no_sync(module) if not sync else _null():

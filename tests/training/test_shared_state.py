@@ -1,0 +1,218 @@
+"""Packed shared-state batches: a state read once per batch gives the loss and LoRA gradients of scoring each
+question alone, with gradient checkpointing on and off, on a Llama and on a Qwen3.5 hybrid (Gated DeltaNet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mydecide.modeling import load_model
+from mydecide.records import parse_record
+from mydecide.scoring.render import RenderConfig
+from mydecide.training.batches import epoch_units, make_batch, plan_batches
+from mydecide.training.objectives import proper_loss
+from mydecide.training.shared_state import CHUNK, CONV_HISTORY, PackedBatch, pack, packing_mode
+
+QUESTIONS = [
+    {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "b", "engineering": "e", "support": "s"}},
+    {"type": "noul", "instructions": "Is it down?"},
+    {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
+    {"type": "set", "instructions": "Which apply?", "criteria": {"refund": "", "outage": ""}},
+]
+ANSWERS = ["billing", True, 1, ["refund"]]
+# states of 1, ~40 and ~150 tokens: the Gated DeltaNet layers' 64-token chunks fall inside prefixes and questions
+STATES = ["x", "The checkout page returns an error " * 3, "invoice charged twice, refund asked " * 12]
+
+
+def records() -> list:
+    out = []
+    for i, state in enumerate(STATES):
+        for j, (question, answer) in enumerate(zip(QUESTIONS, ANSWERS, strict=True)):
+            out += parse_record(
+                {"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": question, "answer": answer}
+            )
+    return out
+
+
+def lora_module(model_dir: Path, render: RenderConfig | None = None):
+    from peft import LoraConfig, get_peft_model
+
+    from mydecide.training.loop import build_module, lora_targets
+
+    torch.manual_seed(0)
+    base = load_model(str(model_dir), render=render, device="cpu")
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=lora_targets(base.lm, "all-linear"), init_lora_weights=False)
+    lm = get_peft_model(base.lm, config)  # random A and B: every LoRA weight gets a gradient
+    module = build_module(lm, base.renderer.label_ids)
+    module.train()
+    return base, lm, module
+
+
+def loss_and_grads(lm, module, units, pad_id: int, packing: str | None, checkpointing: bool):
+    """Packed (``packing``) or one forward per unit, each prompt alone in its row; the loop's objective."""
+    if checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_disable()
+    module.zero_grad()
+    whole = make_batch(units, pad_id, shared_prefix=packing is not None, packing=packing)
+    if packing is not None:
+        assert isinstance(whole.batch, PackedBatch)
+        assert whole.batch.input_ids.shape[0] == len({u.state_ids for u in units})  # each state once, per option too
+        logits = whole.logits(module(whole.batch))
+    else:
+        rows = []
+        for unit in units:
+            alone = make_batch([unit], pad_id, shared_prefix=False)
+            assert alone.batch.input_ids is not None and alone.batch.input_ids.shape[0] == len(unit.prompts)
+            rows.append(alone.logits(module(alone.batch)))
+        width = max(r.shape[1] for r in rows)
+        logits = torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1]), value=float("-inf")) for r in rows])
+    loss = proper_loss(logits, whole.targets, whole.mask, whole.is_score, progress=0.0)
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in lm.parameters() if p.requires_grad])
+    return loss.detach(), grads
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("form", ["letters", "per_option"])
+def test_packed_batches_equal_each_question_scored_alone(tiny_model_dir: Path, form: str) -> None:
+    base, lm, module = lora_module(tiny_model_dir, RenderConfig(option_form=form))
+    mode = packing_mode(lm)
+    assert mode == ("hybrid" if "qwen3_5" in tiny_model_dir.name else "attention")
+    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=True)
+    pad_id = base.tokenizer.pad_token_id
+    loss, grads = loss_and_grads(lm, module, units, pad_id, None, checkpointing=False)
+    assert grads.count_nonzero() == grads.numel()
+    for checkpointing in (False, True):
+        packed_loss, packed_grads = loss_and_grads(lm, module, units, pad_id, mode, checkpointing)
+        assert relative(packed_loss, loss) <= 1e-5, (checkpointing, packed_loss, loss)
+        assert relative(packed_grads, grads) <= 1e-5, (checkpointing, relative(packed_grads, grads))
+
+
+def test_checkpointing_recomputes_the_packed_forward(tiny_model_dir: Path) -> None:
+    """The packed batch is one forward call, so non-reentrant checkpointing runs every layer again in backward."""
+    base, lm, module = lora_module(tiny_model_dir)
+    units = epoch_units(base.renderer, records()[:8], seed=0, epoch=0, shuffle_options=False)
+    mlp = lm.get_base_model().get_decoder().layers[0].mlp
+    calls = []
+    original = mlp.forward
+    mlp.forward = lambda x: (calls.append(x.shape), original(x))[1]  # forward hooks do not fire on recomputation
+    try:
+        for checkpointing, expected in ((False, 1), (True, 2)):
+            calls.clear()
+            loss_and_grads(lm, module, units, base.tokenizer.pad_token_id, packing_mode(lm), checkpointing)
+            assert len(calls) == expected  # with checkpointing: the forward, then its recomputation in backward
+    finally:
+        del mlp.forward
+
+
+def test_pack_lays_out_each_state_once_and_questions_apart(tiny_llama_dir: Path) -> None:
+    base = load_model(
+        str(tiny_llama_dir), render=RenderConfig(option_form="letters", score_form="letters"), device="cpu"
+    )
+    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=False)
+    prompts = [p for u in units for p in u.prompts]
+    batch = pack(prompts, base.tokenizer.pad_token_id, segments=True)
+    assert batch.input_ids.shape[0] == len(STATES)  # one row per state
+    assert batch.n_tokens == sum(map(len, {p.prefix for p in prompts})) + sum(len(p.suffix) for p in prompts)
+    for i, p in enumerate(prompts):
+        r, c = int(batch.rows[i]), int(batch.cols[i])
+        start = c - len(p.suffix) + 1
+        assert batch.input_ids[r, start : c + 1].tolist() == list(p.suffix)
+        assert batch.position_ids[r, start : c + 1].tolist() == list(range(len(p.prefix), len(p)))
+        seen = batch.allowed[r, 0, c].nonzero().flatten().tolist()  # the answer slot sees its prefix and suffix only
+        assert batch.input_ids[r, seen].tolist() == list(p.prefix) + list(p.suffix)
+        segments = batch.segments
+        assert segments is not None
+        flat = batch.input_ids.flatten()
+        head = len(p.prefix) // CHUNK * CHUNK  # the Gated DeltaNet layers run the whole chunks once per state
+        head_index = segments.head[int(segments.group[i])]
+        assert flat[head_index[head_index >= 0]].tolist() == list(p.prefix[:head])
+        row = segments.rows[i]
+        history = row[:CONV_HISTORY]
+        assert flat[history[history >= 0]].tolist() == list(p.prefix[max(0, head - CONV_HISTORY) : head])
+        own = row[CONV_HISTORY:]
+        assert flat[own[own >= 0]].tolist() == list(p.prefix[head:]) + list(p.suffix)
+    real = (batch.input_ids != base.tokenizer.pad_token_id).flatten()
+    slots = batch.segments.scatter[real]
+    assert len(set(slots.tolist())) == int(real.sum())  # every real position has its own output
+    assert (batch.segments.scatter[~real] == batch.segments.scatter.max()).all()  # padding reads the zero row
+
+
+def test_packing_mode_refuses_what_a_block_mask_cannot_drive(tiny_llama_dir: Path) -> None:
+    base = load_model(str(tiny_llama_dir), device="cpu")
+    assert packing_mode(base.lm) == "attention"
+    base.lm.config._attn_implementation = "flash_attention_2"
+    assert packing_mode(base.lm) is None
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_the_planner_keeps_a_states_questions_in_one_batch_on_one_process(tiny_llama_dir: Path, world: int) -> None:
+    base = load_model(str(tiny_llama_dir), device="cpu")  # per option: a choice's prefix holds its question too
+    many = []  # 10 states of 3 questions, batches of 4: filling batches in order would split most states
+    for i in range(10):
+        for j in range(3):
+            question, answer = QUESTIONS[j], ANSWERS[j]
+            many += parse_record(
+                {
+                    "id": f"{i}-{j}",
+                    "task": "t",
+                    "state": f"ticket {i} " + "word " * i,
+                    "question": question,
+                    "answer": answer,
+                }
+            )
+    units = epoch_units(base.renderer, many, seed=0, epoch=0, shuffle_options=True)
+    batches = plan_batches(units, batch_size=4, seed=0, epoch=0)
+    assert sorted(id(u) for b in batches for u in b) == sorted(id(u) for u in units)
+    assert all(len(b) <= 4 for b in batches)
+    process: dict[tuple[int, ...], set[tuple[int, int]]] = {}
+    for j, batch in enumerate(batches):  # the loop gives batch j to process j % world
+        for unit in batch:
+            process.setdefault(unit.state_ids, set()).add((j, j % world))
+    assert len(process) == 10
+    assert all(len(where) == 1 for where in process.values())  # one batch, so one process, per state
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_training_a_hybrid_shares_states_with_and_without_checkpointing(
+    tiny_qwen_dir: Path, tmp_path: Path, checkpointing: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The loop packs states on Qwen3.5 (it used to score every question alone there) and the LoRA weights learn."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.training.loop import train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [
+        {"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": QUESTIONS[j], "answer": ANSWERS[j]}
+        for i, state in enumerate(STATES)
+        for j in range(3)
+    ]
+    for name in ("train", "dev"):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    recipe = load_recipe(
+        Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml",
+        [
+            f"model={tiny_qwen_dir}",
+            f"data={data}",
+            f"out={tmp_path / 'run'}",
+            "optim.max_steps=2",
+            f"gradient_checkpointing={str(checkpointing).lower()}",
+        ],
+        model=TrainRecipe,
+    )
+    run = train(recipe)
+    assert "state sharing: packed (hybrid)" in capsys.readouterr().err
+    lora_b = [v for k, v in load_file(run / "last" / "adapter_model.safetensors").items() if "lora_B" in k]
+    assert max(float(v.abs().max()) for v in lora_b) > 0  # B starts at zero: any non-zero value was learned
