@@ -1,6 +1,6 @@
 """Shared-state batches as one ordinary forward pass: every state is read once, under gradient checkpointing too.
 
-The cache route (``prompting.last_hidden``: run the prefixes with a KV cache, copy it to the questions, continue)
+The cache route (``scoring.forward.last_hidden``: run the prefixes with a KV cache, copy it to the questions, continue)
 needs the cache inside the autograd graph across two forward calls. Gradient checkpointing drops the cache (a
 checkpointed layer runs with ``past_key_values=None``) and Gated DeltaNet layers write their cached state in place,
 so that route cannot train with either. A *packed* batch is one forward call that is a pure function of its inputs,
