@@ -4,6 +4,7 @@ not duplicates however similar their shingles, and a misspelt word is not anothe
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from functools import lru_cache
 
 from mydecide.data.shingles import TOKEN
@@ -63,8 +64,6 @@ def different_slots(a: str, b: str) -> bool:
     fa, fb = [w.casefold() for w, _ in wa], [w.casefold() for w, _ in wb]
     if fa == fb:  # the same words: case, punctuation or spacing changed
         return False
-    from difflib import SequenceMatcher
-
     for op, i1, i2, j1, j2 in SequenceMatcher(None, fa, fb, autojunk=False).get_opcodes():
         if op == "equal":
             continue
