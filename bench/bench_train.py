@@ -1,11 +1,22 @@
-"""Training throughput: length-bucketed + shared-state batches vs plain one-prompt-per-question batches.
+"""Training throughput: shared-state batches vs one prompt per question, gradient checkpointing off and on.
 
 The same records (states of mixed length, 3 questions each) and the same model (smollm2-135m with a LoRA adapter)
-are trained on for one pass in both modes, in one process, alternating mode by mode so that load from other
-processes hits both alike. Reports questions/s of forward + backward + optimiser step, the ratio, and the fraction
-of processed tokens that are padding.
+are trained on for one pass per mode, in one process, the modes alternating so that load from other processes
+hits all alike (the best of ``--rounds`` passes is kept). Modes:
 
-    .venv/bin/python bench/bench_train.py [--states 12] [--batch 6] [--model smollm2-135m]
+* ``per_question``: questions in random order, each prompt a whole row (left-padded); how a trainer without
+  state sharing works. With checkpointing on (``per_question_ckpt``) this is our own model of the seed article's
+  loop (per question, checkpointing on; its script is not part of this repository and is not run here).
+* ``shared``: :func:`plan_batches` (a state's questions in one batch, length buckets) and the packed shared-state
+  batch (training/shared_state.py): every state computed once per batch, one forward call.
+* ``cache`` (checkpointing off only): the same batches through the KV-cache route (``scoring.forward.last_hidden``),
+  which checkpointing cannot recompute.
+
+Reports questions/s of forward + backward + optimiser step, the ratios measured in this run, and tokens computed
+per question against the unique tokens (each state once plus each question's own tokens: the floor).
+
+    .venv/bin/python bench/bench_train.py [--states 12] [--batch 6] [--model smollm2-135m] [--form per_option]
+        [--rounds 2]
 
 Writes bench/results/train.json.
 """
@@ -14,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -58,15 +70,24 @@ def make_records(n_states: int, seed: int = 0) -> list:
     return records
 
 
-def run_pass(module, optimizer, batches, pad_id: int, shared: bool, objective) -> tuple[float, int, int, int]:
+def unique_tokens(units: list, records: list, renderer) -> int:
+    """The floor: each state once, each question's own text once (a per-option prefix holds the state and the
+    question), each prompt's suffix once."""
+    states = {renderer.encode_state(records[u.record_index].state)[0] for u in units}
+    prefixes = {p.prefix for u in units for p in u.prompts}
+    own = sum(len(p) - max(len(s) for s in states if p[: len(s)] == s) for p in prefixes)
+    return sum(map(len, states)) + own + sum(len(p.suffix) for u in units for p in u.prompts)
+
+
+def run_pass(module, optimizer, batches, pad_id: int, shared: bool, packing, loss_fn) -> tuple[float, int, int, int]:
     from mydecide.training.batches import make_batch
 
     started = time.perf_counter()
     questions = tokens = padded = 0
     for units in batches:
-        tb = make_batch(units, pad_id, shared)
+        tb = make_batch(units, pad_id, shared, packing)
         logits = tb.logits(module(tb.batch))  # as the training loop reads them: per-option units gather yes − no
-        loss = objective(logits, tb.targets, tb.mask, tb.is_score, progress=0.0)
+        loss = loss_fn(logits, tb.targets, tb.mask, tb.is_score, progress=0.0)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -81,19 +102,24 @@ def main() -> None:
     parser.add_argument("--states", type=int, default=12)
     parser.add_argument("--batch", type=int, default=6)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--form", choices=["per_option", "letters"], default="per_option", help="choice questions")
+    parser.add_argument("--rounds", type=int, default=2, help="passes per mode, alternating; the best is kept")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train.json")
     args = parser.parse_args()
 
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from mydecide.io import atomic_write_text
     from mydecide.modeling import load_model
+    from mydecide.scoring.render import RenderConfig
     from mydecide.training.batches import epoch_units, plan_batches
     from mydecide.training.loop import build_module, lora_targets
     from mydecide.training.objectives import proper_loss
+    from mydecide.training.shared_state import packing_mode
 
     torch.manual_seed(0)
-    base = load_model(args.model)
+    base = load_model(args.model, render=RenderConfig(option_form=args.form))
     lm = get_peft_model(base.lm, LoraConfig(r=16, lora_alpha=32, target_modules=lora_targets(base.lm, "all-linear")))
     module = build_module(lm, base.renderer.label_ids)
     module.train()
@@ -101,52 +127,88 @@ def main() -> None:
     records = make_records(args.states)
     units = epoch_units(base.renderer, records, seed=0, epoch=0, shuffle_options=True)
     pad_id = base.tokenizer.pad_token_id
+    packing = packing_mode(lm)
+    if packing is None:
+        raise SystemExit(f"{args.model}: its layers cannot take a packed batch (attention kernel or layer kinds)")
+    floor = unique_tokens(units, records, base.renderer)
 
-    # baseline: questions in random order, each a whole prompt; fast: state groups kept together, length-bucketed
     shuffled = list(units)
     random.Random(1).shuffle(shuffled)
-    modes = {
-        "plain": ([shuffled[i : i + args.batch] for i in range(0, len(shuffled), args.batch)], False),
-        "bucketed_shared": (plan_batches(units, args.batch, seed=0, epoch=0, length_buckets=True), True),
+    per_question = [shuffled[i : i + args.batch] for i in range(0, len(shuffled), args.batch)]
+    planned = plan_batches(units, args.batch, seed=0, epoch=0, length_buckets=True)
+    modes = {  # name → (batches, shared, packing, checkpointing)
+        "per_question": (per_question, False, None, False),
+        "cache": (planned, True, None, False),
+        "shared": (planned, True, packing, False),
+        "per_question_ckpt": (per_question, False, None, True),
+        "shared_ckpt": (planned, True, packing, True),
     }
-    for batches, shared in modes.values():  # warm-up: every batch shape once in each mode (allocator, kernels)
-        run_pass(module, optimizer, batches, pad_id, shared, proper_loss)
+
+    def checkpointing(on: bool) -> None:
+        if on:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_disable()
+
+    for batches, shared, packed, ckpt in modes.values():  # warm-up: one batch of each mode
+        checkpointing(ckpt)
+        run_pass(module, optimizer, batches[:1], pad_id, shared, packed, proper_loss)
     results: dict[str, dict[str, float]] = {}
-    for name in ["plain", "bucketed_shared", "plain", "bucketed_shared"]:  # alternate, keep the better of two
-        batches, shared = modes[name]
-        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, proper_loss)
+    for name in [name for _ in range(args.rounds) for name in modes]:  # alternate, keep the best
+        batches, shared, packed, ckpt = modes[name]
+        checkpointing(ckpt)
+        seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, packed, proper_loss)
         row = {
+            "checkpointing": ckpt,
             "seconds": seconds,
             "questions": questions,
             "questions_per_s": questions / seconds,
             "tokens_processed": padded,
             "real_tokens": tokens,
             "padding_fraction": 1 - tokens / padded,
+            "tokens_per_question": padded / questions,
+            "tokens_over_unique": padded / floor,
+            "real_tokens_over_unique": tokens / floor,
         }
         if name not in results or row["questions_per_s"] > results[name]["questions_per_s"]:
             results[name] = row
-        print(
-            f"  {name:16s} {questions / seconds:6.2f} questions/s  padding {1 - tokens / padded:5.1%}", file=sys.stderr
-        )
-    ratio = results["bucketed_shared"]["questions_per_s"] / results["plain"]["questions_per_s"]
+        print(f"  {name:18s} {questions / seconds:6.2f} questions/s  {padded / floor:5.2f}x unique", file=sys.stderr)
+
+    def ratio(fast: str, slow: str) -> float:
+        return results[fast]["questions_per_s"] / results[slow]["questions_per_s"]
+
     summary = {
         "benchmark": "train",
         "model": args.model,
+        "option_form": args.form,
+        "packing": packing,
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "states": args.states,
         "questions_per_state": 3,
+        "rounds": args.rounds,
         "batch_size": args.batch,
-        **{f"{k}": v for k, v in results.items()},
-        "speedup": ratio,
-        "target_speedup": 1.5,
+        "unique_tokens": floor,
+        "unique_tokens_per_question": floor / len(units),
+        **results,
+        "speedup": ratio("shared_ckpt", "per_question_ckpt"),  # the headline: checkpointing on, as the seed runs
+        "speedup_no_ckpt": ratio("shared", "per_question"),
+        "packed_vs_cache_no_ckpt": ratio("shared", "cache"),
+        "checkpointing_cost_shared": results["shared"]["questions_per_s"] / results["shared_ckpt"]["questions_per_s"],
+        "target_tokens_over_unique": 1.2,
     }
-    print(f"{'mode':18s} {'questions/s':>12s} {'padding':>8s} {'tokens':>8s}")
+    print(f"{'mode':18s} {'ckpt':>5s} {'questions/s':>12s} {'padding':>8s} {'tokens/q':>9s} {'x unique':>9s}")
     for name, row in results.items():
         print(
-            f"{name:18s} {row['questions_per_s']:12.2f} {row['padding_fraction']:8.1%} {row['tokens_processed']:8.0f}"
+            f"{name:18s} {'on' if row['checkpointing'] else 'off':>5s} {row['questions_per_s']:12.2f} "
+            f"{row['padding_fraction']:8.1%} {row['tokens_per_question']:9.1f} {row['tokens_over_unique']:9.2f}"
         )
-    print(f"speed-up bucketed+shared / plain: {ratio:.2f}x (target ≥ 1.5x)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"unique tokens per question (floor): {floor / len(units):.1f}")
+    print(f"speed-up shared / per question, checkpointing on:  {summary['speedup']:.2f}x")
+    print(f"speed-up shared / per question, checkpointing off: {summary['speedup_no_ckpt']:.2f}x")
+    print(f"packed / KV-cache route, checkpointing off:         {summary['packed_vs_cache_no_ckpt']:.2f}x")
+    atomic_write_text(args.out, json.dumps(summary, indent=2) + "\n")
 
 
 if __name__ == "__main__":
