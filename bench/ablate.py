@@ -43,7 +43,14 @@ def run_one(recipe_path: Path, data: Path, out: Path, overrides: list[str]) -> d
     started = time.perf_counter()
     train(recipe)
     seconds = time.perf_counter() - started
-    dev = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
+    from mydecide.jsonl import iter_jsonl
+
+    rows = []
+    for where, row, error in iter_jsonl(out / "metrics.jsonl"):
+        if error:
+            raise SystemExit(f"ablate: {where}: {error}")
+        rows.append(row)
+    dev = [r for r in rows if r["kind"] == "dev"]
     last = dev[-1]
     return {
         "accuracy": last["accuracy"],
