@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import SMOKE, write_task
+from test_loop import SMOKE, TWO_CPU_PROCESSES, write_task
 
 pytestmark = pytest.mark.slow  # three two-process runs: about 3 minutes on two cores
 
@@ -44,22 +43,9 @@ main()
 
 
 def launch(tmp_path: Path, model: Path, data: Path, out: Path, *extra: str, script: Path | None = None) -> Any:
-    accelerate = Path(sys.executable).parent / "accelerate"
     program = [str(script)] if script else ["-m", "mydecide.cli"]
     cmd = [
-        str(accelerate),
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
+        *TWO_CPU_PROCESSES,
         *program,
         "train",
         str(SMOKE),

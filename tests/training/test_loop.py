@@ -15,6 +15,23 @@ from mydecide.config import TrainRecipe, load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
+
+# `accelerate launch` as two real CPU processes (DDP over gloo, with CUDA_VISIBLE_DEVICES="" in the environment)
+TWO_CPU_PROCESSES = [
+    str(Path(sys.executable).parent / "accelerate"),
+    "launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+    "--main_process_port",
+    "0",
+]
 KEYWORDS = {"billing": "invoice", "engineering": "outage", "support": "password"}
 
 
@@ -183,21 +200,8 @@ def test_existing_run_needs_resume(tiny_llama_dir: Path, tmp_path: Path) -> None
 def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Path) -> None:
     data = write_task(tmp_path / "data", 64, 8)
     out = tmp_path / "run"
-    accelerate = Path(sys.executable).parent / "accelerate"
     cmd = [
-        str(accelerate),
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
+        *TWO_CPU_PROCESSES,
         "-m",
         "mydecide.cli",
         "train",
