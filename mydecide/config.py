@@ -413,6 +413,20 @@ class ServeRecipe(ScoringModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"  # the server's log level
 
 
+class MergeRecipe(Strict):
+    """`mydecide merge`: fold an adapter into its base weights and check the merged model answers the same."""
+
+    model: str | None = None  # base model; unset = the base recorded with the adapter
+    adapter: str | None = None  # the LoRA adapter directory to merge (RUN/adapter)
+    out: str | None = None  # the merged model directory to write
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"  # saved weights (auto: the base's own)
+    tolerance: float = Field(1e-3, ge=0.0)  # largest allowed gap between merged and unmerged option probabilities
+    check_data: str | None = None  # records JSONL whose first questions are checked (unset: built-in samples)
+    check_n: int = Field(16, ge=1)  # how many records of check_data to check
+    device: str | None = None  # cpu, cuda, cuda:1 … (default: cuda when available)
+    overwrite: bool = False  # replace a non-empty out
+
+
 RECIPE_COMMANDS.update(
     {
         "DataRecipe": ("data", "prepare"),
@@ -420,5 +434,6 @@ RECIPE_COMMANDS.update(
         "CalibrateRecipe": ("calibration", "calibrate"),
         "EvalRecipe": ("evaluation", "evaluate"),
         "ServeRecipe": ("serving", "serve"),
+        "MergeRecipe": ("merge", "merge"),
     }
 )

@@ -64,6 +64,12 @@ RECIPES = [
         "Serving recipes (`recipes/serve/`): the server's model, request limits and micro-batching; "
         "`mydecide predict` reads the same recipe.",
     ),
+    (
+        "merge",
+        "MergeRecipe",
+        "Merge recipes: which adapter to fold into its base weights, where to write the merged model, and how it is "
+        "checked against the unmerged one.",
+    ),
 ]
 
 

@@ -136,3 +136,26 @@ def test_max_probability_gap_names_the_worst_item() -> None:
     b = [np.array([0.5, 0.5]), np.array([0.2, 0.32, 0.48]), np.array([0.89])]
     gap, worst = max_probability_gap(a, b)
     assert gap == pytest.approx(0.02) and worst == 1
+
+
+def test_merge_reads_a_recipe_with_overrides_and_the_options_win(
+    tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path
+) -> None:
+    from mydecide.merging import REPORT_FILE
+
+    recipe = tmp_path / "merge.yaml"
+    recipe.write_text(
+        f"model: {tiny_llama_dir}\nadapter: {adapter_dir}\nout: {tmp_path / 'from_recipe'}\ndevice: cpu\ncheck_n: 3\n"
+    )
+    out = tmp_path / "from_option"
+    result = CliRunner().invoke(app, ["merge", str(recipe), "tolerance=0.002", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "from_recipe").exists()  # --out wins over the recipe's out
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert report["tolerance"] == 0.002  # the override reached the check
+
+    result = CliRunner().invoke(app, ["merge", str(recipe), "dtype=float8"])
+    assert result.exit_code == 2
+    assert "dtype" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["merge", "--adapter", str(adapter_dir)])
+    assert result.exit_code == 2 and "missing --out" in result.output
