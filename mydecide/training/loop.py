@@ -230,8 +230,11 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     cache_fails = recipe.gradient_checkpointing or recurrent
     packing = packing_mode(lm) if recipe.shared_prefix and cache_fails else None
     shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
-    if recipe.gradient_checkpointing:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recipe.gradient_checkpointing:  # non-reentrant; transformers 5 renamed gradient_checkpointing_enable
+        if hasattr(lm, "activation_checkpointing_enable"):
+            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
     log(f"state sharing: {f'packed ({packing})' if packing else 'KV cache' if shared_prefix else 'none'}")
