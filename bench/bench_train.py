@@ -114,7 +114,7 @@ def main() -> None:
     from mydecide.modeling import load_model
     from mydecide.scoring.render import RenderConfig
     from mydecide.training.batches import epoch_units, plan_batches
-    from mydecide.training.loop import build_module, lora_targets
+    from mydecide.training.loop import build_module, lora_targets, set_checkpointing
     from mydecide.training.objectives import proper_loss
     from mydecide.training.shared_state import packing_mode
 
@@ -144,19 +144,13 @@ def main() -> None:
         "shared_ckpt": (planned, True, packing, True),
     }
 
-    def checkpointing(on: bool) -> None:
-        if on:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            lm.gradient_checkpointing_disable()
-
     for batches, shared, packed, ckpt in modes.values():  # warm-up: one batch of each mode
-        checkpointing(ckpt)
+        set_checkpointing(lm, ckpt)
         run_pass(module, optimizer, batches[:1], pad_id, shared, packed, proper_loss)
     results: dict[str, dict[str, float]] = {}
     for name in [name for _ in range(args.rounds) for name in modes]:  # alternate, keep the best
         batches, shared, packed, ckpt = modes[name]
-        checkpointing(ckpt)
+        set_checkpointing(lm, ckpt)
         seconds, questions, tokens, padded = run_pass(module, optimizer, batches, pad_id, shared, packed, proper_loss)
         row = {
             "checkpointing": ckpt,

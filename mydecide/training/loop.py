@@ -113,6 +113,19 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
     return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
 
 
+def set_checkpointing(lm: Any, on: bool) -> None:
+    """Non-reentrant activation checkpointing on or off (transformers 5's names; the deprecated
+    ``gradient_checkpointing_*`` aliases, which warn on every call, only where the new ones are missing)."""
+    if on and hasattr(lm, "activation_checkpointing_enable"):
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif on:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(lm, "activation_checkpointing_disable"):
+        lm.activation_checkpointing_disable()
+    else:
+        lm.gradient_checkpointing_disable()
+
+
 def build_module(lm: Any, label_ids: Any) -> Any:
     """Wrap the LM in an nn.Module whose forward returns (B, K) option logits, so DDP sees one forward call."""
     import torch
@@ -230,11 +243,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     cache_fails = recipe.gradient_checkpointing or recurrent
     packing = packing_mode(lm) if recipe.shared_prefix and cache_fails else None
     shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
-    if recipe.gradient_checkpointing:  # non-reentrant; transformers 5 renamed gradient_checkpointing_enable
-        if hasattr(lm, "activation_checkpointing_enable"):
-            lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recipe.gradient_checkpointing:
+        set_checkpointing(lm, True)
     n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
     log(f"state sharing: {f'packed ({packing})' if packing else 'KV cache' if shared_prefix else 'none'}")

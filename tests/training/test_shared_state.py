@@ -52,10 +52,9 @@ def lora_module(model_dir: Path, render: RenderConfig | None = None):
 
 def loss_and_grads(lm, module, units, pad_id: int, packing: str | None, checkpointing: bool):
     """Packed (``packing``) or one forward per unit, each prompt alone in its row; the loop's objective."""
-    if checkpointing:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        lm.gradient_checkpointing_disable()
+    from mydecide.training.loop import set_checkpointing
+
+    set_checkpointing(lm, checkpointing)
     module.zero_grad()
     whole = make_batch(units, pad_id, shared_prefix=packing is not None, packing=packing)
     if packing is not None:
