@@ -72,13 +72,13 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
     prompts = prompts_of(llama)
     whole = packing.score_packed(llama, prompts)
     calls: list[int] = []
-    real_pack = packing.pack
+    real_pack = packing.shared_state.pack
 
-    def counting_pack(groups, pad_id, dtype):
-        calls.append(len(groups))
-        return real_pack(groups, pad_id, dtype)
+    def counting_pack(prompts, pad_id, segments=False):
+        calls.append(len({p.prefix for p in prompts}))  # packed rows in this forward pass
+        return real_pack(prompts, pad_id, segments)
 
-    monkeypatch.setattr(packing, "pack", counting_pack)
+    monkeypatch.setattr(packing.shared_state, "pack", counting_pack)
     split = packing.score_packed(llama, prompts, max_batch_tokens=1)  # one row per forward pass
     assert calls == [1, 1, 1] and gap(whole, split) < 1e-5
 
@@ -89,17 +89,16 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
 
 
 def test_pack_layout_isolates_questions(llama) -> None:
-    import torch
-
-    from mydecide.serving.packing import pack
+    from mydecide.training.shared_state import pack
 
     prompts = prompts_of(llama, REQUESTS[:1])[:2]
     prefix = prompts[0].prefix
-    batch = pack([(prefix, prompts)], pad_id=0, dtype=torch.float32)
+    assert prompts[1].prefix == prefix
+    batch = pack(prompts, pad_id=0)
     p, s1, s2 = len(prefix), len(prompts[0].suffix), len(prompts[1].suffix)
     assert batch.input_ids.shape == (1, p + s1 + s2)
     assert batch.position_ids[0].tolist() == [*range(p), *range(p, p + s1), *range(p, p + s2)]
-    allowed = batch.mask[0, 0] == 0
+    allowed = batch.allowed[0, 0]
     q2_first = p + s1
     assert allowed[q2_first, :p].all() and not allowed[q2_first, p:q2_first].any()  # sees the prefix, not q1
     assert batch.cols.tolist() == [p + s1 - 1, p + s1 + s2 - 1]
