@@ -106,6 +106,15 @@ def main() -> None:
     out.mkdir(parents=True)
     data, run, temps = args.data or out / "data", args.trained or out / "train", out / "temperatures.json"
     started = time.perf_counter()
+
+    def evaluate_args(data_file: str, report_dir: str) -> list[str]:
+        """`mydecide evaluate` of the trained adapter with the fitted temperatures on one data file."""
+        return [
+            "evaluate",
+            *("--model", args.model, "--adapter", str(run / "adapter"), "--temperatures", str(temps)),
+            *("--data", str(data / data_file), "--out", str(out / report_dir), "--permutations", "2"),
+        ]
+
     seconds = {
         "prepare": 0.0
         if args.data
@@ -147,39 +156,10 @@ def main() -> None:
         ),
         "evaluate_test": step(
             "4/5 evaluate base, tuned and tuned + calibrated on the trained tasks' test split",
-            [
-                "evaluate",
-                "--model",
-                args.model,
-                "--adapter",
-                str(run / "adapter"),
-                "--temperatures",
-                str(temps),
-                "--data",
-                str(data / "test.jsonl"),
-                "--out",
-                str(out / "eval_test"),
-                "--permutations",
-                "2",
-            ],
+            evaluate_args("test.jsonl", "eval_test"),
         ),
         "evaluate_heldout": step(
-            "5/5 evaluate on the held-out task (never trained on)",
-            [
-                "evaluate",
-                "--model",
-                args.model,
-                "--adapter",
-                str(run / "adapter"),
-                "--temperatures",
-                str(temps),
-                "--data",
-                str(data / "heldout_tasks.jsonl"),
-                "--out",
-                str(out / "eval_heldout"),
-                "--permutations",
-                "2",
-            ],
+            "5/5 evaluate on the held-out task (never trained on)", evaluate_args("heldout_tasks.jsonl", "eval_heldout")
         ),
     }
     test = json.loads((out / "eval_test" / "report.json").read_text())
