@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 from mydecide.jsonl import iter_jsonl, value_problem
 from mydecide.manifest import check_against_manifest
+from mydecide.spans import MAX_SPAN_LABELS, Span, grid_target, span_gold
 
-QuestionType = Literal["choice", "noul", "score", "set"]
-QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set")
+QuestionType = Literal["choice", "noul", "score", "set", "span"]
+QUESTION_TYPES: tuple[str, ...] = ("choice", "noul", "score", "set", "span")
 
 MIN_CHOICE_OPTIONS, MAX_CHOICE_OPTIONS = 2, 255
 MIN_SCORE_LEVELS, MAX_SCORE_LEVELS = 2, 10
@@ -46,13 +47,15 @@ class Question:
     """A typed question with its options in the order they are shown.
 
     ``options`` are the ids answers refer to: choice → option ids; noul → ("yes", "no"); score → ("0", …, "n-1");
-    set → labels. ``descriptions`` is the text shown beside each option ("" when there is none).
+    set and span → labels. ``descriptions`` is the text shown beside each option ("" when there is none). ``over``
+    (span only) names the state part the spans are located in (None: the default, ``spans.state_part``).
     """
 
     type: QuestionType
     instructions: str
     options: tuple[str, ...]
     descriptions: tuple[str, ...]
+    over: str | None = None
 
     @property
     def k(self) -> int:
@@ -68,10 +71,9 @@ class Question:
             criteria = list(self.descriptions)
         else:
             criteria = dict(zip(self.options, self.descriptions, strict=True))
-        out: dict[str, Any] = {"type": self.type, "instructions": self.instructions}
-        if criteria is not None:
-            out["criteria"] = criteria
-        return out
+        out: dict[str, Any] = {"type": self.type, "instructions": self.instructions, "criteria": criteria}
+        out["over"] = self.over
+        return {key: value for key, value in out.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Record:
     lang: str = "en"
     soft: bool = False
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    spans: tuple[Span, ...] = ()  # span questions: the gold spans; ``target`` is then their word × label grid
 
     @property
     def gold_index(self) -> int:
@@ -101,6 +104,8 @@ class Record:
             return self.gold_index
         if q.type == "set":
             return [label for label, p in zip(q.options, self.target, strict=True) if p >= 0.5]
+        if q.type == "span":
+            return [{"label": s.label, "start": s.start, "end": s.end} for s in self.spans]
         return q.options[self.gold_index]
 
     def target_json(self) -> Any:
@@ -136,13 +141,11 @@ def _check_text(value: Any, what: str) -> str:
 
 
 def _check_state(state: Any) -> Any:
-    if isinstance(state, str):
-        if not state.strip():
-            raise RecordError("state must not be empty")
-        return state
-    if isinstance(state, dict):
-        if not state:
-            raise RecordError("state must not be an empty object")
+    if isinstance(state, (str, dict)):
+        if not (state.strip() if isinstance(state, str) else state):
+            raise RecordError(
+                "state must not be empty" if isinstance(state, str) else "state must not be an empty object"
+            )
         return state
     if isinstance(state, list):
         if not state or not all(isinstance(s, str) for s in state):
@@ -156,12 +159,14 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
     label = f"question {name!r}" if name else "question"
     if not isinstance(obj, dict):
         raise RecordError(f"{label} must be an object")
-    unknown = set(obj) - {"type", "instructions", "criteria"}
+    unknown = set(obj) - {"type", "instructions", "criteria", "over"}
     if unknown:
         raise RecordError(f"{label} has unknown key(s) {sorted(unknown)}")
     qtype = obj.get("type")
     if qtype not in QUESTION_TYPES:
         raise RecordError(f"{label}: type {qtype!r} is not one of {list(QUESTION_TYPES)}")
+    if obj.get("over") is not None and (qtype != "span" or not isinstance(obj["over"], str) or not obj["over"]):
+        raise RecordError(f"{label}: over (a state part's name, a non-empty string) belongs to span questions only")
     instructions = _check_text(obj.get("instructions"), f"{label}: instructions")
     criteria = obj.get("criteria")
 
@@ -184,8 +189,8 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
             )
         return Question("score", instructions, tuple(str(i) for i in range(len(criteria))), tuple(criteria))
 
-    # choice and set: a map id -> description, or (choice only) a list of ids
-    if isinstance(criteria, list) and qtype == "choice":
+    # choice, set and span: a map id -> description, or (choice, span) a list of ids
+    if isinstance(criteria, list) and qtype in ("choice", "span"):
         if not all(isinstance(c, str) and c.strip() for c in criteria):
             raise RecordError(f"{label}: choice options given as a list must be non-empty strings")
         ids, descriptions = list(criteria), [""] * len(criteria)
@@ -200,7 +205,7 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
         form = (
             "a map option_id → description or a list of option ids"
             if qtype == "choice"
-            else "a map label → description"
+            else "a map label → description" + (" or a list of labels" if qtype == "span" else "")
         )
         raise RecordError(f"{label}: {qtype} criteria must be {form}")
     if len(set(ids)) != len(ids):
@@ -210,7 +215,9 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
         raise RecordError(f"{label}: choice needs {MIN_CHOICE_OPTIONS} to {MAX_CHOICE_OPTIONS} options, got {len(ids)}")
     if qtype == "set" and not 1 <= len(ids) <= MAX_SET_LABELS:
         raise RecordError(f"{label}: set needs 1 to {MAX_SET_LABELS} labels, got {len(ids)}")
-    return Question(qtype, instructions, tuple(ids), tuple(descriptions))  # type: ignore[arg-type]
+    if qtype == "span" and not 1 <= len(ids) <= MAX_SPAN_LABELS:
+        raise RecordError(f"{label}: span needs 1 to {MAX_SPAN_LABELS} labels, got {len(ids)}")
+    return Question(qtype, instructions, tuple(ids), tuple(descriptions), obj.get("over"))  # type: ignore[arg-type]
 
 
 def _probability(value: Any, what: str) -> float:
@@ -318,12 +325,13 @@ def parse_record(obj: Any) -> list[Record]:
     if not isinstance(meta, dict):
         raise RecordError("meta must be an object")
     question = parse_question(obj.get("question"))
-    target, soft = _gold(obj, question)
+    spans = span_gold(obj, state, question, RecordError) if question.type == "span" else ()
+    target, soft = (grid_target(state, question, spans), False) if question.type == "span" else _gold(obj, question)
     rid = obj.get("id")
     if rid is not None and not isinstance(rid, (str, int)):
         raise RecordError("id must be a string or an integer")
     rid = str(rid) if rid not in (None, "") else stable_id({k: obj.get(k) for k in ("task", "state", "question")})
-    return [Record(task, state, question, target, rid, lang, soft, meta)]
+    return [Record(task, state, question, target, rid, lang, soft, meta, spans)]
 
 
 def _gold(obj: dict[str, Any], question: Question) -> tuple[tuple[float, ...], bool]:

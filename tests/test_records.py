@@ -62,8 +62,8 @@ OPTIONS = "['billing', 'engineering', 'support']"
 # (record, exact message of the RecordError) — one row per schema rule
 BAD_RECORDS = [
     # question shape
-    (rec(q(CHOICE, type="multi")), "question: type 'multi' is not one of ['choice', 'noul', 'score', 'set']"),
-    (rec(q(CHOICE, type=None)), "question: type None is not one of ['choice', 'noul', 'score', 'set']"),
+    (rec(q(CHOICE, type="multi")), "question: type 'multi' is not one of ['choice', 'noul', 'score', 'set', 'span']"),
+    (rec(q(CHOICE, type=None)), "question: type None is not one of ['choice', 'noul', 'score', 'set', 'span']"),
     (rec(q(CHOICE, instructions="  ")), "question: instructions must be a non-empty string"),
     (rec(q(CHOICE, instructions=3)), "question: instructions must be a non-empty string"),
     (rec(q(CHOICE, hint="x")), "question has unknown key(s) ['hint']"),

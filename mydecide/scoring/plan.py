@@ -61,7 +61,7 @@ GROUP_SIZE = MAX_LETTER_OPTIONS
 
 def is_grouped(question: Question, form: str = "letters") -> bool:
     """Whether a question has more options than one prompt can show (letters form, K > 26)."""
-    return question.type != "set" and form == "letters" and question.k > GROUP_SIZE
+    return question.type not in ("set", "span") and form == "letters" and question.k > GROUP_SIZE
 
 
 def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[int, ...]]:
@@ -82,7 +82,7 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
 def prompt_count(question: Question, form: str = "letters") -> int:
     """Prompts scored for one question: 1; a set or the per-option form: one per option; letters with K > 26
     options: G groups + the final round."""
-    if question.type == "set" or form == "per_option":
+    if question.type in ("set", "span") or form == "per_option":  # span: one sequence per label (and window)
         return question.k
     if is_grouped(question, form):
         return len(option_groups(range(question.k))) + 1

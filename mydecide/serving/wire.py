@@ -24,6 +24,7 @@ from mydecide.records import (
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
+from mydecide.spans import state_part
 
 if TYPE_CHECKING:
     import numpy as np
@@ -187,8 +188,12 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
             )
         try:
             question = parse_question(_noul_without_criteria(obj), name)
+            if question.type == "span":
+                state_part(state, question.over)  # the part must exist and be text
         except RecordError as err:
             raise RequestError(str(err)) from None
+        except ValueError as err:
+            raise RequestError(f"question {name!r}: {err}") from None
         prompt_chars += _check_text_limits(name, question, limits)
         if prompt_chars > limits.max_prompt_chars:
             raise RequestError(

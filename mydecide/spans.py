@@ -1,0 +1,160 @@
+"""Span questions without a model: the state part a span question is asked over, its words, gold spans, the word ×
+label grid and merging a grid of probabilities back into spans (docs/spans.md).
+
+A span question asks where in one part of the state something is. The part is text; its **words** are the maximal
+runs of non-whitespace, each with Python string offsets (Unicode code points), so offsets are exact on any text.
+The question is decided as a word × label grid of yes / no reads; a word is gold for a label when it overlaps a
+gold span of that label, and adjacent words said yes (p ≥ 0.5) for the same label merge into one span.
+
+Pure Python (no torch): the record schema (``records.py``), evaluation and serving all use it. A rule broken by a
+record or a request raises ``ValueError`` whose message is the rule; the callers add where.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PART = "answer"
+"""The part a span question without ``over`` is asked over when the state is an object of named parts."""
+MAX_SPAN_LABELS = 32
+SPAN_THRESHOLD = 0.5
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A located piece of text: ``part[start:end]`` (code points, end exclusive) is an instance of ``label``."""
+
+    start: int
+    end: int
+    label: str
+
+    def to_json(self, part: str) -> dict[str, Any]:
+        return {"label": self.label, "start": self.start, "end": self.end, "text": part[self.start : self.end]}
+
+
+def words(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every maximal run of non-whitespace in ``text``, in order."""
+    return [m.span() for m in _WORD.finditer(text)]
+
+
+def state_part(state: Any, over: str | None) -> str:
+    """The text a span question with ``over`` is asked over: a plain-text state is itself (``over`` absent), an
+    object state its part ``over`` (default ``"answer"``)."""
+    if isinstance(state, str):
+        if over is not None:
+            raise ValueError(f"over names the part {over!r}, but the state is plain text (it has no named parts)")
+        return state
+    if not isinstance(state, dict):
+        raise ValueError("a span question needs a state that is text or an object of named text parts")
+    name = DEFAULT_PART if over is None else over
+    known = sorted(k for k, v in state.items() if isinstance(v, str))
+    if name not in state:
+        default = " (the default part when over is absent)" if over is None else ""
+        raise ValueError(f"over part {name!r}{default} is not in the state; its text parts are {known}")
+    if not isinstance(state[name], str):
+        raise ValueError(f"over part {name!r} is not text; the state's text parts are {known}")
+    return str(state[name])
+
+
+def parse_gold_spans(answer: Any, part: str, labels: Sequence[str]) -> tuple[Span, ...]:
+    """Validate a span answer (a list of ``{"label", "start", "end"[, "text"]}``) against its part and labels."""
+    if not isinstance(answer, list):
+        raise ValueError('span answer must be a list of {"label", "start", "end"} objects (empty: nothing to find)')
+    spans = []
+    for n, item in enumerate(answer):
+        where = f"span answer[{n}]"
+        if not isinstance(item, dict):
+            raise ValueError(f'{where} must be an object {{"label", "start", "end"}}')
+        unknown = set(item) - {"label", "start", "end", "text"}
+        missing = {"label", "start", "end"} - set(item)
+        if unknown or missing:
+            raise ValueError(f"{where} has unknown key(s) {sorted(unknown)} / lacks {sorted(missing)}")
+        label, start, end = item["label"], item["start"], item["end"]
+        if label not in labels:
+            raise ValueError(f"{where}: label {label!r} is not one of the labels {list(labels)}")
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):
+            raise ValueError(f"{where}: start and end must be integers (character offsets)")
+        if not 0 <= start < end <= len(part):
+            raise ValueError(
+                f"{where}: offsets {start}..{end} are outside the text (need 0 <= start < end <= {len(part)})"
+            )
+        if "text" in item and item["text"] != part[start:end]:
+            raise ValueError(f"{where}: text {item['text']!r} is not the text at {start}..{end} ({part[start:end]!r})")
+        spans.append(Span(start, end, label))
+    spans.sort()
+    last_end: dict[str, Span] = {}
+    for span in spans:
+        before = last_end.get(span.label)
+        if before is not None and span.start < before.end:
+            raise ValueError(
+                f"span answer: gold spans {before.start}..{before.end} and {span.start}..{span.end} of label "
+                f"{span.label!r} overlap (spans of one label may not)"
+            )
+        if before is None or span.end > before.end:
+            last_end[span.label] = span
+    return tuple(spans)
+
+
+def span_gold(
+    record: dict[str, Any], state: Any, question: Any, error: type[Exception] = ValueError
+) -> tuple[Span, ...]:
+    """A span record's gold spans: its ``answer`` (or ``expected``), a list of spans in the question's part; no soft
+    target. A broken rule raises ``error`` (``records.RecordError``) with the rule."""
+    try:
+        if record.get("target") is not None:
+            raise ValueError("span questions take an answer (a list of spans); a soft target is not supported")
+        if record.get("answer") is not None and record.get("expected") is not None:
+            raise ValueError("give either answer or its alias expected, not both")
+        answer = record["answer"] if record.get("answer") is not None else record.get("expected")
+        if answer is None:
+            raise ValueError("record has no gold label: give answer (or expected), a list of spans")
+        return parse_gold_spans(answer, state_part(state, question.over), question.options)
+    except ValueError as err:
+        raise error(str(err)) from None
+
+
+def grid_target(state: Any, question: Any, spans: Sequence[Span]) -> tuple[float, ...]:
+    """The word × label grid of a span question, row-major (word, then label): 1.0 where the word overlaps a gold
+    span of the label."""
+    labels = question.options
+    offsets = words(state_part(state, question.over))
+    column = {label: j for j, label in enumerate(labels)}
+    grid = [0.0] * (len(offsets) * len(labels))
+    for span in spans:
+        for i, (start, end) in enumerate(offsets):
+            if start < span.end and span.start < end:
+                grid[i * len(labels) + column[span.label]] = 1.0
+    return tuple(grid)
+
+
+def merge_spans(
+    part: str, probabilities: Sequence[float], labels: Sequence[str], threshold: float = SPAN_THRESHOLD
+) -> list[dict[str, Any]]:
+    """Spans from a flat word × label grid of P(yes): adjacent words with p ≥ ``threshold`` for one label merge
+    (start of the first word, end of the last); a span's probability is the mean of its words'. Sorted by
+    (start, label)."""
+    offsets = words(part)
+    if len(probabilities) != len(offsets) * len(labels):
+        raise ValueError(f"{len(probabilities)} grid values for {len(offsets)} words × {len(labels)} labels")
+    found = []
+    for j, label in enumerate(labels):
+        run: list[int] = []
+        for i in range(len(offsets) + 1):
+            if i < len(offsets) and probabilities[i * len(labels) + j] >= threshold:
+                run.append(i)
+                continue
+            if run:
+                p = sum(probabilities[w * len(labels) + j] for w in run) / len(run)
+                span = Span(offsets[run[0]][0], offsets[run[-1]][1], label)
+                found.append({**span.to_json(part), "probability": float(p)})
+                run = []
+    return sorted(found, key=lambda s: (s["start"], s["label"]))
+
+
+def spans_of_grid(part: str, grid: Sequence[float], labels: Sequence[str]) -> tuple[Span, ...]:
+    """The spans a 0 / 1 (or probability) grid marks, as :class:`Span` (gold grids map back to word-aligned spans)."""
+    return tuple(Span(s["start"], s["end"], s["label"]) for s in merge_spans(part, grid, labels))
