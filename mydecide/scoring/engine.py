@@ -59,13 +59,26 @@ def score_questions(
     logits, whose softmax is the answer. A choice with more than 26 options read by letter is scored in groups plus a
     final round and returns log P(o) for every option. ``orders`` optionally shows each question's options in
     another order (the per-option form sees none). ``progress`` is called with the number of prompts scored.
+    A ``span`` question returns its (W·L,) yes − no word × label grid (``scoring.spans``; orders do not apply).
     """
-    plan = ScoringPlan(model.renderer, items, orders)
+    spans = [i for i, (_, q) in enumerate(items) if q.type == "span"]
+    rest = [i for i, (_, q) in enumerate(items) if q.type != "span"]
+    plan = ScoringPlan(model.renderer, [items[i] for i in rest], [orders[i] for i in rest] if orders else None)
     while plan.pending:
         plan.read(
             score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
         )
-    return plan.logits()
+    out: list[np.ndarray] = [np.empty(0)] * len(items)
+    for i, z in zip(rest, plan.logits(), strict=True):
+        out[i] = z
+    if spans:
+        from mydecide.scoring.spans import score_span_questions
+
+        for i, z in zip(spans, score_span_questions(model, [items[i] for i in spans]), strict=True):
+            out[i] = z
+        if progress:
+            progress(sum(items[i][1].k for i in spans))
+    return out
 
 
 def model_scorer(model: LoadedModel, *, batch_size: int = 16, shared_prefix: bool = True) -> QuestionScorer:

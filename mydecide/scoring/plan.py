@@ -172,6 +172,8 @@ class ScoringPlan:
             item = _Item(state, question, tuple(order) if order is not None else None)
             self.items.append(item)
             form = renderer.form(question)
+            if question.type == "span":
+                raise ValueError("span questions are scored by scoring.spans (a sequence per label), not a plan")
             if question.type == "set":
                 units = [renderer.render(state, unit) for unit in question_units(question)]
                 item.yes_no = True

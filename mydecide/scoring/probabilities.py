@@ -32,8 +32,9 @@ def log_softmax(logits: np.ndarray | Sequence[float]) -> np.ndarray:
 
 
 def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """softmax(z / T) over the options; ``set`` → independent sigmoid(z / T) per label."""
-    if question_type == "set":
+    """softmax(z / T) over the options; ``set`` → independent sigmoid(z / T) per label; ``span`` → per cell of its
+    word × label grid."""
+    if question_type in ("set", "span"):
         z = np.asarray(logits, dtype=np.float64) / temperature
         return np.exp(-np.logaddexp(0.0, -z))  # sigmoid without overflow for large |z / T|
     return softmax(logits, temperature)
@@ -55,7 +56,7 @@ def answer_rows(
     y = np.asarray(target, dtype=np.float64)
     if v.shape != y.shape:
         raise ValueError(f"{question_type} question: {v.shape[0]} values for {y.shape[0]} target entries")
-    if question_type != "set":
+    if question_type not in ("set", "span"):  # a span question: one binary row per word × label cell
         return [(v, y)]
     second = (lambda _: 0.0) if logits else (lambda p: 1.0 - p)
     return [(np.array([d, second(d)]), np.array([t, 1.0 - t])) for d, t in zip(v, y, strict=True)]

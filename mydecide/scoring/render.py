@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mydecide.records import Question
 
@@ -34,6 +34,21 @@ _QUESTION_SLOT = "\x00QUESTION\x00"
 
 OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
+
+
+class SpanWindows(BaseModel):
+    """How a span question's text is cut into token windows (docs/spans.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_tokens: int = Field(512, ge=16)  # text tokens in one window (the question and label come on top)
+    overlap_tokens: int = Field(128, ge=0)  # about how many text tokens consecutive windows share
+
+    @model_validator(mode="after")
+    def _overlap_below_window(self) -> SpanWindows:
+        if self.overlap_tokens > self.window_tokens // 2:
+            raise ValueError(f"overlap_tokens must be at most half of window_tokens ({self.window_tokens // 2})")
+        return self
 
 
 class RenderConfig(BaseModel):
@@ -57,6 +72,8 @@ class RenderConfig(BaseModel):
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
+    # span questions: one sequence per label and window of the text, read at the last token of every word
+    span: SpanWindows = Field(default_factory=SpanWindows)
 
 
 class LabelError(ValueError):
@@ -248,6 +265,14 @@ class Renderer:
             f"tokenizer {name!r}: the answer labels A–Z are not single tokens after the chat prompt "
             f"(tried the forms {[f + 'A' for f in forms]}); this model cannot be used as a decision model"
         )
+
+    def encode_pieces(self, pieces: Sequence[str]) -> list[list[int]]:
+        """Token ids of consecutive pieces of user text, each encoded on its own (a span question's words, each
+        with the whitespace before it), so every piece's tokens are known exactly."""
+        controls = [t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if t.content]
+        if pieces and not any(c in piece for piece in pieces for c in controls):
+            return [list(ids) for ids in self.tokenizer(list(pieces), add_special_tokens=False)["input_ids"]]
+        return [self._encode_user(piece) for piece in pieces]
 
     # -- rendering -----------------------------------------------------------------------------------------------
     def encode_state(self, state: Any) -> tuple[tuple[int, ...], bool]:

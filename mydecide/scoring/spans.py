@@ -1,0 +1,228 @@
+"""Span questions on a decoder: one sequence per label and window, a yes / no read at the last token of every word.
+
+A span question (docs/spans.md) is decided as a word × label grid. For each label the model reads one sequence: the
+chat template's head, the state's other parts (context), the question, the label and its description, then the
+text, so every word's position has seen what is asked. At the last token of each word the output head's rows of
+the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no is the word's log-odds. No new parameters.
+
+Each word is tokenised with the whitespace before it (``Renderer.encode_pieces``), so its tokens and its last token
+are known exactly and character offsets need no mapping back from tokens. A long text is cut into windows of at most
+``window_tokens`` text tokens at word boundaries, consecutive windows sharing about ``overlap_tokens``; every word is
+read in exactly one window, the one where it is farthest from a cut edge (:func:`owners`: for a causal decoder that
+is the window start, since a read never sees what follows it).
+
+:func:`span_layout` builds the sequences of one question, :func:`span_read_logits` reads a padded batch of them
+(gradients flow: training uses it), :func:`score_span_questions` scores questions on a loaded model and returns each
+one's flat (W·L,) yes − no grid (word-major), the span analogue of a set question's (L,) logits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mydecide.records import Question
+from mydecide.scoring.forward import decoder_of, output_head, read_option_logits
+from mydecide.scoring.render import Renderer, render_state
+from mydecide.spans import DEFAULT_PART, state_part, words
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from mydecide.modeling import LoadedModel
+
+
+@dataclass(frozen=True)
+class SpanSequence:
+    """One label's sequence over one window: ``ids`` ends with the window's text; ``reads`` are the positions (in
+    ``ids``) of the last token of the words this window owns, ``words`` their word indices."""
+
+    ids: tuple[int, ...]
+    reads: tuple[int, ...]
+    words: tuple[int, ...]
+    label: int
+
+
+@dataclass(frozen=True)
+class SpanLayout:
+    """Every sequence of one span question; ``grid`` assembles their reads into the flat (W·L,) word-major grid."""
+
+    sequences: tuple[SpanSequence, ...]
+    n_words: int
+    n_labels: int
+
+    def grid(self, reads: Sequence[Sequence[float]]) -> np.ndarray:
+        """(W·L,) yes − no values from each sequence's reads (in the order of ``sequences``)."""
+        import numpy as np
+
+        out = np.full(self.n_words * self.n_labels, np.nan)
+        for seq, values in zip(self.sequences, reads, strict=True):
+            out[[w * self.n_labels + seq.label for w in seq.words]] = values
+        if np.isnan(out).any():
+            raise ValueError("some word × label cells were not read")
+        return out
+
+
+def windows(lengths: Sequence[int], size: int, overlap: int) -> list[tuple[int, int]]:
+    """Word ranges [a, b) of the windows: at most ``size`` tokens each (a longer word alone counts ``size``), each
+    window starting where the previous one's last ≤ ``overlap`` tokens of whole words begin."""
+    out: list[tuple[int, int]] = []
+    a, n = 0, len(lengths)
+    while a < n:
+        b, total = a, 0
+        while b < n and (b == a or total + min(lengths[b], size) <= size):
+            total += min(lengths[b], size)
+            b += 1
+        out.append((a, b))
+        if b >= n:
+            break
+        start, tail = b, 0
+        while start - 1 > a and tail + lengths[start - 1] <= overlap:
+            start -= 1
+            tail += lengths[start]
+        a = start
+    return out
+
+
+def owners(lengths: Sequence[int], cuts: Sequence[tuple[int, int]], size: int) -> list[int]:
+    """For every word, the window it is read in: where its last token is farthest from the window's cut start edge
+    (the text's own start is no edge); ties go to the earlier window.
+
+    A causal decoder's read at a word sees only the tokens before it, so a window's end never changes a read: the
+    edge that costs context is the start, and the overlap is there to give the next window's first words context.
+    """
+    best: list[tuple[float, int]] = [(-1.0, -1)] * len(lengths)
+    for w, (a, b) in enumerate(cuts):
+        position = -1
+        for i in range(a, b):
+            position += min(lengths[i], size)
+            distance = position if a > 0 else math.inf
+            if distance > best[i][0]:
+                best[i] = (distance, w)
+    return [w for _, w in best]
+
+
+def span_head(renderer: Renderer) -> str:
+    """The chat template's text before the user's message (the renderer's head without its "State:" line)."""
+    return renderer.head.removesuffix("State:\n")
+
+
+def span_prompt(state: Any, question: Question, label: int) -> str:
+    """The user text before a span question's text: context parts, the question, one label, how it is answered."""
+    name, description = question.options[label], question.descriptions[label]
+    lines = []
+    if isinstance(state, dict):
+        part = DEFAULT_PART if question.over is None else question.over
+        context = {k: v for k, v in state.items() if k != part}
+        if context:
+            lines += ["Context:", render_state(context), ""]
+    lines += [
+        f"Question: {question.instructions}",
+        f"Label: {name}" + (f" — {description}" if description else ""),
+        f"For every word of the text below: is it part of a {name}? A. yes, B. no",
+        "",
+        "Text:",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayout:
+    """The sequences of one span question: one per label and window; every word read once per label."""
+    if question.type != "span":
+        raise ValueError(f"a {question.type} question has no span layout")
+    part = state_part(state, question.over)
+    offsets = words(part)
+    pieces = [part[(offsets[i - 1][1] if i else 0) : end] for i, (_, end) in enumerate(offsets)]
+    size, overlap = renderer.config.span.window_tokens, renderer.config.span.overlap_tokens
+    tokens = [ids[-size:] for ids in renderer.encode_pieces(pieces)] if pieces else []
+    lengths = [len(t) for t in tokens]
+    cuts = windows(lengths, size, overlap)
+    owner = owners(lengths, cuts, size)
+    head = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
+    max_context = renderer.config.max_state_tokens
+    sequences = []
+    for label in range(question.k):
+        prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
+        prefix = head + (prefix if len(prefix) <= max_context + 200 else prefix[-(max_context + 200) :])
+        for w, (a, b) in enumerate(cuts):
+            ids, reads, owned = list(prefix), [], []
+            for i in range(a, b):
+                ids += tokens[i]
+                if owner[i] == w:
+                    reads.append(len(ids) - 1)
+                    owned.append(i)
+            if owned:
+                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label))
+    return SpanLayout(tuple(sequences), len(offsets), question.k)
+
+
+def span_read_logits(
+    lm: Any, sequences: Sequence[SpanSequence], label_ids: torch.Tensor, pad_id: int, device: Any = None
+) -> torch.Tensor:
+    """(M,) yes − no log-odds at every read of ``sequences`` (in order), one right-padded forward pass.
+
+    Right padding keeps every real token's position, and a causal decoder's output at a real token never depends on
+    the padding after it; gradients flow when enabled.
+    """
+    import torch
+
+    device = device if device is not None else label_ids.device
+    width = max(len(s.ids) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    rows, cols = [], []
+    for r, seq in enumerate(sequences):
+        ids[r, : len(seq.ids)] = torch.tensor(seq.ids, dtype=torch.long)
+        mask[r, : len(seq.ids)] = 1
+        rows += [r] * len(seq.reads)
+        cols += list(seq.reads)
+    out = decoder_of(lm)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+    hidden = out.last_hidden_state[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (M, H)
+    weight, bias, softcap = output_head(lm)
+    shown = torch.ones(len(rows), 2, dtype=torch.bool, device=device)
+    logits = read_option_logits(hidden, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
+    return logits[:, 0] - logits[:, 1]
+
+
+def read_sequences(
+    model: LoadedModel, sequences: Sequence[SpanSequence], batch_tokens: int = 8192
+) -> list[list[float]]:
+    """Each sequence's reads (yes − no), scored in batches of similar length of about ``batch_tokens`` padded tokens."""
+    import torch
+
+    label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
+    index = sorted(range(len(sequences)), key=lambda i: len(sequences[i].ids))
+    out: list[list[float]] = [[] for _ in sequences]
+    start = 0
+    with torch.inference_mode():
+        while start < len(index):
+            stop = start + 1
+            while stop < len(index) and (stop - start + 1) * len(sequences[index[stop]].ids) <= batch_tokens:
+                stop += 1
+            chunk = [sequences[i] for i in index[start:stop]]
+            values = span_read_logits(model.lm, chunk, label_ids, model.tokenizer.pad_token_id).double().cpu()
+            at = 0
+            for i, seq in zip(index[start:stop], chunk, strict=True):
+                out[i] = values[at : at + len(seq.reads)].tolist()
+                at += len(seq.reads)
+            start = stop
+    return out
+
+
+def score_span_questions(
+    model: LoadedModel, items: Sequence[tuple[Any, Question]], batch_tokens: int = 8192
+) -> list[np.ndarray]:
+    """(W·L,) yes − no grid of each span (state, question), word-major; sigmoid gives P(word is part of label)."""
+    layouts = [span_layout(model.renderer, state, question) for state, question in items]
+    sequences = [seq for layout in layouts for seq in layout.sequences]
+    reads = read_sequences(model, sequences, batch_tokens) if sequences else []
+    out, at = [], 0
+    for layout in layouts:
+        n = len(layout.sequences)
+        out.append(layout.grid(reads[at : at + n]))
+        at += n
+    return out
