@@ -41,6 +41,9 @@ OFFLINE_INPUTS: dict[str, tuple[Path | None, dict[str, Any]]] = {
     "spamassassin": (None, {}),
     "rotten_tomatoes": (None, {}),
     "convention": (None, {}),
+    "conll": (FIXTURES / "spans" / "ner.conll", {}),
+    "span_jsonl": (FIXTURES / "spans" / "spans.jsonl", {}),
+    "pii": (None, {}),
 }
 SHIPPED = ["vader", "spamassassin", "rotten_tomatoes", "convention"]
 
@@ -122,6 +125,9 @@ def test_ids_are_unique_and_stable(kind: str) -> None:
         "spamassassin",
         "rotten_tomatoes",
         "convention",
+        "conll",
+        "span_jsonl",
+        "pii",
     ],
 )
 def test_missing_file_raises_file_not_found_naming_the_path(kind: str, tmp_path: Path) -> None:
