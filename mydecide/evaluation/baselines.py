@@ -36,9 +36,11 @@ class LabelPrior:
         for r in records:
             key = (r.task, r.question.type)
             mass = prior.mass.setdefault(key, {})
-            for option, y in zip(r.question.options, r.target, strict=True):
-                mass[option] = mass.get(option, 0.0) + y
-            prior.count[key] = prior.count.get(key, 0) + 1
+            labels = r.question.options
+            for n, y in enumerate(r.target):  # a span question: a row of labels per word
+                mass[labels[n % len(labels)]] = mass.get(labels[n % len(labels)], 0.0) + y
+            rows = len(r.target) // len(labels) if r.question.type == "span" else 1
+            prior.count[key] = prior.count.get(key, 0) + rows
         return prior
 
     @classmethod
@@ -50,10 +52,13 @@ class LabelPrior:
         return (record.task, record.question.type) in self.count
 
     def predict(self, record: Record) -> np.ndarray:
-        """The prior over this record's options; set → P(label) per label (add-one smoothed)."""
+        """The prior over this record's options; set → P(label) per label; span → P(label) per word × label cell
+        (add-one smoothed)."""
         key = (record.task, record.question.type)
         mass, n = self.mass.get(key, {}), self.count.get(key, 0)
         counts = np.array([mass.get(o, 0.0) for o in record.question.options])
+        if record.question.type == "span":
+            return np.tile((counts + 1.0) / (n + 2.0), len(record.target) // record.question.k)
         if record.question.type == "set":
             return (counts + 1.0) / (n + 2.0)
         return (counts + 1.0) / (counts.sum() + len(counts))
@@ -80,8 +85,8 @@ def majority_rows(records: Sequence[Record], prior: LabelPrior | None) -> tuple[
 
 def majority_accuracy(records: Sequence[Record], prior: LabelPrior | None) -> float:
     """Accuracy of the majority baseline (:func:`majority_rows`) on the records' single-answer questions; 0.0
-    when every question is a set."""
-    single = [r for r in records if r.question.type != "set"]
+    when every question is a set or a span."""
+    single = [r for r in records if r.question.type not in ("set", "span")]
     if not single:
         return 0.0
     rows, _ = majority_rows(single, prior)

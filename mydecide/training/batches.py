@@ -12,6 +12,9 @@ time (``many_options``: groups of ≤ 26, then a final round among the group lea
 
 Batching keeps the questions on one state together (so a batch computes each state's prefix once) and groups units
 of similar length (so little compute is spent on padding).
+
+A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.spans``) run beside the
+batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from mydecide.records import Record
 from mydecide.scoring.forward import Batch, collate
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
+from mydecide.scoring.spans import SpanSequence, span_layout
 from mydecide.training.shared_state import PackedBatch, pack
 
 if TYPE_CHECKING:
@@ -65,34 +69,82 @@ class Unit:
         return len(self.target)
 
 
+@dataclass(frozen=True)
+class SpanUnit(Unit):
+    """A span question: ``sequences`` to read, ``target`` one 0 / 1 per read (sequence order). ``prompts`` mirror the
+    sequences (whole sequence as suffix) for length bucketing; ``state_key`` groups it with its state's questions."""
+
+    sequences: tuple[SpanSequence, ...] = ()
+    state_key: tuple[int, ...] = ()
+
+    @property
+    def state_ids(self) -> tuple[int, ...]:
+        return self.state_key
+
+
+def span_unit(renderer: Renderer, record: Record, index: int) -> SpanUnit:
+    """The one training unit of a span record: every read of its layout with the grid's target for that cell."""
+    layout = span_layout(renderer, record.state, record.question)
+    labels = record.question.k
+    target = tuple(record.target[w * labels + s.label] for s in layout.sequences for w in s.words)
+    prompts = tuple(Prompt((), s.ids, (0, 1)) for s in layout.sequences) or (Prompt((), (), (0, 1)),)
+    key = renderer.encode_state(record.state)[0]
+    return SpanUnit(prompts, target, False, index, sequences=layout.sequences, state_key=key)
+
+
+@dataclass
+class SpanBatch:
+    """The span questions of a batch: their sequences (one right-padded forward), the 0 / 1 target of every read,
+    and ``owner`` (M,) the span question (0 … S−1 in the batch) each read belongs to."""
+
+    sequences: list[SpanSequence]
+    targets: torch.Tensor  # (M,)
+    owner: torch.Tensor  # (M,) long
+    pad_id: int
+    count: int  # span questions
+
+    def to(self, device: torch.device) -> SpanBatch:
+        return SpanBatch(self.sequences, self.targets.to(device), self.owner.to(device), self.pad_id, self.count)
+
+
 @dataclass
 class TrainBatch:
     """``batch`` holds every prompt of the units (R rows); ``index`` (B, K) says where each unit's option logits
     are in the flattened (R·Kp prompt logits, then R yes − no values) view (:func:`question_logits`)."""
 
-    batch: Batch | PackedBatch
+    batch: Batch | PackedBatch | None  # None: only span questions
     targets: torch.Tensor  # (B, K) target distributions in shown order
     is_score: torch.Tensor  # (B,)
     units: list[Unit]
     index: torch.Tensor | None = None  # (B, K) long; None when every unit is one letters prompt (rows = units)
     option_mask: torch.Tensor | None = None  # (B, K) bool; None: the batch's own option mask
+    spans: SpanBatch | None = None  # the batch's span questions (``batch`` is None when it has only those)
+
+    @property
+    def questions(self) -> int:
+        """Questions in the batch: units of every kind."""
+        return len(self.units) + (self.spans.count if self.spans is not None else 0)
 
     @property
     def mask(self) -> torch.Tensor:
         """(B, K) the options of each unit."""
-        return self.batch.option_mask if self.option_mask is None else self.option_mask
+        if self.option_mask is not None:
+            return self.option_mask
+        assert self.batch is not None
+        return self.batch.option_mask
 
     def to(self, device: torch.device) -> TrainBatch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device)
 
         return TrainBatch(
-            self.batch.to(device),
+            self.batch.to(device) if self.batch is not None else None,
             self.targets.to(device),
             self.is_score.to(device),
             self.units,
             move(self.index),
             move(self.option_mask),
+            self.spans.to(device) if self.spans is not None else None,
         )
 
     def logits(self, prompt_logits: torch.Tensor) -> torch.Tensor:
@@ -171,6 +223,8 @@ def record_units(
     more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
     per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order)."""
     q = record.question
+    if q.type == "span":
+        return [span_unit(renderer, record, index)]
     if q.type == "set":
         return [
             Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
@@ -299,6 +353,21 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
     """
     import torch
 
+    span_units = [u for u in units if isinstance(u, SpanUnit)]
+    spans = None
+    if span_units:
+        reads = [(n, y) for n, u in enumerate(span_units) for y in u.target]
+        spans = SpanBatch(
+            [s for u in span_units for s in u.sequences],
+            torch.tensor([y for _, y in reads], dtype=torch.float32),
+            torch.tensor([n for n, _ in reads], dtype=torch.long),
+            pad_id,
+            len(span_units),
+        )
+        units = [u for u in units if not isinstance(u, SpanUnit)]
+        if not units:
+            none = torch.zeros(0, 2, dtype=torch.bool)
+            return TrainBatch(None, torch.zeros(0, 2), torch.zeros(0, dtype=torch.bool), [], None, none, spans)
     prompts = [p for u in units for p in u.prompts]
     batch: Batch | PackedBatch
     if shared_prefix and packing is not None:  # one row per state: a per-option prompt's question joins its suffix
@@ -316,7 +385,7 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
         targets[i, : unit.k] = torch.tensor(unit.target)
     is_score = torch.tensor([u.is_score for u in units], dtype=torch.bool)
     if not any(u.yes_no for u in units):
-        return TrainBatch(batch, targets, is_score, list(units))
+        return TrainBatch(batch, targets, is_score, list(units), spans=spans)
     rows, width = len(prompts), batch.option_mask.shape[1]
     index = torch.zeros(len(units), k, dtype=torch.long)
     mask = torch.zeros(len(units), k, dtype=torch.bool)
@@ -328,4 +397,4 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
             index[i, : unit.k] = row * width + torch.arange(unit.k)
         mask[i, : unit.k] = True
         row += len(unit.prompts)
-    return TrainBatch(batch, targets, is_score, list(units), index, mask)
+    return TrainBatch(batch, targets, is_score, list(units), index, mask, spans)

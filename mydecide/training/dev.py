@@ -28,8 +28,8 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     from mydecide.training.batches import shown_order
     from mydecide.training.diagnostics import collapse_report
 
-    single = [r for r in records if r.question.type != "set"]
-    sets = [r for r in records if r.question.type == "set"]
+    single = [r for r in records if r.question.type not in ("set", "span")]
+    sets = [r for r in records if r.question.type in ("set", "span")]  # yes / no rows: per label, per word × label
     items = [(r.state, r.question) for r in single]
     logits = score_questions(model, items + [(r.state, r.question) for r in sets], batch_size=batch_size)
     set_logits = logits[len(single) :]

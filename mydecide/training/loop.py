@@ -28,7 +28,7 @@ from mydecide.io import atomic_write_text, provenance, sha256_file
 from mydecide.records import Record, load_records
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
-from mydecide.training.objectives import loss_for
+from mydecide.training.objectives import batch_loss, loss_for
 from mydecide.training.tracking import check_trackers, tracked, tracker_config
 
 
@@ -131,6 +131,7 @@ def build_module(lm: Any, label_ids: Any) -> Any:
     import torch
 
     from mydecide.scoring.forward import forward_option_logits
+    from mydecide.scoring.spans import span_read_logits
 
     class DecisionModule(torch.nn.Module):
         def __init__(self) -> None:
@@ -138,9 +139,12 @@ def build_module(lm: Any, label_ids: Any) -> Any:
             self.lm = lm
             self.register_buffer("label_ids", torch.tensor(label_ids), persistent=False)
 
-        def forward(self, batch: Any) -> torch.Tensor:
+        def forward(self, batch: Any, spans: Any = None) -> Any:
             label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
-            return forward_option_logits(self.lm, batch, label_ids)
+            logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
+            if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
+                return logits
+            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id)
 
     return DecisionModule()
 
@@ -369,13 +373,11 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
             with accelerator.no_sync(module) if not sync else _null():
-                logits = tb.logits(module(tb.batch))  # (B, K): per-option units gather their yes − no reads
-                loss = loss_for(recipe.objective, update / total_updates)(
-                    logits, tb.targets, tb.mask, tb.is_score, progress=update / total_updates, generator=generator
-                )
+                objective = loss_for(recipe.objective, update / total_updates)  # span questions: on their grid
+                loss = batch_loss(module, tb, objective, progress=update / total_updates, generator=generator)
                 accelerator.backward(loss / accum)
             losses.append(loss.detach())
-            questions += tb.targets.shape[0]
+            questions += tb.questions
         grad_norm = accelerator.clip_grad_norm_(module.parameters(), recipe.optim.max_grad_norm)  # before clipping
         optimizer.step()
         scheduler.step()

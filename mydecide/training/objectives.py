@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from mydecide.config import CeThenProperObjective, Objective, RlcdObjective
+    from mydecide.training.batches import TrainBatch
 
 Loss = Callable[..., "Tensor"]
 
@@ -202,3 +203,34 @@ settings (``config.Objective``, one model per kind) and the fraction of training
 def loss_for(objective: Objective, progress: float) -> Loss:
     """The loss that the recipe's ``objective`` trains with at ``progress`` (the fraction of training done)."""
     return OBJECTIVES[objective.kind](objective, progress)
+
+
+def batch_loss(
+    module: Any, tb: TrainBatch, loss: Loss, *, progress: float, generator: torch.Generator | None = None
+) -> Tensor:
+    """The loss of one training batch through one forward call of ``module``: ``loss`` on its questions' option
+    logits, and on each span question's word × label reads as yes / no rows (d, 0) against (y, 1 − y), since
+    softmax((d, 0)) = (sigmoid d, 1 − sigmoid d): the proper objective charges every cell its log and spherical
+    score, ``ce`` its binary log loss. Every question weighs the same, whatever its number of words and labels."""
+    import torch
+
+    if tb.spans is None:
+        return loss(
+            tb.logits(module(tb.batch)), tb.targets, tb.mask, tb.is_score, progress=progress, generator=generator
+        )
+    option_logits, reads = module(tb.batch, tb.spans)  # (B, K) or None; (M,) yes − no per read
+    total, count = reads.sum() * 0.0, 0
+    if option_logits is not None:
+        kept = loss(tb.logits(option_logits), tb.targets, tb.mask, tb.is_score, progress=progress, generator=generator)
+        total, count = total + kept * len(tb.units), len(tb.units)
+    rows = torch.stack([reads, torch.zeros_like(reads)], dim=-1)  # (M, 2)
+    y = tb.spans.targets.to(rows.dtype)
+    targets = torch.stack([y, 1.0 - y], dim=-1)  # (M, 2)
+    mask = torch.ones_like(rows, dtype=torch.bool)
+    plain = torch.zeros(len(reads), dtype=torch.bool, device=reads.device)
+    for question in range(tb.spans.count):
+        at = tb.spans.owner == question
+        if bool(at.any()):
+            cells = loss(rows[at], targets[at], mask[at], plain[at], progress=progress, generator=generator)
+            total, count = total + cells, count + 1
+    return total / max(count, 1)

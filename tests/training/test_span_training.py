@@ -1,0 +1,119 @@
+"""Span questions in training: units, batches mixed with other types, the grid's loss, and the loop learning them."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from mydecide.records import parse_record
+
+NAMES = ["Anna", "Berg", "Omar", "Lind", "Sara", "Holm"]
+FILLER = ["the", "invoice", "was", "sent", "to", "support", "about", "an", "error", "on", "the", "page"]
+
+
+def span_row(i: int, rng: random.Random) -> dict:
+    words = [rng.choice(FILLER) for _ in range(rng.randint(4, 9))]
+    at = rng.randint(0, len(words))
+    name = [rng.choice(NAMES), rng.choice(NAMES)] if rng.random() < 0.7 else []
+    text = " ".join(words[:at] + name + words[at:])
+    answer = []
+    if name:
+        start = len(" ".join(words[:at])) + (1 if at else 0)
+        answer = [{"label": "PERSON", "start": start, "end": start + len(" ".join(name))}]
+    return {
+        "id": f"s{i}",
+        "task": "pii",
+        "state": text,
+        "question": {"type": "span", "instructions": "Where are names?", "criteria": {"PERSON": "a name"}},
+        "answer": answer,
+    }
+
+
+def choice_row(i: int, rng: random.Random) -> dict:
+    team = "engineering" if rng.random() < 0.8 else "billing"
+    return {
+        "id": f"c{i}",
+        "task": "route",
+        "state": f"ticket {i}: {'outage' if team == 'engineering' else 'invoice'}",
+        "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
+        "answer": team,
+    }
+
+
+def records(n: int, seed: int = 0) -> list:
+    rng = random.Random(seed)
+    return [r for i in range(n) for r in parse_record((span_row if i % 2 else choice_row)(i, rng))]
+
+
+def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny_llama_dir: Path) -> None:
+    import torch
+
+    from mydecide.config import CeObjective
+    from mydecide.modeling import load_model
+    from mydecide.training.batches import SpanUnit, epoch_units, make_batch
+    from mydecide.training.loop import build_module
+    from mydecide.training.objectives import batch_loss, loss_for
+
+    model = load_model(str(tiny_llama_dir), device="cpu")
+    recs = records(4)
+    units = epoch_units(model.renderer, recs, 0, 0, False)
+    assert sum(isinstance(u, SpanUnit) for u in units) == 2
+    span = next(u for u in units if isinstance(u, SpanUnit))
+    assert len(span.target) == len(recs[1].target)  # every cell of the grid is read once
+    module = build_module(model.lm, model.renderer.label_ids)
+    ce = loss_for(CeObjective(), 0.0)
+    pad = model.tokenizer.pad_token_id
+
+    def loss_of(subset: list) -> torch.Tensor:
+        return batch_loss(module, make_batch(subset, pad, True), ce, progress=0.0)
+
+    mixed = loss_of(units)
+    alone = [loss_of([u]) for u in units]
+    assert mixed.item() == pytest.approx(sum(a.item() for a in alone) / len(units), abs=1e-5)
+    # a span question alone: the mean binary log loss of its cells, sigmoid(yes − no) against the gold grid
+    from mydecide.scoring.spans import span_read_logits
+
+    reads = span_read_logits(model.lm, span.sequences, torch.tensor(model.renderer.label_ids), pad)
+    y = torch.tensor(span.target)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(reads, y)
+    assert loss_of([span]).item() == pytest.approx(bce.item(), abs=1e-5)
+    mixed.backward()
+    grad = model.lm.get_input_embeddings().weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+
+
+def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.training.loop import train
+
+    rng = random.Random(1)
+    rows = [(span_row if i % 2 else choice_row)(i, rng) for i in range(96)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, part in (("train", rows[:72]), ("dev", rows[72:])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
+    recipe = load_recipe(
+        smoke,
+        [
+            f"model={tiny_llama_dir}",
+            f"data={data}",
+            f"out={tmp_path / 'run'}",
+            "optim.max_steps=12",
+            "optim.lr=2e-2",
+            "eval_every=12",
+            "prompt.span.window_tokens=16",
+            "prompt.span.overlap_tokens=4",
+        ],
+        model=TrainRecipe,
+    )
+    run = train(recipe)
+    dev = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
+    assert dev[-1]["log_loss"] < dev[0]["log_loss"] - 0.1, dev
+    trained = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    assert all(r["loss"] == r["loss"] for r in trained)  # no NaN
+    saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
+    assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4}
