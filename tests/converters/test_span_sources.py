@@ -280,6 +280,21 @@ def test_pii_labels_option_keeps_a_subset() -> None:
         list(pii.convert(labels=["SSN"]))
 
 
+def test_pii_join_makes_long_documents_with_shifted_spans() -> None:
+    texts = list(pii.convert())
+    documents = list(pii.convert(join=40))
+    assert len(documents) == 20 and all(7000 <= len(d["state"]) <= 8836 for d in documents)
+    assert documents[0]["state"] == "\n\n".join(t["state"] for t in texts[:40])
+    assert documents[1]["id"] == "pii-0040+39" and documents[1]["meta"]["texts"] == 40
+    assert {d["task"] for d in documents} == {"pii_spans_long"}
+    assert [s["text"] for d in documents for s in d["answer"]] == [s["text"] for t in texts for s in t["answer"]]
+    for document in documents:
+        assert_exact_offsets(document)
+    assert [len(d["state"]) for d in pii.convert(join=300)][-1] == len("\n\n".join(t["state"] for t in texts[600:]))
+    with pytest.raises(ValueError, match="option 'join'"):
+        list(pii.convert(join=0))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("faker") is None, reason="the generator needs Faker (dev only)")
 def test_generator_rebuilds_the_shipped_sample_byte_for_byte(tmp_path: Path) -> None:
     import faker
@@ -339,7 +354,7 @@ def test_prepare_reads_the_three_span_sources(tmp_path: Path) -> None:
 def test_span_data_page_recipes_load_and_quote_the_samples_numbers() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "span-data.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for block in blocks:
         recipe = DataRecipe.model_validate(yaml.safe_load(block))
         for source in recipe.sources:
