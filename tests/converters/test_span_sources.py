@@ -297,6 +297,29 @@ def test_a_perfect_word_grid_scores_the_ceilings_docs_quote() -> None:
     assert "exact-match F1 0.485** and **overlap F1 0.996**" in page
 
 
+def test_pii_bad_lines_are_error_rows_and_pass_through_join(tmp_path: Path) -> None:
+    path = tmp_path / "pii.jsonl"
+    lines = [
+        {"id": "a", "text": "Call Bo Ek.", "spans": [{"start": 5, "end": 10, "label": "PERSON", "text": "Bo Ek"}]},
+        {"id": "b", "text": "Call Bo Ek.", "spans": [{"start": 5, "end": 10, "label": "NAME"}]},
+        {"id": "c", "text": "Call Bo Ek.", "spans": [{"start": 5, "end": 9, "label": "PERSON", "text": "Bo Ek"}]},
+        {"text": "no id", "spans": []},
+        {"id": "d", "text": "Mail bo@ek.se", "spans": [[5, 13, "EMAIL"]]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    rows = list(pii.convert(str(path)))
+    assert errors(rows) == {
+        "pii.jsonl:2": "label 'NAME' is not one of ['PERSON', 'EMAIL', 'PHONE', 'ADDRESS']",
+        "pii.jsonl:3": "spans[0].text 'Bo Ek' differs from the text at [5, 9): 'Bo E'",
+        "pii.jsonl:4": "keys 'text' and 'id' must be non-empty strings",
+    }
+    joined = list(pii.convert(str(path), join=2))
+    assert errors(joined) == errors(rows)
+    (document,) = records(joined)
+    assert document["state"] == "Call Bo Ek.\n\nMail bo@ek.se" and document["id"] == "a+1"
+    assert [(s["start"], s["text"]) for s in document["answer"]] == [(5, "Bo Ek"), (18, "bo@ek.se")]
+
+
 def test_pii_labels_option_keeps_a_subset() -> None:
     rows = list(pii.convert(labels=["EMAIL", "PERSON"], limit=50))
     assert rows[0]["question"]["criteria"] == {"PERSON": pii.CRITERIA["PERSON"], "EMAIL": pii.CRITERIA["EMAIL"]}
