@@ -136,7 +136,7 @@ BAD_REQUESTS = [
     ),
     (
         {**REQUEST, "questions": {"urgency": {**REQUEST["questions"]["urgency"], "type": "rank"}}},
-        AT + r"question 'urgency': type 'rank' is not one of \['choice', 'noul', 'score', 'set'\]$",
+        AT + r"question 'urgency': type 'rank' is not one of \['choice', 'noul', 'score', 'set', 'span'\]$",
     ),
     ({"questions": REQUEST["questions"]}, AT + r"state is required$"),
     ([1, 2], AT + r"the request body must be a JSON object$"),

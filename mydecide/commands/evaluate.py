@@ -51,7 +51,12 @@ def summary(report: dict[str, Any]) -> list[str]:
         return f"  {name:<28} " + "  ".join(cells)
 
     lines = ["overall"]
-    lines += [line(name, report[name]) for name in ("all", "choice", "noul", "score", "set") if report[name].get("n")]
+    names = ("all", "choice", "noul", "score", "set", "span")
+    lines += [line(name, report[name]) for name in names if report[name].get("n")]
+    base = report.get("baselines", {}).get("base_model", {}).get("span", {})
+    for name, spans in (("model", report["span"].get("spans")), ("base model", base.get("spans"))):
+        if spans:
+            lines.append(f"  span F1 ({name}) exact {spans['exact']['f1']:.3f}  overlap {spans['overlap']['f1']:.3f}")
     baselines = report.get("baselines", {})
     lines.append("baselines")
     if report.get("uncalibrated"):

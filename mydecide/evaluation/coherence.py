@@ -120,7 +120,11 @@ def context_independence(
         state = records[members[0]].state
         questions = [records[i].question for i in members]
         if len(members) == 1:
-            others = [records[j[0]].question for j in order[g + 1 :] + order[:g]][:companions]
+            # a span question's part may not exist in another state: companions are the other types
+            others = [
+                records[j[0]].question for j in order[g + 1 :] + order[:g] if records[j[0]].question.type != "span"
+            ]
+            others = others[:companions]
             questions += others
         together = scorer([(state, q) for q in questions], None)
         for pos, i in enumerate(members):
@@ -129,7 +133,7 @@ def context_independence(
             t = temperature(q.type, q.k)
             p_alone, p_together = to_probabilities(q.type, alone, t), to_probabilities(q.type, together[pos], t)
             diffs.append(float(np.max(np.abs(p_alone - p_together))))
-            if q.type != "set":
+            if q.type not in ("set", "span"):
                 argmax_changed.append(int(np.argmax(p_alone)) != int(np.argmax(p_together)))
             bar.update(1)
     bar.close()

@@ -106,6 +106,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             ],
         )
 
+    lines += span_markdown(report)
     lines += ["## Baselines", ""]
     side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""): report["all"]}
     if report.get("uncalibrated"):
@@ -254,3 +255,32 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path) -> dict[str, Path
     atomic_write_text(paths["markdown"], render_markdown(evaluation.report))
     plot_reliability(evaluation.rows, paths["plot"], evaluation.raw_rows)
     return paths
+
+
+def span_markdown(report: dict[str, Any]) -> list[str]:
+    """report.md's "Spans" section: span-level F1 of the model and the base model, word-level log loss / ECE, and
+    a row per label (nothing when the report has no span questions)."""
+    block = report.get("span") or {}
+    if not block.get("spans"):
+        return []
+
+    def fmt(value: Any) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    sides = {"model": block}
+    base = report.get("baselines", {}).get("base_model", {}).get("span")
+    if base and base.get("spans"):
+        sides["base model (no adapter)"] = base
+    header = "| | exact P | exact R | exact F1 | overlap P | overlap R | overlap F1 | word log loss | word ECE |"
+    lines = ["## Spans", "", header, "|" + "---|" * 9]
+    for name, b in sides.items():
+        s = b["spans"]
+        values = [s["exact"][k] for k in ("precision", "recall", "f1")]
+        values += [s["overlap"][k] for k in ("precision", "recall", "f1")] + [b.get("log_loss"), b.get("ece")]
+        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + " |")
+    lines += ["", "| label | gold | predicted | exact F1 | overlap F1 |", "|---|---|---|---|---|"]
+    for key, c in block["spans"]["by_label"].items():
+        lines.append(
+            f"| {key} | {c['gold']} | {c['predicted']} | {fmt(c['exact']['f1'])} | {fmt(c['overlap']['f1'])} |"
+        )
+    return [*lines, ""]

@@ -1,6 +1,7 @@
 """Metric rows and slices: every scored question as rows, and every metric of any group of rows.
 
-A question is one row; a ``set`` question one yes/no row per label (``scoring.probabilities.answer_rows``). Every
+A question is one row; a ``set`` question one yes/no row per label, a ``span`` question one per word × label cell
+(``scoring.probabilities.answer_rows``), its spans scored by :func:`span_metrics`. Every
 block counts those rows (``n``) and the questions they come from (``questions``) separately. The report is a
 function of predictions.jsonl: :func:`rows_from_predictions` rebuilds the rows from it.
 """
@@ -8,7 +9,7 @@ function of predictions.jsonl: :func:`rows_from_predictions` rebuilds the rows f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from mydecide import metrics
 from mydecide.calibration.temperatures import option_bucket
 from mydecide.records import QUESTION_TYPES, Question, Record
 from mydecide.scoring.probabilities import answer_rows
+from mydecide.spans import merge_spans, state_part
 
 STATE_TOKEN_BUCKETS = (128, 512, 2048)
 METRIC_KEYS = (
@@ -89,6 +91,10 @@ def _rows(
     common: dict[str, Any], probs: Any, target: Any, options: Sequence[str], flipped: bool | None
 ) -> list[MetricRow]:
     pairs = answer_rows(common["qtype"], probs, target)
+    if common["qtype"] == "span":  # word × label cells, word-major
+        return [
+            MetricRow(probs=p, target=y, label=options[n % len(options)], **common) for n, (p, y) in enumerate(pairs)
+        ]
     if common["qtype"] != "set":
         return [MetricRow(probs=p, target=y, flipped=flipped, **common) for p, y in pairs]
     return [MetricRow(probs=p, target=y, label=label, **common) for (p, y), label in zip(pairs, options, strict=True)]
@@ -242,6 +248,12 @@ def prediction_row(
     file: str,
 ) -> dict[str, Any]:
     q = record.question
+    # a span question: its grid, predicted and gold spans instead of per-option probabilities
+    answer = (
+        span_prediction(record, probs)
+        if q.type == "span"
+        else {"probabilities": _keyed(q, probs), "gold": record.answer_json(), "target": _keyed(q, record.target)}
+    )
     return {
         "id": record.id,
         "task": record.task,
@@ -250,9 +262,7 @@ def prediction_row(
         "k": q.k,
         "file": file,
         "state_tokens": state_tokens,
-        "probabilities": _keyed(q, probs),
-        "gold": record.answer_json(),
-        "target": _keyed(q, record.target),
+        **answer,
         "soft": record.soft,
         "logits": [float(z) for z in logits],
         "temperature": temperature,
@@ -265,9 +275,12 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[MetricR
     """Metric rows rebuilt from predictions.jsonl rows (the report is a function of this file)."""
     rows: list[MetricRow] = []
     for n, p in enumerate(predictions):
-        options = list(p["probabilities"])
-        probs = np.array([p["probabilities"][o] for o in options])
-        target = np.array([p["target"][o] for o in options])
+        if p["type"] == "span":
+            options, probs, target = p["labels"], np.array(p["grid"]), np.array(p["target_grid"])
+        else:
+            options = list(p["probabilities"])
+            probs = np.array([p["probabilities"][o] for o in options])
+            target = np.array([p["target"][o] for o in options])
         latency = None if p.get("latency_ms") is None else p["latency_ms"] / 1000.0
         common: dict[str, Any] = {
             "question": n,
@@ -282,3 +295,88 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[MetricR
         }
         rows += _rows(common, probs, target, options, p["flipped"])
     return rows
+
+
+# ------------------------------------------------------------------------------------------------ span questions
+# Span-level metrics: word-level log loss and ECE come with every type's block (a span question's rows are its word ×
+# label cells); these score the located spans themselves, from predictions.jsonl rows, so the report stays a function
+# of that file. A predicted span matches a gold span of the same label **exactly** when start and end are equal, and
+# **by overlap** when their offsets overlap; under overlap each gold and each predicted span is matched at most once
+# (greedily, in order), so a gold span split into two predictions counts one hit.
+
+Triple = tuple[str, int, int]  # (label, start, end)
+
+
+def span_prediction(record: Record, probs: Sequence[float]) -> dict[str, Any]:
+    """The span part of a prediction row: the grid, its gold, the predicted spans and the gold spans."""
+    part = state_part(record.state, record.question.over)
+    return {
+        "labels": list(record.question.options),
+        "grid": [float(p) for p in probs],
+        "target_grid": [float(y) for y in record.target],
+        "spans": merge_spans(part, probs, record.question.options),
+        "gold": [s.to_json(part) for s in record.spans],
+    }
+
+
+def match_counts(gold: Iterable[Triple], predicted: Iterable[Triple]) -> dict[str, tuple[int, int, int]]:
+    """(tp, fp, fn) under ``exact`` and ``overlap`` match for one question's spans."""
+    gold, predicted = sorted(gold), sorted(predicted)
+    exact = len(set(gold) & set(predicted))
+    used: set[int] = set()
+    overlap = 0
+    for label, start, end in predicted:
+        for n, (g_label, g_start, g_end) in enumerate(gold):
+            if n not in used and g_label == label and g_start < end and start < g_end:
+                used.add(n)
+                overlap += 1
+                break
+    return {
+        "exact": (exact, len(predicted) - exact, len(gold) - exact),
+        "overlap": (overlap, len(predicted) - overlap, len(gold) - overlap),
+    }
+
+
+def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
+    """Precision, recall and F1 of counts (1.0 where there was nothing to find and nothing was found)."""
+    return {
+        "precision": tp / (tp + fp) if tp + fp else 1.0,
+        "recall": tp / (tp + fn) if tp + fn else 1.0,
+        "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0,
+    }
+
+
+def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Span-level metrics over the span rows of predictions.jsonl (None when there are none): ``exact`` and
+    ``overlap`` precision / recall / F1 pooled over every span, and ``by_label`` (keyed ``task/label``) the same
+    with the gold and predicted counts."""
+    rows = [p for p in predictions if p.get("type") == "span"]
+    if not rows:
+        return None
+    totals = {"exact": [0, 0, 0], "overlap": [0, 0, 0]}
+    per_label: dict[str, dict[str, list[int]]] = {}
+    for p in rows:
+        for label in p["labels"]:
+            gold = [(s["label"], s["start"], s["end"]) for s in p["gold"] if s["label"] == label]
+            predicted = [(s["label"], s["start"], s["end"]) for s in p["spans"] if s["label"] == label]
+            counts = per_label.setdefault(f"{p['task']}/{label}", {"exact": [0, 0, 0], "overlap": [0, 0, 0]})
+            for kind, values in match_counts(gold, predicted).items():
+                for i, v in enumerate(values):
+                    counts[kind][i] += v
+                    totals[kind][i] += v
+    return {
+        "questions": len(rows),
+        "gold_spans": totals["exact"][0] + totals["exact"][2],
+        "predicted_spans": totals["exact"][0] + totals["exact"][1],
+        "exact": _prf(*totals["exact"]),
+        "overlap": _prf(*totals["overlap"]),
+        "by_label": {
+            key: {
+                "gold": c["exact"][0] + c["exact"][2],
+                "predicted": c["exact"][0] + c["exact"][1],
+                "exact": _prf(*c["exact"]),
+                "overlap": _prf(*c["overlap"]),
+            }
+            for key, c in sorted(per_label.items())
+        },
+    }

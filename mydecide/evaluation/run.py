@@ -36,7 +36,7 @@ from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.report import write_outputs
-from mydecide.evaluation.rows import MetricRow, metric_blocks, prediction_row, question_rows
+from mydecide.evaluation.rows import MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
 from mydecide.io import atomic_write_text, provenance
 from mydecide.manifest import split_beside
 from mydecide.modeling import adapter_disabled, has_adapter, load_model
@@ -234,6 +234,8 @@ def run_evaluation(
         },
         **metric_blocks(rows),
     }
+    if report["span"]["n"]:
+        report["span"]["spans"] = span_metrics(predictions)
     raw_rows = None
     if calibrated:
         raw_rows, _ = rows_and_predictions(logits, latency, flips, lambda qtype, k: 1.0)
@@ -256,6 +258,8 @@ def run_evaluation(
             "note": "the same weights without the adapter, T = 1",
             **metric_blocks(b_rows, slices=False),
         }
+        if report["span"]["n"]:
+            baselines["base_model"]["span"]["spans"] = span_metrics(base_predictions)
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
     if coherence:
