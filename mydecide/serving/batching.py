@@ -34,7 +34,7 @@ from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.packing import packing_agrees, score_packed, supports_packing
-from mydecide.serving.wire import Limits, Request, RequestError, build_response, render_request
+from mydecide.serving.wire import Limits, Request, RequestError, build_response, render_request, score_spans
 
 if TYPE_CHECKING:
     import numpy as np
@@ -328,6 +328,7 @@ class Scorer:
     def _answer(self, job: _Job) -> None:
         assert job.rendered is not None
         try:
+            score_spans(self.model, job.rendered)  # span questions: their own sequences, after the batch's prompts
             job.future.set_result(build_response(job.rendered, self.temperature, self.model_name))
         except Exception as err:
             self._fail(job, err)

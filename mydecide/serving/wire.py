@@ -11,7 +11,7 @@ A choice with more than 26 options takes two rounds of prompts (``many_options``
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mydecide.config import Limits
@@ -24,7 +24,8 @@ from mydecide.records import (
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
-from mydecide.spans import state_part
+from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
+from mydecide.spans import merge_spans, state_part
 
 if TYPE_CHECKING:
     import numpy as np
@@ -284,12 +285,16 @@ def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RenderedRequest:
-    """A request's scoring plan; ``prompts`` are its first-round prompts, ``owner[i]`` indexes prompt i's
-    question in request order."""
+    """A request's scoring plan over its questions but span ones (``names``, in request order); ``prompts`` are its
+    first-round prompts, ``owner[i]`` indexes prompt i's question in ``names``. Span questions have their sequences
+    in ``spans`` (name → layout) and, once read (:func:`score_spans`), their grids in ``span_grids``."""
 
     request: Request
     plan: ScoringPlan
     shared_prefix: bool = True
+    names: tuple[str, ...] = ()
+    spans: dict[str, SpanLayout] = field(default_factory=dict)
+    span_grids: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def prompts(self) -> list[Prompt]:
@@ -302,8 +307,9 @@ class RenderedRequest:
     @property
     def input_tokens(self) -> int:
         """Tokens processed: per round, with a shared prefix the state prefix once plus every question's suffix,
-        else every prompt in full. (Two requests about the same state batched together count once each.)"""
-        return self.plan.tokens(self.shared_prefix)
+        else every prompt in full, and every span sequence. (Two requests about the same state batched together count
+        once each.)"""
+        return self.plan.tokens(self.shared_prefix) + sum(len(s.ids) for v in self.spans.values() for s in v.sequences)
 
 
 def render_request(
@@ -315,10 +321,15 @@ def render_request(
     all of them more than ``max_input_tokens`` (the state prefix once plus every prompt's suffix, whatever
     ``shared_prefix``), naming the question.
     """
-    items = [(request.state, q) for q in request.questions.values()]
-    rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix)
+    names = [name for name, q in request.questions.items() if q.type != "span"]
+    items = [(request.state, request.questions[name]) for name in names]
+    spans = {
+        name: span_layout(model.renderer, request.state, q) for name, q in request.questions.items() if q.type == "span"
+    }
+    rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix, tuple(names), spans)
     if limits is not None:
-        names = list(request.questions)
+        _check_span_limits(spans, limits)
+    if limits is not None and items:
         longest = max(range(len(rendered.prompts)), key=lambda i: len(rendered.prompts[i]))
         if len(rendered.prompts[longest]) > limits.max_prompt_tokens:
             raise RequestError(
@@ -347,12 +358,15 @@ def build_response(
 ) -> dict[str, Any]:
     """The Jev response of one request whose plan has been scored (``score_plans``)."""
     request = rendered.request
-    names, questions = list(request.questions), list(request.questions.values())
-    per_question = rendered.plan.logits()
+    logits = dict(zip(rendered.names, rendered.plan.logits(), strict=True))
     answers = {}
-    for name, question, z in zip(names, questions, per_question, strict=True):
+    for name, question in request.questions.items():
         t = temperature(question.type, question.k) if temperature else 1.0
-        answers[name] = build_answer(question, to_probabilities(question.type, z, t))
+        if question.type == "span":
+            probs = to_probabilities("span", rendered.span_grids[name], t)
+            answers[name] = span_answer(state_part(request.state, question.over), question, probs)
+        else:
+            answers[name] = build_answer(question, to_probabilities(question.type, logits[name], t))
     return {
         "model": request.model or model_name,
         "answers": answers,
@@ -375,4 +389,44 @@ def answer_request(
         [rendered.plan],
         lambda prompts: score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix),
     )
+    score_spans(model, rendered)
     return build_response(rendered, temperature, model_name or model.name)
+
+
+def score_spans(model: LoadedModel, rendered: RenderedRequest) -> None:
+    """Read the sequences of a request's span questions (all of them in one call) into ``span_grids``."""
+    if not rendered.spans or rendered.span_grids:
+        return
+    sequences = [s for layout in rendered.spans.values() for s in layout.sequences]
+    reads = read_sequences(model, sequences) if sequences else []
+    at = 0
+    for name, layout in rendered.spans.items():
+        rendered.span_grids[name] = layout.grid(reads[at : at + len(layout.sequences)])
+        at += len(layout.sequences)
+
+
+def span_answer(part: str, question: Question, probs: np.ndarray) -> dict[str, Any]:
+    """A span question's answer: P(there is any span) (the grid's highest word probability) and the merged spans."""
+    return {
+        "type": "span",
+        "noul": float(probs.max()) if len(probs) else 0.0,
+        "spans": merge_spans(part, [float(p) for p in probs], question.options),
+    }
+
+
+def _check_span_limits(spans: dict[str, SpanLayout], limits: Limits) -> None:
+    """A span question's sequences count against the same token limits as prompts, each a whole prompt."""
+    total = 0
+    for name, layout in spans.items():
+        for seq in layout.sequences:
+            if len(seq.ids) > limits.max_prompt_tokens:
+                raise RequestError(
+                    f"question {name!r}: a span window of {len(seq.ids)} tokens is over the limit of "
+                    f"{limits.max_prompt_tokens} tokens in one prompt"
+                )
+            total += len(seq.ids)
+    if total > limits.max_input_tokens:
+        raise RequestError(
+            f"the request's span questions hold {total} tokens (one sequence per label and window), over the "
+            f"limit of {limits.max_input_tokens} input tokens"
+        )
