@@ -307,14 +307,15 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[MetricR
 Triple = tuple[str, int, int]  # (label, start, end)
 
 
-def span_prediction(record: Record, probs: Sequence[float]) -> dict[str, Any]:
+def span_prediction(record: Record, probs: Sequence[float] | np.ndarray) -> dict[str, Any]:
     """The span part of a prediction row: the grid, its gold, the predicted spans and the gold spans."""
     part = state_part(record.state, record.question.over)
+    grid = [float(p) for p in probs]
     return {
         "labels": list(record.question.options),
-        "grid": [float(p) for p in probs],
+        "grid": grid,
         "target_grid": [float(y) for y in record.target],
-        "spans": merge_spans(part, probs, record.question.options),
+        "spans": merge_spans(part, grid, record.question.options),
         "gold": [s.to_json(part) for s in record.spans],
     }
 
