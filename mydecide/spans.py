@@ -22,6 +22,9 @@ DEFAULT_PART = "answer"
 MAX_SPAN_LABELS = 32
 SPAN_THRESHOLD = 0.5
 _WORD = re.compile(r"\S+")
+EDGE_PUNCTUATION = ".,;:!?\"'`"
+"""Trimmed from both ends of a merged span (words keep their punctuation: ``Anna,`` ``Friday.``)."""
+BRACKETS = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 
 @dataclass(frozen=True, order=True)
@@ -131,12 +134,38 @@ def grid_target(state: Any, question: Any, spans: Sequence[Span]) -> tuple[float
     return tuple(grid)
 
 
+def trim_edges(part: str, start: int, end: int) -> tuple[int, int]:
+    """``start, end`` without the punctuation at the span's edges (:data:`EDGE_PUNCTUATION`, a bracket pair around the
+    whole span, a bracket the span does not close or open: ``<bo@ek.se>,`` → ``bo@ek.se``, ``(555) 123`` stays);
+    unchanged if nothing would be left."""
+    a, b = start, end
+    while a < b:
+        c = part[b - 1]
+        if (
+            b - a > 2
+            and BRACKETS.get(part[a]) == c
+            and part.count(part[a], a + 1, b - 1) == part.count(c, a + 1, b - 1)
+        ):
+            a, b = a + 1, b - 1  # a bracket pair around the whole span: <bo@ek.se>
+            continue
+        opening = next((o for o, e in BRACKETS.items() if e == c), None)
+        if c in EDGE_PUNCTUATION or (opening and part.count(opening, a, b) < part.count(c, a, b)):
+            b -= 1
+        elif part[a] in EDGE_PUNCTUATION or (
+            part[a] in BRACKETS and part.count(part[a], a, b) > part.count(BRACKETS[part[a]], a, b)
+        ):
+            a += 1
+        else:
+            break
+    return (a, b) if a < b else (start, end)
+
+
 def merge_spans(
     part: str, probabilities: Sequence[float], labels: Sequence[str], threshold: float = SPAN_THRESHOLD
 ) -> list[dict[str, Any]]:
     """Spans from a flat word × label grid of P(yes): adjacent words with p ≥ ``threshold`` for one label merge
-    (start of the first word, end of the last); a span's probability is the mean of its words'. Sorted by
-    (start, label)."""
+    (start of the first word, end of the last, then :func:`trim_edges`: a word keeps its punctuation, a span does
+    not); a span's probability is the mean of its words'. Sorted by (start, label)."""
     offsets = words(part)
     if len(probabilities) != len(offsets) * len(labels):
         raise ValueError(f"{len(probabilities)} grid values for {len(offsets)} words × {len(labels)} labels")
@@ -149,7 +178,7 @@ def merge_spans(
                 continue
             if run:
                 p = sum(probabilities[w * len(labels) + j] for w in run) / len(run)
-                span = Span(offsets[run[0]][0], offsets[run[-1]][1], label)
+                span = Span(*trim_edges(part, offsets[run[0]][0], offsets[run[-1]][1]), label)
                 found.append({**span.to_json(part), "probability": float(p)})
                 run = []
     return sorted(found, key=lambda s: (s["start"], s["label"]))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mydecide.records import RecordError, parse_record, read_records
-from mydecide.spans import Span, merge_spans, state_part, words
+from mydecide.spans import Span, merge_spans, state_part, trim_edges, words
 
 TEXT = "Call Anna Berg at anna.berg@example.se before Friday."
 CRITERIA = {"PERSON": "a person's name", "EMAIL": "an e-mail address"}
@@ -72,7 +72,7 @@ def test_offsets_are_code_points_on_text_with_multibyte_characters() -> None:
     # the grid marks exactly the words of the gold spans, and merging it returns the same offsets and text
     spans = merge_spans(text, [float(v) for v in record.target], record.question.options)
     assert [(s["start"], s["end"], s["text"]) for s in spans] == [
-        (start, end + 1, "Åsa Öberg,"),
+        (start, end, "Åsa Öberg"),
         (cjk, cjk + 3, "李小龙"),
     ]
 
@@ -155,3 +155,21 @@ def test_the_examples_of_spans_md_are_valid_records_and_requests() -> None:
     (request,) = [o for o in objects if "questions" in o]
     parsed = parse_request(request)
     assert state_part(request["state"], parsed.questions["pii"].over)[9:29] == "anna.berg@example.se"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("Anna,", "Anna"),
+        ("<bo@ek.se>", "bo@ek.se"),
+        ("(bo@ek.se),", "bo@ek.se"),
+        ("Friday.", "Friday"),
+        ("(555) 123-4567.", "(555) 123-4567"),
+        ("+49(0)5365397661", "+49(0)5365397661"),
+        ('"Åsa Öberg"', "Åsa Öberg"),
+        ("...", "..."),
+    ],
+)
+def test_a_merged_span_loses_the_punctuation_at_its_edges(text: str, kept: str) -> None:
+    start, end = trim_edges(text, 0, len(text))
+    assert text[start:end] == kept
