@@ -123,3 +123,16 @@ def test_a_span_question_scores_the_same_mixed_with_other_types_or_alone(tiny_ll
     assert mixed[1].shape == (len(words(state)) * 2,)
     np.testing.assert_allclose(mixed[1], alone, atol=1e-5)
     np.testing.assert_allclose(mixed[0], score_questions(model, [(state, noul)])[0], atol=1e-5)
+
+
+def test_a_span_grid_does_not_depend_on_what_it_is_batched_with(tiny_model_dir: Path) -> None:
+    """Right padding: a short sequence batched with a long one reads what it reads alone (Llama and the Qwen3.5
+    hybrid, whose Gated DeltaNet layers run left to right)."""
+    from mydecide.modeling import load_model
+
+    model = load_model(str(tiny_model_dir), device="cpu")
+    short = ("Anna Berg called.", QUESTION)
+    long = (" ".join(FILLER * 4) + " and Omar Lind too.", QUESTION)
+    together = score_span_questions(model, [short, long])
+    np.testing.assert_allclose(together[0], score_span_questions(model, [short])[0], atol=1e-4)
+    np.testing.assert_allclose(together[1], score_span_questions(model, [long])[0], atol=1e-4)
