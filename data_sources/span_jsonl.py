@@ -69,7 +69,8 @@ def read_spans(line: dict[str, Any], text: str, spans_key: str | None, offsets: 
     if key == "label" and spans_key is None and not isinstance(items, list):
         items = []  # a plain text label is not a span list
     if not isinstance(items, list):
-        raise SpanError(f"key {key!r} must be a list of spans, got a JSON {type(items).__name__}")
+        kind = "null" if items is None else f"a JSON {type(items).__name__}"
+        raise SpanError(f"key {key!r} must be a list of spans, got {kind}")
     encoded = text.encode("utf-8") if offsets == "utf8" else b""
     spans: list[Span] = []
     for n, item in enumerate(items):

@@ -224,7 +224,8 @@ def test_span_jsonl_bad_lines_are_error_rows_naming_line_and_rule() -> None:
         ([{"start": True, "end": 2, "label": "A"}], "start must be an integer"),
         ([[0, 2]], "or a triple"),
         ([[0, 2, "A"], [1, 3, "A"]], "overlap"),
-        ({"start": 0}, "must be a list of spans"),
+        ({"start": 0}, "must be a list of spans, got a JSON dict"),
+        (None, "key 'spans' must be a list of spans, got null"),
     ],
 )
 def test_span_jsonl_span_rules(tmp_path: Path, spans: Any, rule: str) -> None:
