@@ -299,6 +299,14 @@ class AugmentConfig(Strict):
         return self
 
 
+class RayEngineConfig(Strict):
+    """Where ``engine: ray`` runs prepare's heavy steps (docs/distributed-prepare.md)."""
+
+    address: str | None = None  # a running cluster ("auto", "ray://head:10001"); None: $RAY_ADDRESS, else a local Ray
+    num_workers: int | None = Field(None, ge=1)  # CPUs of a local Ray started for the run; None: every CPU
+    partitions: int | None = Field(None, ge=1)  # blocks the rows are cut into; None: 2 per CPU of the cluster
+
+
 class DataRecipe(Strict):
     sources: list[SourceSpec] = Field(min_length=1)  # the converter runs whose rows are prepared
     decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
@@ -308,6 +316,8 @@ class DataRecipe(Strict):
     split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
+    engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
+    ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------

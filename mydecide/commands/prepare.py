@@ -23,6 +23,13 @@ def register(app: typer.Typer) -> None:
         ),
         out: Out = None,
         list_sources: bool = typer.Option(False, "--list-sources", help="List the converter plugins and exit."),
+        engine: str | None = typer.Option(
+            None,
+            "--engine",
+            help="local (in this process, the default) or ray: near dedup and decontamination on a Ray cluster "
+            "($RAY_ADDRESS or the recipe's ray.address; none: a local Ray), with the same answer.",
+            show_default=False,
+        ),
         progress: bool | None = typer.Option(
             None, "--progress/--no-progress", help="Progress bars on stderr (default: when it is a terminal)."
         ),
@@ -38,7 +45,7 @@ def register(app: typer.Typer) -> None:
             return
         from mydecide.data.prepare import prepare as run_prepare
 
-        recipe = recipe_from_command_line(DataRecipe, args, {"out": out})
+        recipe = recipe_from_command_line(DataRecipe, args, {"out": out, "engine": engine})
         manifest = run_prepare(
             recipe,
             progress=sys.stderr.isatty() if progress is None else progress,

@@ -13,7 +13,7 @@ file and the eval item's id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -173,11 +173,13 @@ class EvalIndex:
         *,
         tokenised: Words | None = None,
         sketches: Sequence[MinHash] | None = None,
+        phrase_rows: np.ndarray | None = None,
     ) -> list[Contamination | None]:
         """One entry per text: the first check it fails (exact, near, n-gram, contained, edit), or None if clean.
 
         ``tokenised`` (the texts' :class:`Words`) and ``sketches`` (their MinHash with this index's num_perm,
-        shingling and seed) may be passed when the caller has them already.
+        shingling and seed) may be passed when the caller has them already; ``phrase_rows`` (:meth:`phrase_rows`
+        summed over all rows) when these texts are only a part of the rows.
         """
         found: list[Contamination | None] = [None] * len(texts)
         if not self.items or not texts:
@@ -198,7 +200,7 @@ class EvalIndex:
             if self.overlap_words > 0 and self.whole_min_words > 0:
                 self._match_contained(texts, text_words, found)
             if self.short_edits and self.whole_min_words > PHRASE_MIN_WORDS:
-                self._match_rare_phrases(texts, text_words, found)
+                self._match_rare_phrases(texts, text_words, found, phrase_rows)
         if self._whole:
             self._match_short_edits(texts, tokenised, found)
         if progress is not None:
@@ -268,10 +270,18 @@ class EvalIndex:
                 for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
                     found[short_rows[row]] = self._hit("contained", k, shared=" ".join(tokens(texts[short_rows[row]])))
 
-    def _match_rare_phrases(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
-        """An eval item of PHRASE_MIN_WORDS to whole_min_words - 1 words found whole inside a row, unless the
-        phrase is common: inside more than COMMON_ROWS rows, it is a turn of phrase ("thank you so much for
-        your help"), not a copied item."""
+    def phrase_rows(self, tokenised: Words) -> np.ndarray:
+        """(E,) in how many of these texts each eval item of PHRASE_MIN_WORDS to whole_min_words - 1 words is found
+        whole. The rare-phrase check counts over all rows, so an engine that matches the rows a partition at a
+        time adds these up over its partitions and passes the sum to :meth:`match` (``phrase_rows``)."""
+        counts = np.zeros(len(self.items), dtype=np.int64)
+        for _m, short_items, _grams, pairs, _slots in self._phrase_hits(tokenised):
+            np.add.at(counts, short_items[pairs[:, 0]], 1)
+        return counts
+
+    def _phrase_hits(self, tokenised: Words) -> Iterator[tuple[int, np.ndarray, Shingles, np.ndarray, np.ndarray]]:
+        """Per phrase length: (m, the m-word eval items, the texts' m-grams, distinct (item among them, text) pairs
+        of an item found whole in a text, the flat m-gram slot of each pair's first occurrence)."""
         item_parts = self._words.split()
         item_lengths = np.diff(self._words.offsets)
         for m in range(PHRASE_MIN_WORDS, self.whole_min_words):
@@ -286,8 +296,24 @@ class EvalIndex:
             rows = np.searchsorted(grams.offsets, slots, side="right") - 1
             items = owner[np.searchsorted(wholes, grams.hashes[slots])]
             pairs, first = np.unique(np.stack([items, rows], axis=1), axis=0, return_index=True)
-            per_item = np.bincount(pairs[:, 0], minlength=len(short_items))
-            for (k, row), slot in zip(pairs.tolist(), slots[first].tolist(), strict=True):
+            yield m, short_items, grams, pairs, slots[first]
+
+    def _match_rare_phrases(
+        self,
+        texts: Sequence[str],
+        tokenised: Words,
+        found: list[Contamination | None],
+        phrase_rows: np.ndarray | None = None,
+    ) -> None:
+        """An eval item of PHRASE_MIN_WORDS to whole_min_words - 1 words found whole inside a row, unless the
+        phrase is common: inside more than COMMON_ROWS rows (of these texts, or ``phrase_rows`` when given), it is
+        a turn of phrase ("thank you so much for your help"), not a copied item."""
+        for m, short_items, grams, pairs, slots in self._phrase_hits(tokenised):
+            if phrase_rows is None:
+                per_item = np.bincount(pairs[:, 0], minlength=len(short_items))
+            else:
+                per_item = phrase_rows[short_items]
+            for (k, row), slot in zip(pairs.tolist(), slots.tolist(), strict=True):
                 if found[row] is None and per_item[k] <= COMMON_ROWS:
                     start = slot - int(grams.offsets[row])
                     shared = tokens(texts[row])[start : start + m]

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mydecide.config import DataRecipe, RecipeError, SourceSpec
 from mydecide.data import augment as augmenting
 from mydecide.data import dedup, split
-from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
+from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, read_eval_jsonl
 from mydecide.data.ledger import (
     Ledger,
     Row,
@@ -37,21 +37,76 @@ from mydecide.records import RecordError, parse_record
 Log = Callable[[str], None]
 
 
+class Engine(Protocol):
+    """Where the two heavy steps run: :class:`LocalEngine` in this process, or ``distributed.RayEngine`` on a Ray
+    cluster. Both give the same answer; every other step, and all the counting, is the pipeline's own."""
+
+    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, dedup.NearMatch]:
+        """``{removed index: NearMatch}``: near_dedup's keep rule over the rows (``bar.update(n)``: progress)."""
+        ...
+
+    def contamination(
+        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
+    ) -> list[Contamination | None]:
+        """The first eval overlap of each row, or None."""
+        ...
+
+
+class LocalEngine:
+    """The heavy steps in this process (numpy shingles and MinHash, datasketch's LSH)."""
+
+    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, dedup.NearMatch]:
+        near = recipe.dedup.near
+        return dedup.near_duplicates_of(
+            sketched(rows, near),
+            threshold=near.threshold,
+            progress=bar.update,
+            groups=[dedup.question_key(row.record.question) for row in rows],
+            texts=[row.text for row in rows],
+            shingling=shingling(near),
+            keep_slot_changes=near.keep_slot_changes,
+        )
+
+    def contamination(
+        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
+    ) -> list[Contamination | None]:
+        return index.match(
+            [row.text for row in rows],
+            progress=bar.update,
+            tokenised=tokenised(rows),
+            sketches=sketched(rows, recipe.dedup.near) if recipe.decontamination.near else None,
+        )
+
+
 # ------------------------------------------------------------------------------------------------- the pipeline
 
 
 def prepare(
-    recipe: DataRecipe, out: str | Path | None = None, *, progress: bool = False, log: Log | None = None
+    recipe: DataRecipe,
+    out: str | Path | None = None,
+    *,
+    progress: bool = False,
+    log: Log | None = None,
+    engine: Engine | None = None,
 ) -> dict[str, Any]:
-    """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest."""
+    """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest.
+
+    ``recipe.engine: ray`` runs near dedup and decontamination on a Ray cluster (docs/distributed-prepare.md).
+    """
+    if engine is None and recipe.engine == "ray":
+        from mydecide.data.distributed import ray_engine
+
+        with ray_engine(recipe.ray, log=log) as ray:
+            return prepare(recipe, out, progress=progress, log=log, engine=ray)
+    engine = engine or LocalEngine()
     out = Path(out if out is not None else recipe.out)
     say = log or (lambda _message: None)
     ledger = Ledger()
 
     rows = convert_and_validate(recipe.sources, ledger, progress)
     rows = exact_dedup(rows, recipe, ledger)
-    rows = near_dedup(rows, recipe, ledger, progress)
-    rows = decontaminate(rows, recipe, ledger, progress)
+    rows = near_dedup(rows, recipe, ledger, progress, engine)
+    rows = decontaminate(rows, recipe, ledger, progress, engine)
     rows = cap_per_task(rows, recipe, ledger)
     splits = split_rows(rows, recipe, ledger)
     splits["train"] = augment_train(splits["train"], recipe, ledger)
@@ -160,22 +215,15 @@ def exact_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row
     return ledger.step("exact_dedup", rows, kept, removed, label_conflicts=conflicts)
 
 
-def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
+def near_dedup(
+    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
+) -> list[Row]:
     """Drop rows that ask the same question as an earlier kept row about a nearly identical state."""
     near = recipe.dedup.near
     if not near.enabled or not rows:
         return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
-    sketches = sketched(rows, near)
     with progress_bar(progress, "near dedup", total=len(rows)) as bar:
-        matches = dedup.near_duplicates_of(
-            sketches,
-            threshold=near.threshold,
-            progress=bar.update,
-            groups=[dedup.question_key(row.record.question) for row in rows],
-            texts=[row.text for row in rows],
-            shingling=shingling(near),
-            keep_slot_changes=near.keep_slot_changes,
-        )
+        matches = (engine or LocalEngine()).near_matches(rows, recipe, bar)
     removed = [
         (rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
         for i, m in sorted(matches.items())
@@ -263,7 +311,9 @@ def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, 
     return items, files
 
 
-def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
+def decontaminate(
+    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
+) -> list[Row]:
     """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
     if not recipe.decontaminate_against:
         release(rows)
@@ -284,12 +334,7 @@ def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress:
         keep_slot_changes=near.keep_slot_changes,
     )
     with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
-        found = index.match(
-            [row.text for row in rows],
-            progress=bar.update,
-            tokenised=tokenised(rows),
-            sketches=sketched(rows, near) if settings.near else None,
-        )
+        found = (engine or LocalEngine()).contamination(rows, index, recipe, bar)
     removed = [
         (row, f"eval overlap ({hit.method})", hit.to_json())
         for row, hit in zip(rows, found, strict=True)

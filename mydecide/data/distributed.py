@@ -1,0 +1,283 @@
+"""``prepare`` on Ray: near dedup and decontamination run as Ray tasks over partitions of the rows, with the
+answer of the local path.
+
+The pipeline (:func:`mydecide.data.prepare.prepare`) keeps its table of contents and its ledger; this module is
+its :class:`RayEngine`, which takes over the two heavy steps (near dedup and decontamination, nine tenths of a
+local run) and keeps their rules, reusing the local functions:
+
+- near dedup: each partition's MinHash signatures (the local shingling and
+  :func:`~mydecide.data.near_dedup.signatures`) and one key per LSH band (the band's hash mixed with the band
+  number and the row's question group) are computed by one task; the keys are shuffled by value to reducer tasks,
+  so a bucket shared by rows of different partitions meets in one place, and each reducer returns the small
+  (key, row) tuples of its shared buckets. The driver turns them into candidate pairs; tasks check each pair with
+  the local :class:`~mydecide.data.near_dedup.Verifier` (same band, MinHash estimate, exact shingle Jaccard,
+  changed slot). The keep rule then runs in the driver on the verified (row, kept row, similarity) tuples, in
+  row order: a row goes when an earlier *kept* row of its group matches it, and names the most similar one
+  (first on ties), exactly as :func:`~mydecide.data.near_dedup.near_duplicates_of` does.
+- decontamination: the :class:`~mydecide.data.decontaminate.EvalIndex` is built once and shared through the
+  object store; each partition is matched by :meth:`EvalIndex.match`. The one check that counts over all rows (a
+  short eval phrase is common when it is inside more than three rows) gets the counts summed over the partitions
+  first (:meth:`EvalIndex.phrase_rows`).
+
+Nothing depends on how the rows are cut: the answer is the same for any partition count and on every run. A task
+whose worker dies is retried by Ray (three times by default). Conversion, validation, exact dedup, caps, splits
+and augmentation stay in the driver (a tenth of a local run), and the outputs are written by the pipeline's own
+atomic writer, so `train` reads them as it reads a local run's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mydecide.config import DataRecipe, NearDedupConfig, RayEngineConfig, RecipeError
+from mydecide.data import dedup
+from mydecide.data.decontaminate import Contamination, EvalIndex
+from mydecide.data.ledger import Row
+from mydecide.data.near_dedup import (
+    NearMatch,
+    Verifier,
+    band_keys,
+    candidate_threshold,
+    estimated_jaccard,
+    lsh_bands,
+    minhashes,
+    signatures,
+)
+from mydecide.data.shingles import POLY, Shingling
+
+# ------------------------------------------------------------------------------------------------- the engine
+
+
+@contextmanager
+def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None = None) -> Iterator[RayEngine]:
+    """A :class:`RayEngine` on the Ray this process is connected to, else on ``settings.address`` (or
+    ``$RAY_ADDRESS``), else on a local Ray with ``settings.num_workers`` CPUs started for the run (and shut down
+    after it)."""
+    try:
+        import ray
+    except ImportError:
+        raise RecipeError(
+            "engine: ray needs the ray package (pip install 'ray[data]'; requirements.lock pins the version)"
+        ) from None
+    started = not ray.is_initialized()
+    if started:
+        address = settings.address or os.environ.get("RAY_ADDRESS") or None
+        options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+        if address is None:
+            ray.init(num_cpus=settings.num_workers, **options)
+        else:  # the cluster's workers import mydecide from the copy this run ships
+            package = str(Path(__file__).resolve().parents[1])
+            ray.init(address=address, runtime_env={"py_modules": [package]}, **options)
+    try:
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        engine = RayEngine(settings.partitions or 2 * cpus)
+        if log is not None:
+            log(f"engine ray: {cpus} CPUs, {engine.partitions} partitions")
+        yield engine
+    finally:
+        if started:
+            ray.shutdown()
+
+
+class RayEngine:
+    """Near dedup and decontamination as Ray tasks over ``partitions`` slices of the rows (module docstring)."""
+
+    def __init__(self, partitions: int):
+        self.partitions = partitions
+
+    def cut(self, n: int) -> list[tuple[int, int]]:
+        """(start, stop) of each partition: consecutive rows, sizes differing by at most one."""
+        bounds = np.linspace(0, n, min(self.partitions, max(n, 1)) + 1).round().astype(int).tolist()
+        return list(itertools.pairwise(bounds))
+
+    # ------------------------------------------------------------------------------------------ near dedup
+
+    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
+        import ray
+
+        near = recipe.dedup.near
+        texts = [row.text for row in rows]
+        groups = _group_ids([dedup.question_key(row.record.question) for row in rows])
+        parts = self.cut(len(rows))
+        reducers = len(parts)
+        sign: Any = ray.remote(num_returns=1 + reducers)(_sign)
+        # each partition: its (B, P) signatures and its band keys cut into one share per reducer
+        signed = [sign.remote(texts[a:b], groups[a:b], a, near, reducers) for a, b in parts]
+        gather([refs[0] for refs in signed], bar, [b - a for a, b in parts])
+        shared = ray.remote(_shared_buckets)
+        buckets = ray.get([shared.remote(*[refs[1 + r] for refs in signed]) for r in range(reducers)])
+        pairs = candidate_pairs(buckets, groups)
+        if not len(pairs):
+            return {}
+        linked = np.unique(pairs)
+        pick = ray.remote(_pick)
+        picked = ray.get(
+            [
+                pick.remote(refs[0], linked[(linked >= a) & (linked < b)] - a)
+                for refs, (a, b) in zip(signed, parts, strict=True)
+            ]
+        )
+        payload = ray.put((linked, np.concatenate(picked), [texts[i] for i in linked.tolist()]))
+        check = ray.remote(_verify_pairs)
+        chunks = np.array_split(pairs, min(self.partitions, len(pairs)))
+        matches = np.concatenate(ray.get([check.remote(payload, chunk, near) for chunk in chunks]))
+        return keep_rule(matches)
+
+    # -------------------------------------------------------------------------------------- decontamination
+
+    def contamination(
+        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
+    ) -> list[Contamination | None]:
+        import ray
+
+        if not rows:
+            return []
+        near = recipe.dedup.near if recipe.decontamination.near else None
+        parts = self.cut(len(rows))
+        texts = [ray.put([row.text for row in rows[a:b]]) for a, b in parts]
+        shared = ray.put(index)
+        phrase_rows = None
+        if index.short_edits:  # the rare-phrase check counts over all rows: sum the partitions' counts first
+            count = ray.remote(_phrase_rows)
+            phrase_rows = np.sum(ray.get([count.remote(shared, part) for part in texts]), axis=0)
+        match = ray.remote(_matched)
+        counts = ray.put(phrase_rows)
+        found = gather([match.remote(shared, part, near, counts) for part in texts], bar, [b - a for a, b in parts])
+        return [hit for part in found for hit in part]
+
+
+# ----------------------------------------------------------------------------------- the driver's small steps
+
+
+def gather(refs: list[Any], bar: Any, rows: list[int]) -> list[Any]:
+    """``ray.get(refs)``, moving the progress bar by each task's rows as it finishes."""
+    import ray
+
+    pending = dict(zip(refs, rows, strict=True))
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            bar.update(pending.pop(ref))
+    return ray.get(refs)
+
+
+def _group_ids(keys: list[str]) -> np.ndarray:
+    """(N,) int64: the same number for the same question key (near duplicates are sought within a group)."""
+    ids: dict[str, int] = {}
+    return np.fromiter((ids.setdefault(key, len(ids)) for key in keys), dtype=np.int64, count=len(keys))
+
+
+def candidate_pairs(buckets: list[tuple[np.ndarray, np.ndarray]], groups: np.ndarray) -> np.ndarray:
+    """(M, 2) distinct (row, earlier row) pairs of one group that share an LSH bucket, from the reducers' (key,
+    row) tuples of the keys seen more than once (every key of a bucket reaches the same reducer, whichever
+    partition its rows are in). A 64-bit key collision only adds a candidate, which verification drops (it
+    compares the bands themselves)."""
+    pairs = [np.empty((0, 2), dtype=np.int64)]
+    for keys, members in buckets:
+        order = np.lexsort((members, keys))
+        keys, members = keys[order], members[order]
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.empty(0, dtype=np.int64)
+        for start, end in zip(starts.tolist(), np.r_[starts[1:], len(keys)].tolist(), strict=True):
+            bucket = members[start:end]  # ascending rows of one bucket
+            earlier, later = np.triu_indices(len(bucket), k=1)
+            pairs.append(np.stack([bucket[later], bucket[earlier]], axis=1))
+    found = np.unique(np.concatenate(pairs), axis=0)
+    return found[groups[found[:, 0]] == groups[found[:, 1]]]
+
+
+def keep_rule(matches: np.ndarray) -> dict[int, NearMatch]:
+    """``{removed row: NearMatch}`` from verified (row, earlier row, similarity) pairs, visiting rows in order: a
+    row is removed by the most similar earlier row that is still kept (the first of the most similar on ties),
+    the rule of :func:`~mydecide.data.near_dedup.near_duplicates_of`."""
+    removed: dict[int, NearMatch] = {}
+    if not len(matches):
+        return removed
+    rows, earlier = matches[:, 0].astype(np.int64), matches[:, 1].astype(np.int64)
+    order = np.lexsort((earlier, rows))
+    best: NearMatch | None = None
+    current = -1
+    for k in order.tolist():
+        i, j, similarity = int(rows[k]), int(earlier[k]), float(matches[k, 2])
+        if i != current:
+            if best is not None:
+                removed[current] = best
+            current, best = i, None
+        if j not in removed and (best is None or similarity > best.similarity):
+            best = NearMatch(j, similarity)
+    if best is not None:
+        removed[current] = best
+    return removed
+
+
+# ------------------------------------------------------------------------------ what runs on the Ray workers
+
+
+def _sign(texts: list[str], groups: np.ndarray, start: int, near: NearDedupConfig, reducers: int) -> tuple[Any, ...]:
+    """A partition's (B, P) signatures, then its (key, row) band tuples cut into one share per reducer by key.
+
+    A row's key in band k is the band's hash mixed with k and the row's question group."""
+    shingles = Shingling(near.shingle, near.ngram).hashes(texts)
+    sigs = signatures(shingles, num_perm=near.num_perm, seed=near.seed)
+    keys = band_keys(sigs, candidate_threshold(near.threshold))  # (B, b)
+    bands = keys.shape[1]
+    keys = keys * POLY + np.arange(1, bands + 1, dtype=np.uint64)[None, :]
+    keys = (keys * POLY + groups.astype(np.uint64)[:, None]).ravel()  # row-major: row 0's b keys, row 1's ...
+    members = np.repeat(np.arange(start, start + len(texts), dtype=np.int64), bands)
+    share = (keys % np.uint64(reducers)).astype(np.int64)
+    return (sigs, *((keys[share == r], members[share == r]) for r in range(reducers)))
+
+
+def _shared_buckets(*shares: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, row) tuples of the keys that more than one row holds (one reducer's share of every partition)."""
+    keys = np.concatenate([k for k, _ in shares])
+    members = np.concatenate([m for _, m in shares])
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    keep = counts[inverse] > 1
+    return keys[keep], members[keep]
+
+
+def _pick(sigs: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return sigs[rows]
+
+
+def _verify_pairs(shared: tuple[np.ndarray, np.ndarray, list[str]], pairs: np.ndarray, near: NearDedupConfig) -> Any:
+    """(m, 3) (row, earlier row, similarity) of the pairs that share a band and pass the local verification."""
+    linked, sigs, texts = shared
+    bands, width = lsh_bands(candidate_threshold(near.threshold), near.num_perm)
+    shingling = Shingling(near.shingle, near.ngram)
+    verify = Verifier(texts, shingling, near.threshold, keep_slot_changes=near.keep_slot_changes)
+    out = []
+    for a, b in np.searchsorted(linked, pairs).tolist():
+        one, other = sigs[a], sigs[b]
+        same_band = (one[: bands * width] == other[: bands * width]).reshape(bands, width).all(axis=1).any()
+        if not same_band:
+            continue
+        match = verify.best(a, [b], estimated_jaccard(one, other[None, :]))
+        if match is not None:
+            out.append((float(linked[a]), float(linked[b]), match.similarity))
+    return np.asarray(out, dtype=np.float64).reshape(-1, 3)
+
+
+def _phrase_rows(index: EvalIndex, texts: list[str]) -> np.ndarray:
+    """(E,): how many of the partition's rows hold each short eval phrase whole."""
+    return index.phrase_rows(dedup.words(texts))
+
+
+def _matched(
+    index: EvalIndex, texts: list[str], near: NearDedupConfig | None, phrase_rows: np.ndarray | None
+) -> list[Contamination | None]:
+    """Each row's first eval overlap (None when clean), with the rare-phrase counts of all rows."""
+    words = dedup.words(texts)
+    sketches = None
+    if near is not None:
+        shingles = Shingling(near.shingle, near.ngram).hashes(words if near.shingle == "word" else texts)
+        sketches = minhashes(signatures(shingles, num_perm=near.num_perm, seed=near.seed), near.seed)
+    return index.match(texts, tokenised=words, sketches=sketches, phrase_rows=phrase_rows)
