@@ -92,6 +92,9 @@ class RayEngine:
 
     def __init__(self, partitions: int):
         self.partitions = partitions
+        # near dedup's rows, their partitions and each partition's signatures (object refs), which
+        # decontamination reuses for the rows that are left (same MinHash settings)
+        self._signed: tuple[list[Row], list[tuple[int, int]], list[Any]] | None = None
 
     def cut(self, n: int) -> list[tuple[int, int]]:
         """(start, stop) of each partition: consecutive rows, sizes differing by at most one."""
@@ -112,6 +115,7 @@ class RayEngine:
         # each partition: its (B, P) signatures and its band keys cut into one share per reducer
         signed = [sign.remote(texts[a:b], groups[a:b], a, near, reducers) for a, b in parts]
         gather([refs[0] for refs in signed], bar, [b - a for a, b in parts])
+        self._signed = (rows, parts, [refs[0] for refs in signed])
         shared = ray.remote(_shared_buckets)
         buckets = ray.get([shared.remote(*[refs[1 + r] for refs in signed]) for r in range(reducers)])
         pairs = candidate_pairs(buckets, groups)
@@ -141,17 +145,42 @@ class RayEngine:
         if not rows:
             return []
         near = recipe.dedup.near if recipe.decontamination.near else None
-        parts = self.cut(len(rows))
-        texts = [ray.put([row.text for row in rows[a:b]]) for a, b in parts]
+        signed, sigs = self.signed_parts(rows) if near is not None else (None, None)
+        parts: list[tuple[int, int, np.ndarray | None]] = [(a, b, None) for a, b in self.cut(len(rows))]
+        if signed is not None:
+            parts = list(signed)
+        texts = [ray.put([row.text for row in rows[a:b]]) for a, b, _ in parts]
+        tokenise: Any = ray.remote(dedup.words)
+        words = [tokenise.remote(part) for part in texts]  # tokenised once, for both passes
         shared = ray.put(index)
         phrase_rows = None
         if index.short_edits:  # the rare-phrase check counts over all rows: sum the partitions' counts first
             count = ray.remote(_phrase_rows)
-            phrase_rows = np.sum(ray.get([count.remote(shared, part) for part in texts]), axis=0)
+            phrase_rows = np.sum(ray.get([count.remote(shared, part) for part in words]), axis=0)
         match = ray.remote(_matched)
         counts = ray.put(phrase_rows)
-        found = gather([match.remote(shared, part, near, counts) for part in texts], bar, [b - a for a, b in parts])
+        tasks = [
+            match.remote(shared, text, word, near, counts, None if sigs is None else sigs[k], picked)
+            for k, (text, word, (_, _, picked)) in enumerate(zip(texts, words, parts, strict=True))
+        ]
+        found = gather(tasks, bar, [b - a for a, b, _ in parts])
         return [hit for part in found for hit in part]
+
+    def signed_parts(self, rows: list[Row]) -> tuple[list[tuple[int, int, np.ndarray]] | None, list[Any] | None]:
+        """The rows cut along near dedup's partitions, with the positions of their signatures in each partition's
+        signatures (rows left after near dedup, in order); (None, None) when these rows were not signed."""
+        if self._signed is None:
+            return None, None
+        signed_rows, signed_parts, sigs = self._signed
+        position = {id(row): k for k, row in enumerate(signed_rows)}
+        found = np.fromiter((position.get(id(row), -1) for row in rows), dtype=np.int64, count=len(rows))
+        if (found < 0).any():
+            return None, None
+        parts = []
+        for a, b in signed_parts:
+            lo, hi = np.searchsorted(found, [a, b]).tolist()
+            parts.append((lo, hi, found[lo:hi] - a))
+        return parts, sigs
 
 
 # ----------------------------------------------------------------------------------- the driver's small steps
@@ -266,18 +295,26 @@ def _verify_pairs(shared: tuple[np.ndarray, np.ndarray, list[str]], pairs: np.nd
     return np.asarray(out, dtype=np.float64).reshape(-1, 3)
 
 
-def _phrase_rows(index: EvalIndex, texts: list[str]) -> np.ndarray:
+def _phrase_rows(index: EvalIndex, words: dedup.Words) -> np.ndarray:
     """(E,): how many of the partition's rows hold each short eval phrase whole."""
-    return index.phrase_rows(dedup.words(texts))
+    return index.phrase_rows(words)
 
 
 def _matched(
-    index: EvalIndex, texts: list[str], near: NearDedupConfig | None, phrase_rows: np.ndarray | None
+    index: EvalIndex,
+    texts: list[str],
+    words: dedup.Words,
+    near: NearDedupConfig | None,
+    phrase_rows: np.ndarray | None,
+    sigs: np.ndarray | None,
+    picked: np.ndarray | None,
 ) -> list[Contamination | None]:
-    """Each row's first eval overlap (None when clean), with the rare-phrase counts of all rows."""
-    words = dedup.words(texts)
+    """Each row's first eval overlap (None when clean), with the rare-phrase counts of all rows; the signatures
+    are near dedup's (``sigs[picked]``) when given, else computed."""
     sketches = None
     if near is not None:
-        shingles = Shingling(near.shingle, near.ngram).hashes(words if near.shingle == "word" else texts)
-        sketches = minhashes(signatures(shingles, num_perm=near.num_perm, seed=near.seed), near.seed)
+        if sigs is None or picked is None:
+            shingles = Shingling(near.shingle, near.ngram).hashes(words if near.shingle == "word" else texts)
+            sigs, picked = signatures(shingles, num_perm=near.num_perm, seed=near.seed), np.arange(len(texts))
+        sketches = minhashes(sigs[picked], near.seed)
     return index.match(texts, tokenised=words, sketches=sketches, phrase_rows=phrase_rows)

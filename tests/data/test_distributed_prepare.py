@@ -149,3 +149,14 @@ def test_the_command_line_runs_the_ray_engine(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["recipe"]["engine"] == "ray"
     assert manifest["conservation"]["removed"] == 1  # r99 repeats r3's state exactly
+
+
+def test_decontamination_without_near_dedup_signs_the_rows_itself_and_gives_the_local_answer(tmp_path: Path) -> None:
+    recipe, _ = planted(tmp_path)
+    recipe = recipe.model_copy(update={"dedup": recipe.dedup.model_copy(update={"near": {"enabled": False}})})
+    recipe = DataRecipe.model_validate(recipe.model_dump())
+    prepare(recipe, tmp_path / "local")
+    prepare(on_ray(recipe, 3), tmp_path / "ray")
+    files = assert_same(tmp_path / "local", tmp_path / "ray")
+    rejects = [json.loads(line) for line in files["rejects.jsonl"].split("\n")[:-1]]
+    assert any(r["matched"]["method"] == "near" for r in rejects if r["step"] == "decontaminate")
