@@ -75,7 +75,11 @@ def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None =
             ray.init(num_cpus=settings.num_workers, **options)
         else:  # the cluster's workers import mydecide from the copy this run ships
             package = str(Path(__file__).resolve().parents[1])
-            ray.init(address=address, runtime_env={"py_modules": [package]}, **options)
+            try:
+                ray.init(address=address, runtime_env={"py_modules": [package]}, **options)
+            except (ConnectionError, ValueError, RuntimeError) as err:
+                where = "ray.address" if settings.address else "$RAY_ADDRESS"
+                raise RecipeError(f"{where} {address!r}: cannot connect to a Ray cluster ({err})") from None
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         engine = RayEngine(settings.partitions or 2 * cpus)
@@ -209,17 +213,20 @@ def candidate_pairs(buckets: list[tuple[np.ndarray, np.ndarray]], groups: np.nda
     row) tuples of the keys seen more than once (every key of a bucket reaches the same reducer, whichever
     partition its rows are in). A 64-bit key collision only adds a candidate, which verification drops (it
     compares the bands themselves)."""
-    pairs = [np.empty((0, 2), dtype=np.int64)]
+    n = len(groups)
+    found = [np.empty(0, dtype=np.int64)]
     for keys, members in buckets:
-        order = np.lexsort((members, keys))
+        order = np.lexsort((members, keys))  # buckets together, each in ascending rows
         keys, members = keys[order], members[order]
-        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.empty(0, dtype=np.int64)
-        for start, end in zip(starts.tolist(), np.r_[starts[1:], len(keys)].tolist(), strict=True):
-            bucket = members[start:end]  # ascending rows of one bucket
-            earlier, later = np.triu_indices(len(bucket), k=1)
-            pairs.append(np.stack([bucket[later], bucket[earlier]], axis=1))
-    found = np.unique(np.concatenate(pairs), axis=0)
-    return found[groups[found[:, 0]] == groups[found[:, 1]]]
+        first = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.empty(0, dtype=bool)
+        start = np.maximum.accumulate(np.where(first, np.arange(len(keys)), 0))  # (L,) where each bucket starts
+        before = np.arange(len(keys)) - start  # (L,) earlier rows in the same bucket
+        later = np.repeat(np.arange(len(keys)), before)  # one entry per pair, by its later row
+        k = np.arange(len(later)) - np.repeat(np.cumsum(before) - before, before)  # 0 .. before - 1
+        found.append(members[later] * n + members[start[later] + k])  # (row, earlier row) as one number
+    pairs = np.unique(np.concatenate(found))
+    pairs = np.stack([pairs // n, pairs % n], axis=1)
+    return pairs[groups[pairs[:, 0]] == groups[pairs[:, 1]]]
 
 
 def keep_rule(matches: np.ndarray) -> dict[int, NearMatch]:
