@@ -65,7 +65,7 @@ def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None =
         import ray
     except ImportError:
         raise RecipeError(
-            "engine: ray needs the ray package (pip install 'ray[data]'; requirements.lock pins the version)"
+            "engine: ray needs the ray package (pip install -e '.[distributed]'; requirements.lock pins its version)"
         ) from None
     started = not ray.is_initialized()
     if started:
@@ -168,6 +168,7 @@ class RayEngine:
             for k, (text, word, (_, _, picked)) in enumerate(zip(texts, words, parts, strict=True))
         ]
         found = gather(tasks, bar, [b - a for a, b, _ in parts])
+        self._signed = None  # the last step that reads the signatures: the object store may free them
         return [hit for part in found for hit in part]
 
     def signed_parts(self, rows: list[Row]) -> tuple[list[tuple[int, int, np.ndarray]] | None, list[Any] | None]:
