@@ -300,8 +300,9 @@ class Scorer:
     def _score_and_answer(self, live: list[_Job]) -> None:
         if not live:
             return
-        try:  # one forward call per round over every request's pending prompts
+        try:  # one forward call per round over every request's pending prompts, then their span questions' sequences
             n_prompts = score_plans([job.rendered.plan for job in live], self.score)  # type: ignore[union-attr]
+            score_spans(self.model, [job.rendered for job in live if job.rendered is not None])
         except Exception as err:
             if len(live) == 1:
                 self._fail(live[0], err)
@@ -328,7 +329,7 @@ class Scorer:
     def _answer(self, job: _Job) -> None:
         assert job.rendered is not None
         try:
-            score_spans(self.model, job.rendered)  # span questions: their own sequences, after the batch's prompts
+            score_spans(self.model, job.rendered)  # read with the batch already; after a failed batch, read here alone
             job.future.set_result(build_response(job.rendered, self.temperature, self.model_name))
         except Exception as err:
             self._fail(job, err)

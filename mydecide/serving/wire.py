@@ -393,14 +393,15 @@ def answer_request(
     return build_response(rendered, temperature, model_name or model.name)
 
 
-def score_spans(model: LoadedModel, rendered: RenderedRequest) -> None:
-    """Read the sequences of a request's span questions (all of them in one call) into ``span_grids``."""
-    if not rendered.spans or rendered.span_grids:
-        return
-    sequences = [s for layout in rendered.spans.values() for s in layout.sequences]
+def score_spans(model: LoadedModel, requests: RenderedRequest | list[RenderedRequest]) -> None:
+    """Read the sequences of the span questions of one or many requests (in one call, batched by length) into each
+    request's ``span_grids``; a request already read is left as it is."""
+    pending = [r for r in (requests if isinstance(requests, list) else [requests]) if r.spans and not r.span_grids]
+    layouts = [(r, name, layout) for r in pending for name, layout in r.spans.items()]
+    sequences = [s for _, _, layout in layouts for s in layout.sequences]
     reads = read_sequences(model, sequences) if sequences else []
     at = 0
-    for name, layout in rendered.spans.items():
+    for rendered, name, layout in layouts:
         rendered.span_grids[name] = layout.grid(reads[at : at + len(layout.sequences)])
         at += len(layout.sequences)
 

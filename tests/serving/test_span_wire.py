@@ -121,3 +121,35 @@ def test_predict_answers_a_span_request_file(tiny_llama_dir: Path, tmp_path: Pat
     assert result.exit_code == 0, result.output
     response = json.loads(result.stdout)
     assert response["answers"]["pii"]["type"] == "span" and 0.0 <= response["answers"]["pii"]["noul"] <= 1.0
+
+
+def test_concurrent_requests_with_span_questions_get_the_answers_they_get_alone(
+    model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mydecide.serving import wire
+    from mydecide.serving.batching import BatchOptions, Scorer
+
+    bodies = [
+        {"state": STATE, "questions": {"pii": SPAN, "refund": NOUL}},
+        {"state": "Omar Lind mailed omar@example.com about the invoice.", "questions": {"pii": SPAN}},
+        {"state": "The checkout page is down.", "questions": {"team": CHOICE}},
+    ]
+    parsed = [parse_request(b) for b in bodies]
+    alone = [answer_request(model, p) for p in parsed]
+    calls: list[int] = []
+    read = wire.read_sequences
+    monkeypatch.setattr(wire, "read_sequences", lambda m, seqs: calls.append(len(seqs)) or read(m, seqs))
+    scorer = Scorer(model, BatchOptions(window_ms=50))
+    futures = [scorer.submit(p) for p in parsed]  # queued before the worker starts: one micro-batch
+    scorer.start()
+    try:
+        batched = [f.result(timeout=60) for f in futures]
+    finally:
+        scorer.stop()
+    assert scorer.stats.batches == 1 and len(calls) == 1  # both requests' span sequences read in one call
+    for a, b in zip(alone, batched, strict=True):
+        for name, answer in a["answers"].items():
+            if answer["type"] == "span":
+                assert b["answers"][name]["noul"] == pytest.approx(answer["noul"], abs=1e-5)
+                assert [s["start"] for s in b["answers"][name]["spans"]] == [s["start"] for s in answer["spans"]]
+        assert b["usage"] == a["usage"]
