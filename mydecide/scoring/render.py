@@ -43,6 +43,9 @@ class SpanWindows(BaseModel):
 
     window_tokens: int = Field(512, ge=16)  # text tokens in one window (the question and label come on top)
     overlap_tokens: int = Field(128, ge=0)  # about how many text tokens consecutive windows share
+    # show each window twice and read the second copy, so a word's read has seen the words after it too (the start of
+    # a multi-word span is decided knowing the rest); twice the tokens
+    echo: bool = False
 
     @model_validator(mode="after")
     def _overlap_below_window(self) -> SpanWindows:

@@ -18,6 +18,7 @@ one's flat (W·L,) yes − no grid (word-major), the span analogue of a set ques
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,22 +88,27 @@ def windows(lengths: Sequence[int], size: int, overlap: int) -> list[tuple[int, 
     return out
 
 
-def owners(lengths: Sequence[int], cuts: Sequence[tuple[int, int]], size: int) -> list[int]:
-    """For every word, the window it is read in: where its last token is farthest from the window's cut start edge
-    (the text's own start is no edge); ties go to the earlier window.
+def owners(lengths: Sequence[int], cuts: Sequence[tuple[int, int]], size: int, both_edges: bool = False) -> list[int]:
+    """For every word, the window it is read in: where its last token is farthest from a cut edge of the window (the
+    text's own start and end are no edges); ties go to the earlier window.
 
     A causal decoder's read at a word sees only the tokens before it, so a window's end never changes a read: the
     edge that costs context is the start, and the overlap is there to give the next window's first words context.
+    With ``both_edges`` (``echo``: the read has seen the whole window) the end costs context too.
     """
     best: list[tuple[float, int]] = [(-1.0, -1)] * len(lengths)
     for w, (a, b) in enumerate(cuts):
-        position = -1
-        for i in range(a, b):
-            position += min(lengths[i], size)
-            distance = position if a > 0 else math.inf
-            if distance > best[i][0]:
-                best[i] = (distance, w)
+        ends = list(itertools.accumulate(min(lengths[i], size) for i in range(a, b)))
+        for i, end in zip(range(a, b), ends, strict=True):
+            left = end - 1 if a > 0 else math.inf
+            right = ends[-1] - end if both_edges and b < len(lengths) else math.inf
+            if min(left, right) > best[i][0]:
+                best[i] = (min(left, right), w)
     return [w for _, w in best]
+
+
+ECHO_TEXT = "\n\nThe same text again:\n"
+"""Between the two copies of a window with ``prompt.span.echo``."""
 
 
 def span_head(renderer: Renderer) -> str:
@@ -141,15 +147,18 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
     tokens = [ids[-size:] for ids in renderer.encode_pieces(pieces)] if pieces else []
     lengths = [len(t) for t in tokens]
     cuts = windows(lengths, size, overlap)
-    owner = owners(lengths, cuts, size)
+    owner = owners(lengths, cuts, size, both_edges=renderer.config.span.echo)
     head = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
     max_context = renderer.config.max_state_tokens
+    echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
     sequences = []
     for label in range(question.k):
         prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
         prefix = head + (prefix if len(prefix) <= max_context + 200 else prefix[-(max_context + 200) :])
         for w, (a, b) in enumerate(cuts):
             ids, reads, owned = list(prefix), [], []
+            if echo is not None:  # the window once in full, then again with the reads: every read has seen it all
+                ids += [t for i in range(a, b) for t in tokens[i]] + echo
             for i in range(a, b):
                 ids += tokens[i]
                 if owner[i] == w:

@@ -21,7 +21,7 @@ from mydecide.spans import merge_spans, words
 FILLER = ["the", "checkout", "page", "returns", "an", "error", "for", "every", "customer", "since", "this", "morning"]
 
 
-def marked_model(directory: Path, window: int = 512, overlap: int = 128):
+def marked_model(directory: Path, window: int = 512, overlap: int = 128, echo: bool = False):
     """The tiny Llama read through its embeddings only; words ending in the token "q" read yes, all others no."""
     import torch
 
@@ -29,7 +29,7 @@ def marked_model(directory: Path, window: int = 512, overlap: int = 128):
 
     model = load_model(
         str(directory),
-        render=RenderConfig(span=SpanWindows(window_tokens=window, overlap_tokens=overlap)),
+        render=RenderConfig(span=SpanWindows(window_tokens=window, overlap_tokens=overlap, echo=echo)),
         device="cpu",
     )
     lm, tok = model.lm, model.tokenizer
@@ -62,11 +62,23 @@ def test_windows_cover_every_word_and_each_word_is_read_once() -> None:
     assert all(cuts[w][0] <= i < cuts[w][1] for i, w in enumerate(owner))
     # a word in an overlap is read where it has the most context before it: the earlier window
     assert owner == [next(w for w, (a, b) in enumerate(cuts) if a <= i < b) for i in range(len(lengths))]
+    # with echo the read has seen the whole window: a word is read where it is farthest from either cut edge
+
+    def distance(i: int, a: int, b: int) -> float:
+        ends = list(itertools.accumulate(lengths[a:b]))
+        return min(ends[i - a] - 1 if a else 99, ends[-1] - ends[i - a] if b < len(lengths) else 99)
+
+    both = owners(lengths, cuts, 8, both_edges=True)
+    assert both != owner
+    for i, w in enumerate(both):
+        assert cuts[w][0] <= i < cuts[w][1]
+        assert all(distance(i, *cuts[w]) >= distance(i, c, d) for c, d in cuts if c <= i < d)
     assert windows([20], 8, 3) == [(0, 1)] and windows([], 8, 3) == []
 
 
-def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path) -> None:
-    model = marked_model(tiny_llama_dir)
+@pytest.mark.parametrize("echo", [False, True])
+def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path, echo: bool) -> None:
+    model = marked_model(tiny_llama_dir, echo=echo)
     text = "Hej 😀 Åsaq Öbergq, och 李小龙q skrev från zoë@exämple.se 🇸🇪 idag."
     (grid,) = score_span_questions(model, [(text, QUESTION)])
     assert grid.shape == (len(words(text)),)
@@ -78,9 +90,10 @@ def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path) -> None:
     assert len(record.target) == grid.shape[0]
 
 
+@pytest.mark.parametrize("echo", [False, True])
 @pytest.mark.parametrize("before", range(4, 16))
-def test_a_span_crossing_a_window_boundary_is_found_once(tiny_llama_dir: Path, before: int) -> None:
-    model = marked_model(tiny_llama_dir, window=16, overlap=4)
+def test_a_span_crossing_a_window_boundary_is_found_once(tiny_llama_dir: Path, before: int, echo: bool) -> None:
+    model = marked_model(tiny_llama_dir, window=16, overlap=4, echo=echo)
     text = " ".join(FILLER[i % len(FILLER)] for i in range(before)) + " Zoq Xoq " + " ".join(FILLER * 3)
     layout = span_layout(model.renderer, text, QUESTION)
     assert sorted(i for s in layout.sequences for i in s.words) == list(range(len(words(text))))  # each word once
