@@ -41,11 +41,10 @@ TEXT = (
 WORDS = TEXT.split()
 
 
-def make_records(n_states: int, seed: int = 0) -> list:
-    from mydecide.records import parse_record
-
+def make_rows(n_states: int, seed: int = 0) -> list[dict]:
+    """Record dicts: ``n_states`` states of mixed length, three questions each (choice, yes / no, score)."""
     rng = random.Random(seed)
-    records = []
+    rows = []
     for i in range(n_states):
         length = rng.choice([12, 20, 30, 160, 240])  # a mix of short and long states (words)
         state = f"Ticket {i}: " + " ".join(rng.choice(WORDS) for _ in range(length))
@@ -64,10 +63,14 @@ def make_records(n_states: int, seed: int = 0) -> list:
         ]
         answers = [rng.choice(["billing", "engineering", "support"]), rng.random() < 0.5, rng.randrange(4)]
         for j, (q, a) in enumerate(zip(questions, answers, strict=True)):
-            records.extend(
-                parse_record({"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": q, "answer": a})
-            )
-    return records
+            rows.append({"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": q, "answer": a})
+    return rows
+
+
+def make_records(n_states: int, seed: int = 0) -> list:
+    from mydecide.records import parse_record
+
+    return [record for row in make_rows(n_states, seed) for record in parse_record(row)]
 
 
 def unique_tokens(units: list, records: list, renderer) -> int:

@@ -23,6 +23,7 @@ HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "dedup": ("near_dup_recall_j70", "near-dup recall (char-5-gram Jaccard >= 0.7)"),
     "scoring": ("speedup", "shared-state speed-up"),
     "train": ("speedup", "bucketed+shared speed-up"),
+    "train_command": ("speedup_seed_settings", "mydecide train / seed train.py, checkpointing on"),
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
     "many_options": ("time_ratio", "time per question, 77 options / 10"),
     "option_forms": ("time_ratio_k4", "per-option / letters time, 4 options"),

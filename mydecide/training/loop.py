@@ -241,11 +241,13 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)
-    # A state's questions share it through the KV cache, which gradient checkpointing drops and Gated DeltaNet layers
-    # update in place; there they share it in one packed forward call that checkpointing recomputes (shared_state.py)
+    # A state's questions share it in one packed forward call (shared_state.py): checkpointing can recompute it, it
+    # runs Gated DeltaNet layers, and it beats the KV-cache route by 1.38x without checkpointing (docs/shared-state.md).
+    # The KV cache is the fallback for models that cannot take a packed batch, where it works: not under
+    # checkpointing (which drops the cache) nor with recurrent layers (which update it in place).
     recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
     cache_fails = recipe.gradient_checkpointing or recurrent
-    packing = packing_mode(lm) if recipe.shared_prefix and cache_fails else None
+    packing = packing_mode(lm) if recipe.shared_prefix else None
     shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
     if recipe.gradient_checkpointing:
         set_checkpointing(lm, True)
