@@ -178,7 +178,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
     from mydecide.training.model_card import record_base_model, write_model_card
-    from mydecide.training.shared_state import packing_mode
+    from mydecide.training.shared_state import batch_packing, packing_mode
 
     # ---- set up
     run = Path(recipe.out)
@@ -241,10 +241,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)
-    # A state's questions share it in one packed forward call (shared_state.py): checkpointing can recompute it, it
-    # runs Gated DeltaNet layers, and it beats the KV-cache route by 1.38x without checkpointing (docs/shared-state.md).
-    # The KV cache is the fallback for models that cannot take a packed batch, where it works: not under
-    # checkpointing (which drops the cache) nor with recurrent layers (which update it in place).
+    # A state's questions share it in one packed forward call (shared_state.py): checkpointing can recompute it and it
+    # runs Gated DeltaNet layers. Where the KV cache also works (no checkpointing, no recurrent layers), a batch is
+    # packed only when a state in it has several questions (batch_packing); the cache is the fallback for models
+    # that cannot take a packed batch.
     recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
     cache_fails = recipe.gradient_checkpointing or recurrent
     packing = packing_mode(lm) if recipe.shared_prefix else None
@@ -253,7 +253,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         set_checkpointing(lm, True)
     n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
     log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
-    log(f"state sharing: {f'packed ({packing})' if packing else 'KV cache' if shared_prefix else 'none'}")
+    route = f"packed ({packing})" if packing else "KV cache" if shared_prefix else "none"
+    if packing and not cache_fails:
+        route += ", KV cache for batches with one question per state"
+    log(f"state sharing: {route}")
     module = build_module(lm, renderer.label_ids)
 
     # ---- schedule
@@ -371,7 +374,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
                 batches = first_plans.pop((phase, epoch), []) or plan(epoch, phase)
                 cached = (phase, epoch)
             micro_units = batches[j * world + rank]
-            tb = make_batch(micro_units, tokenizer.pad_token_id, shared_prefix, packing).to(accelerator.device)
+            layout = batch_packing(micro_units, packing, cache_fails)
+            tb = make_batch(micro_units, tokenizer.pad_token_id, shared_prefix, layout).to(accelerator.device)
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
             sync = a == accum - 1
             with accelerator.no_sync(module) if not sync else _null():

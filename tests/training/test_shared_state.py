@@ -13,7 +13,7 @@ from mydecide.records import parse_record
 from mydecide.scoring.render import RenderConfig
 from mydecide.training.batches import epoch_units, make_batch, plan_batches
 from mydecide.training.objectives import proper_loss
-from mydecide.training.shared_state import CHUNK, CONV_HISTORY, PackedBatch, pack, packing_mode
+from mydecide.training.shared_state import CHUNK, CONV_HISTORY, PackedBatch, batch_packing, pack, packing_mode
 
 QUESTIONS = [
     {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "b", "engineering": "e", "support": "s"}},
@@ -149,6 +149,20 @@ def test_packing_mode_refuses_what_a_block_mask_cannot_drive(tiny_llama_dir: Pat
     assert packing_mode(base.lm) == "attention"
     base.lm.config._attn_implementation = "flash_attention_2"
     assert packing_mode(base.lm) is None
+
+
+def test_a_batch_is_packed_where_it_shares_a_state_or_the_cache_cannot_serve(tiny_llama_dir: Path) -> None:
+    base = load_model(str(tiny_llama_dir), device="cpu")
+    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=False)
+    by_state: dict[tuple[int, ...], list] = {}
+    for unit in units:
+        by_state.setdefault(unit.state_ids, []).append(unit)
+    one_each = [group[0] for group in by_state.values()]  # three states, one question each
+    shared = list(by_state.values())[1][:2] + one_each[:1]  # two questions on one state
+    assert batch_packing(shared, "attention", cache_fails=False) == "attention"
+    assert batch_packing(one_each, "attention", cache_fails=False) is None  # the KV cache computes less there
+    assert batch_packing(one_each, "attention", cache_fails=True) == "attention"  # checkpointing or recurrent layers
+    assert batch_packing(shared, None, cache_fails=False) is None
 
 
 @pytest.mark.parametrize("world", [1, 2])
