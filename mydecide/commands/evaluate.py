@@ -52,9 +52,9 @@ def summary(report: dict[str, Any]) -> list[str]:
 
     lines = ["overall"]
     names = ("all", "choice", "noul", "score", "set", "span")
-    lines += [line(name, report[name]) for name in names if report[name].get("n")]
+    lines += [line(name, report[name]) for name in names if report.get(name, {}).get("n")]  # a type may be absent
     base = report.get("baselines", {}).get("base_model", {}).get("span", {})
-    for name, spans in (("model", report["span"].get("spans")), ("base model", base.get("spans"))):
+    for name, spans in (("model", report.get("span", {}).get("spans")), ("base model", base.get("spans"))):
         if spans:
             lines.append(f"  span F1 ({name}) exact {spans['exact']['f1']:.3f}  overlap {spans['overlap']['f1']:.3f}")
     baselines = report.get("baselines", {})
