@@ -74,9 +74,37 @@ def by_task_table(report: dict[str, Any]) -> str:
     ]
     majority = report["baselines"]["majority"]["by_task"]
     for task, block in report["by_task"].items():
+        if "span" in block.get("types", []):  # its word × label cells: span_table shows the task
+            continue
         lines.append(
             f"| {task} | {block['n']} | {fmt(base[task]['accuracy'])} | {fmt(tuned[task]['accuracy'])} | "
             f"{fmt(block['ece'])} | {fmt(majority.get(task, {}).get('accuracy'))} |"
+        )
+    return "\n".join(lines)
+
+
+def span_table(report: dict[str, Any]) -> str | None:
+    """Span-level precision / recall / F1 (exact and overlapping match) and the word-level log loss of the base,
+    tuned and tuned + calibrated model on the span questions; None when the split holds none."""
+    sides = {
+        "base": report["baselines"].get("base_model", {}).get("span"),
+        "tuned": report.get("uncalibrated", {}).get("span"),
+        "tuned_calibrated": report.get("span"),
+    }
+    sides = {name: block for name, block in sides.items() if block and block.get("spans")}
+    if not sides:
+        return None
+    lines = [
+        "| model | span questions | gold spans | exact P | exact R | exact F1 | overlap F1 | word log loss |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, block in sides.items():
+        s = block["spans"]
+        values = [s["exact"]["precision"], s["exact"]["recall"], s["exact"]["f1"], s["overlap"]["f1"]]
+        lines.append(
+            f"| {name} | {s['questions']} | {s['gold_spans']} | "
+            + " | ".join(fmt(v) for v in values)
+            + f" | {fmt(block['log_loss'])} |"
         )
     return "\n".join(lines)
 
@@ -119,7 +147,7 @@ def main() -> None:
         "prepare": 0.0
         if args.data
         else step(
-            "1/5 prepare the bundled real data (score, noul and choice tasks; one task held out)",
+            "1/5 prepare the bundled data (score, noul, choice and span tasks; one task held out)",
             ["prepare", "recipes/data/demo.yaml", "--out", str(data)],
         ),
         "train": 0.0
@@ -168,16 +196,28 @@ def main() -> None:
         **blocks(test),
         "heldout": blocks(heldout),
         "by_task": test["by_task"],
+        "span": {
+            name: block["spans"]
+            for name, block in (
+                ("base", test["baselines"].get("base_model", {}).get("span")),
+                ("tuned", test.get("uncalibrated", {}).get("span")),
+                ("tuned_calibrated", test.get("span")),
+            )
+            if block and block.get("spans")
+        },
         "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
     }
     atomic_write_json(out / "summary.json", summary)
+    spans = span_table(test)
+    spans_note = "a span is found when its label and both character offsets match; overlap: any shared character"
     text = (
         f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"
         f"{table({k: summary[k] for k in ('base', 'tuned', 'tuned_calibrated', 'majority')})}\n\n"
         f"{by_task_table(test)}\n\n"
-        f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
+        + (f"Span questions of the test split (span-level match, {spans_note}):\n\n{spans}\n\n" if spans else "")
+        + f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
         f"{table(summary['heldout'])}\n"
     )
     atomic_write_text(out / "summary.md", text)

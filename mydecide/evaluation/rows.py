@@ -212,8 +212,11 @@ def _bucket_order(name: str) -> tuple[float, str]:
 
 
 def metric_blocks(rows: Sequence[MetricRow], *, slices: bool = True) -> dict[str, Any]:
-    """ "all", one block per question type, "by_task", "by_file" (several files) and, optionally, "slices"."""
-    out: dict[str, Any] = {"all": block(rows)}
+    """ "all", one block per question type, "by_task", "by_file" (several files) and, optionally, "slices".
+
+    "all" holds every question but span questions: a span question is hundreds of word × label cells, which would
+    outweigh every other question; its cells are in the "span" block (and its span-level F1 beside them)."""
+    out: dict[str, Any] = {"all": block([r for r in rows if r.qtype != "span"])}
     for qtype in QUESTION_TYPES:
         out[qtype] = block([r for r in rows if r.qtype == qtype])
     out["by_task"] = {task: block(group) for task, group in sorted(_group(rows, lambda r: r.task).items())}

@@ -238,8 +238,10 @@ def run_evaluation(
         report["span"]["spans"] = span_metrics(predictions)
     raw_rows = None
     if calibrated:
-        raw_rows, _ = rows_and_predictions(logits, latency, flips, lambda qtype, k: 1.0)
+        raw_rows, raw_predictions = rows_and_predictions(logits, latency, flips, lambda qtype, k: 1.0)
         report["uncalibrated"] = metric_blocks(raw_rows, slices=False)
+        if report["span"]["n"]:
+            report["uncalibrated"]["span"]["spans"] = span_metrics(raw_predictions)
         report["temperatures_used"] = _temperatures_used(records, temperature)
 
     baselines: dict[str, Any] = {}

@@ -16,12 +16,15 @@ from mydecide.records import Record
 def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: int, batch_size: int) -> dict[str, Any]:
     """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
 
-    A set question counts one yes/no row per label in the metrics; the collapse check looks at the other
+    A set question counts one yes/no row per label in the metrics. Span questions are not in accuracy, Brier or ECE
+    (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
+    ``log_loss`` as one question, so the best adapter is picked with every question weighing the same, as in
+    training (``span_log_loss``: their mean alone). The collapse check looks at single-answer
     questions only (letters: for more than 26 options, the letter an option has in its group).
     """
     import numpy as np
 
-    from mydecide.metrics import summarize
+    from mydecide.metrics import log_loss, summarize
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.plan import shown_letter_index
     from mydecide.scoring.probabilities import answer_rows, to_probabilities
@@ -44,15 +47,23 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         )
         for i, z in zip(reordered, again, strict=True):
             shuffled[i] = z
-    rows = [
-        row
+    per_question = [
+        answer_rows(r.question.type, to_probabilities(r.question.type, z), r.target)
         for r, z in zip(single + sets, logits + set_logits, strict=True)
-        for row in answer_rows(r.question.type, to_probabilities(r.question.type, z), r.target)
     ]
+    counted = [(r, rows) for r, rows in zip(single + sets, per_question, strict=True) if r.question.type != "span"]
+    rows = [row for _, rows in counted for row in rows]
     probs, targets = [p for p, _ in rows], [y for _, y in rows]
-    summary = summarize(
-        probs, targets, [r.question.type == "score" for r in single] + [False] * (len(probs) - len(single))
+    summary = (
+        summarize(probs, targets, [r.question.type == "score" for r, q_rows in counted for _ in q_rows])
+        if rows
+        else {"n": 0, **dict.fromkeys(("accuracy", "chance_corrected", "brier", "ece"), None), "log_loss": 0.0}
     )
+    spans = [rows for r, rows in zip(single + sets, per_question, strict=True) if r.question.type == "span"]
+    if spans:  # each span question counts once in the log loss: the mean over its word x label cells
+        span_losses = [log_loss([p for p, _ in q], [y for _, y in q]) for q in spans]
+        summary["span_log_loss"] = float(np.mean(span_losses))
+        summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(spans))
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
@@ -62,6 +73,8 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
     majority_acc = majority_accuracy(single, majority)
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
+    if spans:
+        out["span_questions"], out["span_log_loss"] = len(spans), summary["span_log_loss"]
     if not single:
         return {
             **out,
@@ -84,9 +97,13 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
 
 def dev_line(update: int, metrics: dict[str, Any]) -> str:
     """The one line the loop logs for a dev evaluation."""
+
+    def num(key: str) -> str:
+        return "-" if metrics.get(key) is None else f"{metrics[key]:.3f}"
+
+    spans = f" (span questions: {num('span_log_loss')})" if metrics.get("span_questions") else ""
     return (
-        f"dev @ update {update}: accuracy {metrics['accuracy']:.3f} (majority "
-        f"{metrics['majority_accuracy']:.3f}), log loss {metrics['log_loss']:.3f}, ECE {metrics['ece']:.3f}, "
-        f"flip rate {metrics['flip_rate']:.2f}, top letter {metrics['top_letter']} "
-        f"{metrics['top_letter_share']:.0%}"
+        f"dev @ update {update}: accuracy {num('accuracy')} (majority {num('majority_accuracy')}), log loss "
+        f"{num('log_loss')}{spans}, ECE {num('ece')}, flip rate {metrics['flip_rate']:.2f}, top letter "
+        f"{metrics['top_letter']} {metrics['top_letter_share']:.0%}"
     )
