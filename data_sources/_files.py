@@ -8,6 +8,7 @@ row in text files, the 0-based row index in Parquet files and Hugging Face split
 from __future__ import annotations
 
 import csv
+import glob
 import importlib.util
 import json
 from collections.abc import Iterator
@@ -23,12 +24,39 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 Row = tuple[str, Any, str | None]
 
 
+GLOB_CHARS = frozenset("*?[")
+
+
 def existing(path: str | Path) -> Path:
-    """``path`` as a Path, or FileNotFoundError naming it."""
+    """``path`` as a Path, or FileNotFoundError naming it; a glob pattern must match at least one file."""
     p = Path(path)
+    if GLOB_CHARS & set(str(p)):
+        if not parts_of(p):
+            raise FileNotFoundError(f"{p}: no file matches this pattern")
+        return p
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file or directory")
     return p
+
+
+def parts_of(path: str | Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
+    """The files a source path stands for, in name order: the file itself; the files of a directory (a partitioned
+    data set as Spark, Ray or ``mydecide prepare`` write one: names starting with ``_`` or ``.``, such as
+    ``_SUCCESS``, are skipped); or the files a glob pattern (``shards/part-*.parquet``) matches. With ``suffixes``
+    (format suffixes without compression, e.g. ``(".jsonl",)``), a directory's or a pattern's other files are
+    left out."""
+    p = Path(path)
+    if GLOB_CHARS & set(str(p)):
+        found = sorted(Path(x) for x in glob.glob(str(p)))
+    elif p.is_dir():
+        found = sorted(p.iterdir())
+    else:
+        return [p]
+    return [
+        x
+        for x in found
+        if x.is_file() and not x.name.startswith(("_", ".")) and (not suffixes or base_suffix(x) in suffixes)
+    ]
 
 
 def file_stem(path: str | Path) -> str:
@@ -83,15 +111,21 @@ def iter_jsonl(path: str | Path) -> Iterator[Row]:
     (``mydecide.jsonl``); a line that is not an object is an error row.
 
     A ``.json`` file that starts with ``[`` is read as one JSON array (``where`` = file:index, 0-based).
+    A directory or a glob pattern reads its ``.jsonl`` / ``.ndjson`` / ``.json`` files in name order
+    (:func:`parts_of`); ``where`` then names the part file.
     """
-    name = Path(path).name
-    if base_suffix(path) == ".json" and _starts_with_bracket(path):
-        yield from _json_array(path, name)
-        return
-    for where, obj, error in jsonl.iter_jsonl(path):
-        if error is None and not isinstance(obj, dict):
-            error = f"line is a JSON {type(obj).__name__}, not an object"
-        yield where, obj, error
+    parts = parts_of(path, (".jsonl", ".ndjson", ".json"))
+    if not parts:
+        raise FileNotFoundError(f"{path}: holds no .jsonl, .ndjson or .json files")
+    for part in parts:
+        name = part.name
+        if base_suffix(part) == ".json" and _starts_with_bracket(part):
+            yield from _json_array(part, name)
+            continue
+        for where, obj, error in jsonl.iter_jsonl(part):
+            if error is None and not isinstance(obj, dict):
+                error = f"line is a JSON {type(obj).__name__}, not an object"
+            yield where, obj, error
 
 
 def _json_array(path: str | Path, name: str) -> Iterator[Row]:
@@ -167,34 +201,48 @@ def csv_columns(path: str | Path, *, delimiter: str | None = None) -> list[str]:
 
 
 def iter_parquet(path: str | Path) -> Iterator[Row]:
-    """Parquet rows as dicts, streamed batch by batch; ``where`` is the 0-based row index."""
+    """Parquet rows as dicts, streamed batch by batch; ``where`` is ``part file:row`` (0-based row index in that
+    file). A directory or a glob pattern reads its ``.parquet`` files in name order (:func:`parts_of`)."""
     import pyarrow.parquet as pq
 
-    name = Path(path).name
-    try:
-        table = pq.ParquetFile(existing(path))
-    except (OSError, ValueError) as err:  # pyarrow raises ArrowInvalid (a ValueError) on non-Parquet files
-        raise ValueError(f"{path}: unreadable Parquet file ({err})") from None
-    index = 0
-    for batch in table.iter_batches(batch_size=4096):
-        for row in batch.to_pylist():
-            yield f"{name}:{index}", row, None
-            index += 1
+    parts = parts_of(existing(path), (".parquet",))
+    if not parts:
+        raise FileNotFoundError(f"{path}: holds no .parquet files")
+    for part in parts:
+        try:
+            table = pq.ParquetFile(part)
+        except (OSError, ValueError) as err:  # pyarrow raises ArrowInvalid (a ValueError) on non-Parquet files
+            raise ValueError(f"{part}: unreadable Parquet file ({err})") from None
+        index = 0
+        for batch in table.iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                yield f"{part.name}:{index}", row, None
+                index += 1
 
 
 def parquet_columns(path: str | Path) -> list[str]:
     import pyarrow.parquet as pq
 
+    parts = parts_of(existing(path), (".parquet",))
+    if not parts:
+        raise FileNotFoundError(f"{path}: holds no .parquet files")
     try:
-        return list(pq.ParquetFile(existing(path)).schema_arrow.names)
+        return list(pq.ParquetFile(parts[0]).schema_arrow.names)
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: unreadable Parquet file ({err})") from None
 
 
 def iter_rows(path: str | Path) -> Iterator[Row]:
-    """Rows of a CSV / TSV / JSON Lines / Parquet file, chosen by its suffix (compressed text files too)."""
-    existing(path)
-    suffix = base_suffix(path)
+    """Rows of a CSV / TSV / JSON Lines / Parquet file, chosen by its suffix (compressed text files too); a directory
+    or a glob pattern of such files (:func:`parts_of`) by the suffix of its first file."""
+    parts = parts_of(existing(path))
+    if not parts:
+        raise FileNotFoundError(f"{path}: holds no files")
+    suffix = base_suffix(parts[0])
+    if suffix in (".csv", ".tsv") and len(parts) > 1:
+        raise ValueError(f"{path}: a CSV / TSV source is one file (a directory or pattern works for JSONL and Parquet)")
+    if suffix in (".csv", ".tsv"):
+        path = parts[0]
     if suffix in (".csv", ".tsv"):
         return iter_csv(path)
     if suffix in (".jsonl", ".ndjson", ".json"):

@@ -307,6 +307,13 @@ class RayEngineConfig(Strict):
     partitions: int | None = Field(None, ge=1)  # blocks the rows are cut into; None: 2 per CPU of the cluster
 
 
+class OutputConfig(Strict):
+    """How ``prepare`` writes the splits (docs/distributed-prepare.md); ``train`` reads every layout."""
+
+    format: Literal["jsonl", "parquet"] = "jsonl"  # parquet: columns id, task, type, lang and record (its JSON)
+    rows_per_file: int | None = Field(None, ge=1)  # None: one file per split; N: part files of at most N rows
+
+
 class DataRecipe(Strict):
     sources: list[SourceSpec] = Field(min_length=1)  # the converter runs whose rows are prepared
     decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
@@ -318,6 +325,8 @@ class DataRecipe(Strict):
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
     engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
     ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
+    # jsonl and no rows_per_file: train.jsonl, dev.jsonl, ...; otherwise a directory per split (train/part-00000.*)
+    output: OutputConfig = Field(default_factory=OutputConfig)
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ training split beside a dev file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,56 @@ from mydecide.jsonl import StrictJSONError, loads_strict
 MANIFEST = "manifest.json"
 SPLIT_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl", "heldout": "heldout_tasks.jsonl"}
 """The split files prepare writes, by split name."""
+PART_SUFFIXES = (".jsonl", ".parquet")
+"""The part files of a partitioned split (``output.rows_per_file`` or ``output.format: parquet``): ``train/`` holds
+``part-00000.jsonl`` (or ``.parquet``), ``part-00001...``, read in name order."""
+
+
+def split_dir(split: str) -> str:
+    """The directory name of a partitioned split: ``train``, ``dev``, ``test``, ``heldout_tasks``."""
+    return SPLIT_FILES[split].removesuffix(".jsonl")
+
+
+def split_path(directory: str | Path, split: str) -> Path:
+    """Where a prepare output in ``directory`` holds ``split``: the file ``train.jsonl``, else the partitioned
+    directory ``train/`` (the file's path when neither exists, so an error names what was expected)."""
+    directory = Path(directory)
+    partitioned = directory / split_dir(split)
+    return (
+        partitioned
+        if not (directory / SPLIT_FILES[split]).is_file() and partitioned.is_dir()
+        else directory / (SPLIT_FILES[split])
+    )
+
+
+def part_files(directory: str | Path) -> list[Path]:
+    """The part files of a partitioned split directory, in name order (``_SUCCESS`` and hidden files skipped)."""
+    return sorted(
+        p
+        for p in Path(directory).iterdir()
+        if p.is_file() and p.suffix in PART_SUFFIXES and not p.name.startswith(("_", "."))
+    )
+
+
+def split_digest(path: str | Path) -> str:
+    """The sha256 of a split file, or of a partitioned split (over its parts' names and sha256s, in order)."""
+    path = Path(path)
+    if not path.is_dir():
+        return sha256_file(path)
+    lines = "".join(f"{p.name} {sha256_file(p)}\n" for p in part_files(path))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def rows_in(path: str | Path) -> int | None:
+    """Rows of a JSONL file (its lines) or a Parquet file (its metadata); None for other files."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return path.read_bytes().count(b"\n")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return int(pq.ParquetFile(path).metadata.num_rows)
+    return None
 
 
 def write_manifest(out: Path, manifest: dict[str, Any], outputs: Sequence[str]) -> None:
@@ -27,11 +78,7 @@ def write_manifest(out: Path, manifest: dict[str, Any], outputs: Sequence[str]) 
     ``outputs`` table, then write ``out/manifest.json`` atomically: last, so it vouches for what is there."""
     table = manifest.setdefault("outputs", {})
     for name in outputs:
-        data = (out / name).read_bytes()
-        table[name] = {
-            "rows": data.count(b"\n") if name.endswith(".jsonl") else None,
-            "sha256": sha256_file(out / name),
-        }
+        table[name] = {"rows": rows_in(out / name), "sha256": sha256_file(out / name)}
     atomic_write_json(out / MANIFEST, manifest)
 
 
@@ -61,12 +108,29 @@ def check_against_manifest(path: str | Path) -> None:
     ``prepare`` runs, or the file was changed after. Files with no manifest beside them (data written by hand), or
     not listed in it, are not checked."""
     path = Path(path)
+    if path.is_dir():  # a partitioned split: the manifest one level up lists its parts as "train/part-00000.jsonl"
+        outputs = listed_outputs(path.parent)
+        listed = {name for name in outputs if name.startswith(path.name + "/")}
+        if not listed:
+            return
+        present = {f"{path.name}/{p.name}" for p in part_files(path)}
+        if present != listed:
+            odd = sorted(present ^ listed)
+            raise ValueError(
+                f"{path}: its part files are not the ones {path.parent / MANIFEST} lists ({', '.join(odd[:3])} "
+                "missing or extra); the directory mixes two prepare runs, re-run `mydecide prepare`"
+            )
+        return
     entry = listed_outputs(path.parent).get(path.name)
+    manifest_dir = path.parent
+    if entry is None and path.parent.parent != path.parent:  # a part file of a partitioned split
+        entry = listed_outputs(path.parent.parent).get(f"{path.parent.name}/{path.name}")
+        manifest_dir = path.parent.parent
     if not isinstance(entry, dict) or "sha256" not in entry:
         return
     if sha256_file(path) != entry["sha256"]:
         raise ValueError(
-            f"{path}: does not match the sha256 that {path.parent / MANIFEST} records for it (the directory mixes "
+            f"{path}: does not match the sha256 that {manifest_dir / MANIFEST} records for it (the directory mixes "
             "two prepare runs, or the file was changed after); re-run `mydecide prepare`"
         )
 
@@ -87,7 +151,7 @@ def split_beside(paths: Sequence[str | Path], split: str) -> Path | None:
     """The ``split`` file (``train``: train.jsonl) of the prepare output that holds one of ``paths``, or None when
     there is none or when that file is the one given."""
     for path in map(Path, paths):
-        candidate = path.parent / SPLIT_FILES[split]
-        if candidate.is_file() and candidate.resolve() != path.resolve():
+        candidate = split_path(path.parent, split)
+        if candidate.exists() and candidate.resolve() != path.resolve():
             return candidate
     return None

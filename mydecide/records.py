@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mydecide.jsonl import iter_jsonl, value_problem
-from mydecide.manifest import check_against_manifest
+from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict, value_problem
+from mydecide.manifest import check_against_manifest, part_files
 from mydecide.spans import MAX_SPAN_LABELS, Span, grid_target, span_gold
 
 QuestionType = Literal["choice", "noul", "score", "set", "span"]
@@ -420,18 +420,20 @@ def validate(items: Iterable[tuple[str, Any]], rejects: list[Reject]) -> Iterato
 
 
 def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record], list[Reject]]:
-    """Read a decision-record JSONL file. Returns (valid records, rejects); ``strict`` raises on the first reject.
+    """Read a decision-record JSONL file, a Parquet file of records (column ``record``: each record's JSON, as
+    ``prepare`` writes with ``output.format: parquet``), or a partitioned split directory of such part files (read in
+    name order). Returns (valid records, rejects); ``strict`` raises on the first reject.
 
     Raises ``FileNotFoundError`` naming the path, :class:`RecordError` for an empty file, and ``ValueError`` for a
     file that the ``manifest.json`` beside it records with another sha256 (a mixed or changed prepare output).
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     check_against_manifest(path)
     rejects: list[Reject] = []
     records: list[Record] = []
-    for where, obj, error in iter_jsonl(path):
+    for where, obj, error in iter_record_rows(path):
         if error is not None:
             rejects.append(Reject(where, error, obj))
         else:
@@ -441,6 +443,39 @@ def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record
     if not records and not rejects:
         raise RecordError("file holds no records", str(path))
     return records, rejects
+
+
+def iter_record_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
+    """``(where, object, error)`` for every record of a JSONL file, a Parquet file or a partitioned split directory
+    (``where``: ``part file:line`` for JSONL, ``part file:row`` (0-based) for Parquet)."""
+    if path.is_dir():
+        parts = part_files(path)
+        if not parts:
+            raise RecordError("holds no .jsonl or .parquet part files", str(path))
+        for part in parts:
+            check_against_manifest(part)
+            yield from iter_record_rows(part)
+        return
+    if path.suffix != ".parquet":
+        yield from iter_jsonl(path)
+        return
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except (OSError, ValueError) as err:
+        raise RecordError(f"unreadable Parquet file ({err})", str(path)) from None
+    if "record" not in table.schema_arrow.names:
+        raise RecordError("a Parquet file of records needs a column 'record' (each record's JSON text)", str(path))
+    index = 0
+    for batch in table.iter_batches(batch_size=4096, columns=["record"]):
+        for text in batch.column(0).to_pylist():
+            where = f"{path.name}:{index}"
+            index += 1
+            try:
+                yield where, loads_strict(text), None
+            except (TypeError, json.JSONDecodeError, StrictJSONError) as err:
+                yield where, text, f"column 'record' is not JSON text ({err})"
 
 
 def load_records(path: str | Path) -> list[Record]:

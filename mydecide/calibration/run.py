@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from mydecide.calibration.temperatures import DEFAULT_MIN_ROWS, TEMPERATURES_FORMAT, fit_temperatures
 from mydecide.config import dump_recipe
-from mydecide.io import atomic_write_json, atomic_write_text, provenance, sha256_file
-from mydecide.manifest import MANIFEST, recorded_as
+from mydecide.io import atomic_write_json, atomic_write_text, provenance
+from mydecide.manifest import MANIFEST, recorded_as, split_digest
 from mydecide.modeling import load_model
 from mydecide.records import Record, load_records
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
@@ -39,6 +39,11 @@ def protected_split(path: str | Path) -> str | None:
     path = Path(path)
     if path.name in PROTECTED_SPLITS:
         return f"{path} is named like the {PROTECTED_SPLITS[path.name][1]} split written by prepare"
+    if path.is_dir():  # a partitioned split: train/, test/, heldout_tasks/
+        named = f"{path.name}.jsonl"
+        if named in PROTECTED_SPLITS:
+            return f"{path} is named like the {PROTECTED_SPLITS[named][1]} split written by prepare"
+        return None
     copied = recorded_as(path, list(PROTECTED_SPLITS))
     if copied is not None:
         role = PROTECTED_SPLITS[copied][1]
@@ -101,8 +106,8 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     if recipe.data is None:
         raise ValueError("give the dev data to fit on: --data DEV.jsonl")
     data = Path(recipe.data)
-    if not data.is_file():
-        raise FileNotFoundError(f"{data}: no such data file")
+    if not data.exists():
+        raise FileNotFoundError(f"{data}: no such data file or split directory")
     check_calibration_data(data, force)
     records = load_records(data)
     if recipe.limit is not None:
@@ -122,7 +127,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         "model": recipe.model,
         "adapter": recipe.adapter,
         "data": str(data),
-        "data_sha256": sha256_file(data),
+        "data_sha256": split_digest(data),
         "records": len(records),
         "forced": bool(force and protected_split(data)),
         **fit,

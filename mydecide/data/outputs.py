@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mydecide.config import DataRecipe, dump_recipe
+from mydecide.config import DataRecipe, OutputConfig, dump_recipe
 from mydecide.data import dedup
 from mydecide.data.ledger import Ledger, Row
 from mydecide.io import atomic_write_text, provenance, staged_directory
-from mydecide.jsonl import write_jsonl
-from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, write_manifest
+from mydecide.jsonl import json_line, write_jsonl
+from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, split_dir, write_manifest
 
 STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -89,6 +90,7 @@ def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
 # what prepare writes; an existing --out may hold only these (anything else is the user's and stays untouched)
 OUTPUT_FILES = (
     *SPLIT_FILES.values(),
+    *(split_dir(name) for name in SPLIT_FILES),
     "rejects.jsonl",
     "near_pairs.jsonl",
     "recipe.yaml",
@@ -120,12 +122,54 @@ def write_files(
     """Each file is written atomically; the manifest (with every output's sha256) comes last."""
     out.mkdir(parents=True, exist_ok=True)
     written = ["train", "dev", "heldout"] + (["test"] if recipe.split.test_fraction > 0 else [])
-    files = {SPLIT_FILES[name]: splits[name] for name in written}
     if "test" not in written:
         (out / SPLIT_FILES["test"]).unlink(missing_ok=True)  # a stale one from an earlier run would mislead
-    for name, rows in files.items():
-        write_jsonl(out / name, (row.record.to_json() for row in rows))
+    files: list[str] = []
+    for name in written:
+        files += write_split(out, name, [row.record.to_json() for row in splits[name]], recipe.output)
     write_jsonl(out / "rejects.jsonl", ledger.dropped)
     write_jsonl(out / "near_pairs.jsonl", ledger.near_pairs)
     atomic_write_text(out / "recipe.yaml", dump_recipe(recipe))
     write_manifest(out, manifest, [*files, "rejects.jsonl", "near_pairs.jsonl", "recipe.yaml"])
+
+
+def write_split(out: Path, split: str, records: list[dict[str, Any]], output: OutputConfig) -> list[str]:
+    """Write one split as ``output`` says and return the names written (relative to ``out``): ``train.jsonl``, or
+    the part files ``train/part-00000.jsonl`` / ``.parquet`` of at most ``rows_per_file`` records each (one part
+    when it is None; an empty split still gets one, empty, part so that readers find the split)."""
+    if output.format == "jsonl" and output.rows_per_file is None:
+        write_jsonl(out / SPLIT_FILES[split], records)
+        return [SPLIT_FILES[split]]
+    folder = out / split_dir(split)
+    folder.mkdir(parents=True, exist_ok=True)
+    size = output.rows_per_file or max(1, len(records))
+    names = []
+    for k, start in enumerate(range(0, max(1, len(records)), size)):
+        name = f"part-{k:05d}.{output.format}"
+        chunk = records[start : start + size]
+        if output.format == "jsonl":
+            write_jsonl(folder / name, chunk)
+        else:
+            write_parquet(folder / name, chunk)
+        names.append(f"{folder.name}/{name}")
+    return names
+
+
+def write_parquet(path: Path, records: list[dict[str, Any]]) -> None:
+    """Records as one Parquet file (temp file + rename): the columns id, task, type and lang for filtering, and
+    ``record``, each record's JSON text (states and questions vary in shape, so they stay JSON)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "id": pa.array([r["id"] for r in records], pa.string()),
+            "task": pa.array([r["task"] for r in records], pa.string()),
+            "type": pa.array([r["question"]["type"] for r in records], pa.string()),
+            "lang": pa.array([r.get("lang") for r in records], pa.string()),
+            "record": pa.array([json_line(r) for r in records], pa.string()),
+        }
+    )
+    temporary = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, path)

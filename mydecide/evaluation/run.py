@@ -300,8 +300,8 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     files: list[str] = []
     warnings: list[str] = []
     for path in map(Path, recipe.data):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such data file")
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such data file or split directory")
         loaded = load_records(path)
         if recipe.limit is not None:
             loaded = loaded[: recipe.limit]

@@ -24,7 +24,8 @@ from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior
-from mydecide.io import atomic_write_text, provenance, sha256_file
+from mydecide.io import atomic_write_text, provenance
+from mydecide.manifest import SPLIT_FILES, split_digest, split_path
 from mydecide.records import Record, load_records
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
@@ -58,7 +59,7 @@ def prepared_data(data: str | None) -> Path:
         )
     if not path.is_dir():
         raise FileNotFoundError(f"--data {path}: no such directory (give the output directory of `mydecide prepare`)")
-    missing = [name for name in ("train.jsonl", "dev.jsonl") if not (path / name).is_file()]
+    missing = [SPLIT_FILES[split] for split in ("train", "dev") if not split_path(path, split).exists()]
     if missing:
         raise FileNotFoundError(
             f"--data {path}: no {' or '.join(missing)} in it; it is not an output directory of `mydecide prepare`"
@@ -162,7 +163,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     data_dir = prepared_data(recipe.data)
     resolve_model_path(recipe.model)
     trackers = check_trackers(recipe.report_to)
-    data_sha256 = {name: sha256_file(data_dir / name) for name in ("train.jsonl", "dev.jsonl")}
+    data_sha256 = {split_path(data_dir, s).name: split_digest(split_path(data_dir, s)) for s in ("train", "dev")}
     if resume:
         check_resumable(Path(recipe.out), recipe, data_sha256, allow_change)
     elif allow_change:
@@ -206,8 +207,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
                 config=tracker_config(recipe),
                 init_kwargs={"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}},
             )
-    train_records = load_records(data_dir / "train.jsonl")
-    dev_records = load_records(data_dir / "dev.jsonl")
+    train_records = load_records(split_path(data_dir, "train"))
+    dev_records = load_records(split_path(data_dir, "dev"))
     if recipe.tasks:
         counts = len(train_records), len(dev_records)
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
