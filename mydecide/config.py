@@ -233,11 +233,9 @@ class DecontaminationConfig(Strict):
     near: bool = True  # MinHash with dedup.near's shingles; threshold below or dedup.near.threshold
     near_threshold: float | None = Field(None, gt=0.0, le=1.0)
     ngram: int = Field(13, ge=0, le=64)  # n-gram overlap length in words; 0 turns the check off
-    # a text shorter than ngram words, with at least this many, overlaps when it appears whole inside the
-    # other (an eval item inside a training row, or a row inside an eval item); 0 turns this off
+    # a text shorter than ngram words (and at least this long) found whole inside the other side; 0: off
     whole_min_words: int = Field(8, ge=0, le=64)
-    # short eval items (3-12 words) copied with one word inserted, left out or misspelt, or a greeting / sign-off
-    # around them; and 5-7-word items inside a row unless the phrase is inside 4+ rows (docs/dedup.md)
+    # short eval items copied with one word edited or wrapped, and rare 5-7-word phrases (docs/dedup.md)
     short_edits: bool = True
 
 
@@ -250,10 +248,8 @@ class SplitConfig(Strict):
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
         if self.dev_fraction + self.test_fraction >= 1.0:
-            raise ValueError(
-                f"dev_fraction + test_fraction must leave rows for training, got "
-                f"{self.dev_fraction} + {self.test_fraction}"
-            )
+            total = f"{self.dev_fraction} + {self.test_fraction}"
+            raise ValueError(f"dev_fraction + test_fraction must leave rows for training, got {total}")
         return self
 
 
@@ -299,19 +295,15 @@ class AugmentConfig(Strict):
         return self
 
 
-class RayEngineConfig(Strict):
-    """Where ``engine: ray`` runs prepare's heavy steps (docs/distributed-prepare.md)."""
-
+class RayEngineConfig(Strict):  # where engine: ray runs prepare's heavy steps (docs/distributed-prepare.md)
     address: str | None = None  # a running cluster ("auto", "ray://head:10001"); None: $RAY_ADDRESS, else a local Ray
     num_workers: int | None = Field(None, ge=1)  # CPUs of a local Ray started for the run; None: every CPU
     partitions: int | None = Field(None, ge=1)  # blocks the rows are cut into; None: 2 per CPU of the cluster
 
 
-class OutputConfig(Strict):
-    """How ``prepare`` writes the splits (docs/distributed-prepare.md); ``train`` reads every layout."""
-
+class OutputConfig(Strict):  # how prepare writes the splits (docs/distributed-prepare.md); train reads every layout
     format: Literal["jsonl", "parquet"] = "jsonl"  # parquet: columns id, task, type, lang and record (its JSON)
-    rows_per_file: int | None = Field(None, ge=1)  # None: one file per split; N: part files of at most N rows
+    rows_per_file: int | None = Field(None, ge=1)  # None: one file per split; N: train/part-00000.* of ≤ N rows
 
 
 class DataRecipe(Strict):
@@ -325,8 +317,7 @@ class DataRecipe(Strict):
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
     engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
     ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
-    # jsonl and no rows_per_file: train.jsonl, dev.jsonl, ...; otherwise a directory per split (train/part-00000.*)
-    output: OutputConfig = Field(default_factory=OutputConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)  # single files (train.jsonl) or part files
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------

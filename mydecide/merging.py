@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide.io import atomic_write_json, provenance
 from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
-from mydecide.records import Question, parse_question, read_records
+from mydecide.record_files import read_records
+from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
 from mydecide.scoring.probabilities import to_probabilities
 

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 0. foundations: files, JSONL, the manifest, numbers
     ("mydecide", "mydecide.io", "mydecide.jsonl", "mydecide.manifest", "mydecide.metrics"),
     # 1. the record format
-    ("mydecide.records", "mydecide.spans"),
+    ("mydecide.records", "mydecide.record_files", "mydecide.spans"),
     # 2. how a question is shown (a recipe holds a RenderConfig), and the recipes themselves
     ("mydecide.scoring.render", "mydecide.config", "mydecide.recipe_docs"),
     # 3. prepare: sources, dedup, splits

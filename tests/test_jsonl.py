@@ -12,7 +12,8 @@ import pytest
 from data_sources._files import iter_jsonl as converter_rows
 from mydecide.data.decontaminate import read_eval_jsonl
 from mydecide.jsonl import iter_jsonl, write_jsonl
-from mydecide.records import RecordError, load_records, read_records
+from mydecide.record_files import load_records, read_records
+from mydecide.records import RecordError
 from mydecide.serving.wire import RequestError, decode_body
 
 GOOD = {"task": "t", "state": "The server is down.", "question": {"type": "noul", "instructions": "Urgent?"}}

@@ -11,15 +11,8 @@ from typing import Any
 import pytest
 
 from mydecide.jsonl import write_jsonl
-from mydecide.records import (
-    Question,
-    Record,
-    RecordError,
-    load_records,
-    parse_question,
-    parse_record,
-    read_records,
-)
+from mydecide.record_files import load_records, read_records
+from mydecide.records import Question, Record, RecordError, parse_question, parse_record
 
 CHOICE = {
     "type": "choice",

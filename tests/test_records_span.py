@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.records import RecordError, parse_record, read_records
+from mydecide.record_files import read_records
+from mydecide.records import RecordError, parse_record
 from mydecide.spans import Span, merge_spans, state_part, trim_edges, words
 
 TEXT = "Call Anna Berg at anna.berg@example.se before Friday."

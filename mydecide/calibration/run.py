@@ -12,7 +12,8 @@ from mydecide.config import dump_recipe
 from mydecide.io import atomic_write_json, atomic_write_text, provenance
 from mydecide.manifest import MANIFEST, recorded_as, split_digest
 from mydecide.modeling import load_model
-from mydecide.records import Record, load_records
+from mydecide.record_files import load_records
+from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 
 if TYPE_CHECKING:

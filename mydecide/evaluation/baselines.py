@@ -16,7 +16,8 @@ import numpy as np
 
 from mydecide import metrics
 from mydecide.evaluation.rows import MetricRow, question_rows
-from mydecide.records import Record, read_records
+from mydecide.record_files import read_records
+from mydecide.records import Record
 
 
 @dataclass

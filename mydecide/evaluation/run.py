@@ -40,7 +40,8 @@ from mydecide.evaluation.rows import MetricRow, metric_blocks, prediction_row, q
 from mydecide.io import atomic_write_text, provenance
 from mydecide.manifest import split_beside
 from mydecide.modeling import adapter_disabled, has_adapter, load_model
-from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record, load_records
+from mydecide.record_files import load_records
+from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
 from mydecide.scoring.render import render_state

@@ -26,7 +26,8 @@ from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior
 from mydecide.io import atomic_write_text, provenance
 from mydecide.manifest import SPLIT_FILES, split_digest, split_path
-from mydecide.records import Record, load_records
+from mydecide.record_files import load_records
+from mydecide.records import Record
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
 from mydecide.training.objectives import batch_loss, loss_for

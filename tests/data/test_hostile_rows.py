@@ -15,7 +15,7 @@ from prepare_builders import make, sentence
 
 from mydecide.config import DataRecipe, RecipeError, load_recipe
 from mydecide.data.prepare import prepare
-from mydecide.records import read_records
+from mydecide.record_files import read_records
 
 GOOD = 12
 

@@ -15,7 +15,7 @@ from prepare_builders import CHOICE, make, sentence, write_jsonl
 
 from mydecide.config import DataRecipe
 from mydecide.data.prepare import prepare
-from mydecide.records import load_records
+from mydecide.record_files import load_records
 
 HERE = Path(__file__).resolve().parent
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

@@ -16,7 +16,8 @@ from prepare_builders import NOUL, SCORE, make, write_jsonl
 from mydecide.config import DataRecipe, TrainRecipe, load_recipe
 from mydecide.data.prepare import prepare
 from mydecide.manifest import read_manifest, split_digest, split_path
-from mydecide.records import RecordError, load_records
+from mydecide.record_files import load_records
+from mydecide.records import RecordError
 
 SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 

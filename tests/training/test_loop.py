@@ -225,7 +225,7 @@ def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Pat
 
 
 def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path) -> None:
-    from mydecide.records import load_records
+    from mydecide.record_files import load_records
     from mydecide.training.loop import select_tasks
 
     data = write_task(tmp_path / "data", 12, 4)
