@@ -54,7 +54,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     counted = [(r, rows) for r, rows in zip(single + sets, per_question, strict=True) if r.question.type != "span"]
     rows = [row for _, rows in counted for row in rows]
     probs, targets = [p for p, _ in rows], [y for _, y in rows]
-    summary = (
+    summary: dict[str, Any] = (
         summarize(probs, targets, [r.question.type == "score" for r, q_rows in counted for _ in q_rows])
         if rows
         else {"n": 0, **dict.fromkeys(("accuracy", "chance_corrected", "brier", "ece"), None), "log_loss": 0.0}
@@ -84,7 +84,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
             "top_letter_share": 0.0,
             "warnings": [],
         }
-    report = collapse_report(predicted_pos, gold_pos, flips, summary["accuracy"], majority_acc)
+    report = collapse_report(predicted_pos, gold_pos, flips, float(summary["accuracy"]), majority_acc)
     return {
         **out,
         "flip_rate": report.flip_rate,
