@@ -34,13 +34,8 @@ def split_dir(split: str) -> str:
 def split_path(directory: str | Path, split: str) -> Path:
     """Where a prepare output in ``directory`` holds ``split``: the file ``train.jsonl``, else the partitioned
     directory ``train/`` (the file's path when neither exists, so an error names what was expected)."""
-    directory = Path(directory)
-    partitioned = directory / split_dir(split)
-    return (
-        partitioned
-        if not (directory / SPLIT_FILES[split]).is_file() and partitioned.is_dir()
-        else directory / (SPLIT_FILES[split])
-    )
+    single, partitioned = Path(directory) / SPLIT_FILES[split], Path(directory) / split_dir(split)
+    return partitioned if partitioned.is_dir() and not single.is_file() else single
 
 
 def part_files(directory: str | Path) -> list[Path]:
