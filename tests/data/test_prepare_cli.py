@@ -122,10 +122,11 @@ def test_demo_recipe_gives_the_demo_its_sizes(tmp_path: Path, monkeypatch: pytes
     manifest = prepare(load_recipe(ROOT / "recipes/data/demo.yaml", model=DataRecipe), tmp_path)
     split = next(s for s in manifest["steps"] if s["step"] == "split")
     trained = split["by_task"]["train"]
-    assert set(trained) == {"vader_sentiment_score", "spam_detection", "rotten_tomatoes_kind"}
-    assert all(200 <= n <= 300 for n in trained.values()), trained
+    assert set(trained) == {"vader_sentiment_score", "spam_detection", "rotten_tomatoes_kind", "pii_spans"}
+    assert all(200 <= n <= 300 for task, n in trained.items() if task != "pii_spans"), trained
+    assert 60 <= trained["pii_spans"] <= 100, trained  # capped at 120: span questions cost several times the others
     assert split["by_task"]["heldout"] == {"vader_sentiment_positive": 120}
     assert 100 <= split["splits"]["dev"] <= 160 and split["splits"]["test"] >= 120  # dev: enough per type to calibrate
-    assert manifest["splits"]["train"]["type"].keys() == {"choice", "noul", "score"}
+    assert manifest["splits"]["train"]["type"].keys() == {"choice", "noul", "score", "span"}
     c = manifest["conservation"]
     assert c["input"] == c["kept"] + c["rejected"] + c["removed"]
