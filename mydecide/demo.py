@@ -83,15 +83,21 @@ def by_task_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def span_table(report: dict[str, Any]) -> str | None:
-    """Span-level precision / recall / F1 (exact and overlapping match) and the word-level log loss of the base,
-    tuned and tuned + calibrated model on the span questions; None when the split holds none."""
+def span_sides(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The span blocks (with span-level F1) of the base, tuned and tuned + calibrated model in one evaluate report;
+    {} when its split holds no span question."""
     sides = {
         "base": report["baselines"].get("base_model", {}).get("span"),
         "tuned": report.get("uncalibrated", {}).get("span"),
         "tuned_calibrated": report.get("span"),
     }
-    sides = {name: block for name, block in sides.items() if block and block.get("spans")}
+    return {name: block for name, block in sides.items() if block and block.get("spans")}
+
+
+def span_table(report: dict[str, Any]) -> str | None:
+    """Span-level precision / recall / F1 (exact and overlapping match) and the word-level log loss of the base,
+    tuned and tuned + calibrated model on the span questions; None when the split holds none."""
+    sides = span_sides(report)
     if not sides:
         return None
     lines = [
@@ -196,15 +202,7 @@ def main() -> None:
         **blocks(test),
         "heldout": blocks(heldout),
         "by_task": test["by_task"],
-        "span": {
-            name: block["spans"]
-            for name, block in (
-                ("base", test["baselines"].get("base_model", {}).get("span")),
-                ("tuned", test.get("uncalibrated", {}).get("span")),
-                ("tuned_calibrated", test.get("span")),
-            )
-            if block and block.get("spans")
-        },
+        "span": {name: block["spans"] for name, block in span_sides(test).items()},
         "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
