@@ -43,8 +43,8 @@ def parts_of(path: str | Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
     """The files a source path stands for, in name order: the file itself; the files of a directory (a partitioned
     data set as Spark, Ray or ``mydecide prepare`` write one: names starting with ``_`` or ``.``, such as
     ``_SUCCESS``, are skipped); or the files a glob pattern (``shards/part-*.parquet``) matches. With ``suffixes``
-    (format suffixes without compression, e.g. ``(".jsonl",)``), a directory's or a pattern's other files are
-    left out."""
+    (format suffixes without compression, e.g. ``(".jsonl",)``), any other file of the directory or pattern is an
+    error naming it."""
     p = Path(path)
     if GLOB_CHARS & set(str(p)):
         found = sorted(Path(x) for x in glob.glob(str(p)))
@@ -52,11 +52,11 @@ def parts_of(path: str | Path, suffixes: tuple[str, ...] = ()) -> list[Path]:
         found = sorted(p.iterdir())
     else:
         return [p]
-    return [
-        x
-        for x in found
-        if x.is_file() and not x.name.startswith(("_", ".")) and (not suffixes or base_suffix(x) in suffixes)
-    ]
+    parts = [x for x in found if x.is_file() and not x.name.startswith(("_", "."))]
+    other = [x for x in parts if suffixes and base_suffix(x) not in suffixes]
+    if other:  # never skipped silently: a stray file is a mistake in the data set, or in the path
+        raise ValueError(f"{other[0]}: not a {' / '.join(suffixes)} file, among the part files of {p}")
+    return parts
 
 
 def file_stem(path: str | Path) -> str:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from prepare_builders import NOUL, SCORE, make, write_jsonl
 
-from mydecide.config import DataRecipe, TrainRecipe, load_recipe
+from mydecide.config import DataRecipe, RecipeError, TrainRecipe, load_recipe
 from mydecide.data.prepare import prepare
 from mydecide.manifest import read_manifest, split_digest, split_path
 from mydecide.record_files import load_records
@@ -70,6 +70,10 @@ def test_a_source_given_as_a_directory_or_a_glob_of_parts_reads_the_rows_of_the_
     prepare(recipe(str(shards)), tmp_path / "with_bad")
     rejects = [json.loads(line) for line in (tmp_path / "with_bad" / "rejects.jsonl").read_text().splitlines()]
     assert [r["where"] for r in rejects if r["raw"].get("id") == "bad"] == ["part-00004.jsonl:1"]
+    # a file of another format among the parts is named, not skipped
+    (shards / "notes.txt").write_text("not data")
+    with pytest.raises(RecipeError, match=r"notes\.txt: not a \.jsonl / \.ndjson / \.json file"):
+        prepare(recipe(str(shards)), tmp_path / "with_stray")
 
 
 def test_a_parquet_source_reads_a_directory_of_parts(tmp_path: Path) -> None:
