@@ -135,6 +135,9 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="Training recipe overrides, e.g. optim.max_steps=40.")
     args = parser.parse_args()
     out: Path = args.out
+    for flag, given in (("--data", args.data), ("--trained", args.trained)):
+        if given is not None and given.resolve().is_relative_to(out.resolve()):
+            sys.exit(f"demo: {flag} {given} is inside --out {out}, which the demo empties first: give another --out")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -40,3 +40,21 @@ def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> 
     assert summary["tuned"]["accuracy"] == summary["tuned_calibrated"]["accuracy"]
     assert (out / "eval_test" / "reliability.png").stat().st_size > 0
     assert "| tuned_calibrated |" in result.stdout
+
+
+def test_the_demo_refuses_reused_data_inside_the_directory_it_empties(tmp_path: Path) -> None:
+    data = tmp_path / "demo" / "data"
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text("{}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mydecide.demo", "--out", str(tmp_path / "demo"), "--data", str(data)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"demo: --data {data} is inside --out {tmp_path / 'demo'}, which the demo empties first: give another --out"
+    )
+    assert (data / "train.jsonl").exists()  # nothing was deleted
