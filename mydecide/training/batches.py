@@ -95,20 +95,16 @@ def span_unit(renderer: Renderer, record: Record, index: int) -> SpanUnit:
 @dataclass
 class SpanBatch:
     """The span questions of a batch: their sequences (one right-padded forward), the 0 / 1 target of every read,
-    and ``group`` (M,) the (span question, label) pair each read belongs to (0 … G−1 in the batch): a label's words
-    are one yes / no question in the loss, as a set question's labels are."""
+    and ``owner`` (M,) the span question (0 … S−1 in the batch) each read belongs to."""
 
     sequences: list[SpanSequence]
     targets: torch.Tensor  # (M,)
-    group: torch.Tensor  # (M,) long
+    owner: torch.Tensor  # (M,) long
     pad_id: int
     count: int  # span questions
-    groups: int  # (span question, label) pairs
 
     def to(self, device: torch.device) -> SpanBatch:
-        return SpanBatch(
-            self.sequences, self.targets.to(device), self.group.to(device), self.pad_id, self.count, self.groups
-        )
+        return SpanBatch(self.sequences, self.targets.to(device), self.owner.to(device), self.pad_id, self.count)
 
 
 @dataclass
@@ -360,21 +356,13 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
     span_units = [u for u in units if isinstance(u, SpanUnit)]
     spans = None
     if span_units:
-        sequences = [s for u in span_units for s in u.sequences]
-        ids: dict[tuple[int, int], int] = {}  # (question in the batch, label) → group
-        group = [
-            ids.setdefault((n, s.label), len(ids))
-            for n, u in enumerate(span_units)
-            for s in u.sequences
-            for _ in s.reads
-        ]
+        reads = [(n, y) for n, u in enumerate(span_units) for y in u.target]
         spans = SpanBatch(
-            sequences,
-            torch.tensor([y for u in span_units for y in u.target], dtype=torch.float32),
-            torch.tensor(group, dtype=torch.long),
+            [s for u in span_units for s in u.sequences],
+            torch.tensor([y for _, y in reads], dtype=torch.float32),
+            torch.tensor([n for n, _ in reads], dtype=torch.long),
             pad_id,
             len(span_units),
-            len(ids),
         )
         units = [u for u in units if not isinstance(u, SpanUnit)]
         if not units:

@@ -17,10 +17,10 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
 
     A set question counts one yes/no row per label in the metrics. Span questions are not in accuracy, Brier or ECE
-    (their hundreds of word × label cells would outweigh every other question); each label of one adds the mean log
-    loss of its words to ``log_loss`` as one question, so the best adapter is picked with the weights of training
-    (a span label weighs as a set question's label does; ``span_log_loss``: their mean alone). The collapse check
-    looks at single-answer questions only (letters: for more than 26 options, the letter an option has in its group).
+    (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
+    ``log_loss`` as one question, so the best adapter is picked with every question weighing the same, as in
+    training (``span_log_loss``: their mean alone). The collapse check looks at single-answer
+    questions only (letters: for more than 26 options, the letter an option has in its group).
     """
     import numpy as np
 
@@ -59,16 +59,11 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         if rows
         else {"n": 0, **dict.fromkeys(("accuracy", "chance_corrected", "brier", "ece"), None), "log_loss": 0.0}
     )
-    span_records = [r for r in sets if r.question.type == "span"]
     spans = [rows for r, rows in zip(single + sets, per_question, strict=True) if r.question.type == "span"]
-    if spans:  # each label of a span question counts once in the log loss: the mean over its words
-        span_losses = [  # a question's rows are word-major: label l's words are rows l, l + k, l + 2k, …
-            log_loss([p for p, _ in q[label :: r.question.k]], [y for _, y in q[label :: r.question.k]])
-            for r, q in zip(span_records, spans, strict=True)
-            for label in range(r.question.k)
-        ]
+    if spans:  # each span question counts once in the log loss: the mean over its word x label cells
+        span_losses = [log_loss([p for p, _ in q], [y for _, y in q]) for q in spans]
         summary["span_log_loss"] = float(np.mean(span_losses))
-        summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(span_losses))
+        summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(spans))
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}

@@ -211,8 +211,7 @@ def batch_loss(
     """The loss of one training batch through one forward call of ``module``: ``loss`` on its questions' option
     logits, and on each span question's word × label reads as yes / no rows (d, 0) against (y, 1 − y), since
     softmax((d, 0)) = (sigmoid d, 1 − sigmoid d): the proper objective charges every cell its log and spherical
-    score, ``ce`` its binary log loss. Every question weighs the same, whatever its number of words, and each label of
-    a span question counts as one question (the mean over its words), as each label of a set question does."""
+    score, ``ce`` its binary log loss. Every question weighs the same, whatever its number of words and labels."""
     import torch
 
     if tb.spans is None:
@@ -229,8 +228,8 @@ def batch_loss(
     targets = torch.stack([y, 1.0 - y], dim=-1)  # (M, 2)
     mask = torch.ones_like(rows, dtype=torch.bool)
     plain = torch.zeros(len(reads), dtype=torch.bool, device=reads.device)
-    for group in range(tb.spans.groups):
-        at = tb.spans.group == group
+    for question in range(tb.spans.count):
+        at = tb.spans.owner == question
         if bool(at.any()):
             cells = loss(rows[at], targets[at], mask[at], plain[at], progress=progress, generator=generator)
             total, count = total + cells, count + 1

@@ -14,7 +14,7 @@ NAMES = ["Anna", "Berg", "Omar", "Lind", "Sara", "Holm"]
 FILLER = ["the", "invoice", "was", "sent", "to", "support", "about", "an", "error", "on", "the", "page"]
 
 
-def span_row(i: int, rng: random.Random, labels: dict[str, str] | None = None) -> dict:
+def span_row(i: int, rng: random.Random) -> dict:
     words = [rng.choice(FILLER) for _ in range(rng.randint(4, 9))]
     at = rng.randint(0, len(words))
     name = [rng.choice(NAMES), rng.choice(NAMES)] if rng.random() < 0.7 else []
@@ -27,7 +27,7 @@ def span_row(i: int, rng: random.Random, labels: dict[str, str] | None = None) -
         "id": f"s{i}",
         "task": "pii",
         "state": text,
-        "question": {"type": "span", "instructions": "Where are names?", "criteria": labels or {"PERSON": "a name"}},
+        "question": {"type": "span", "instructions": "Where are names?", "criteria": {"PERSON": "a name"}},
         "answer": answer,
     }
 
@@ -43,15 +43,12 @@ def choice_row(i: int, rng: random.Random) -> dict:
     }
 
 
-TWO_LABELS = {"PERSON": "a name", "TEAM": "a team"}
-
-
-def records(n: int, seed: int = 0, labels: dict[str, str] | None = None) -> list:
+def records(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
-    return [r for i in range(n) for r in parse_record(span_row(i, rng, labels) if i % 2 else choice_row(i, rng))]
+    return [r for i in range(n) for r in parse_record((span_row if i % 2 else choice_row)(i, rng))]
 
 
-def test_a_batch_mixing_span_and_choice_questions_weighs_each_label_as_a_question(tiny_llama_dir: Path) -> None:
+def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny_llama_dir: Path) -> None:
     import torch
 
     from mydecide.config import CeObjective
@@ -61,7 +58,7 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_label_as_a_questio
     from mydecide.training.objectives import batch_loss, loss_for
 
     model = load_model(str(tiny_llama_dir), device="cpu")
-    recs = records(4, labels=TWO_LABELS)
+    recs = records(4)
     units = epoch_units(model.renderer, recs, 0, 0, False)
     assert sum(isinstance(u, SpanUnit) for u in units) == 2
     span = next(u for u in units if isinstance(u, SpanUnit))
@@ -75,20 +72,14 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_label_as_a_questio
 
     mixed = loss_of(units)
     alone = [loss_of([u]) for u in units]
-    weights = [2 if isinstance(u, SpanUnit) else 1 for u in units]  # a span question's two labels weigh two
-    expected = sum(a.item() * w for a, w in zip(alone, weights, strict=True)) / sum(weights)
-    assert mixed.item() == pytest.approx(expected, abs=1e-5)
-    # a span question alone: per label the mean binary log loss of its words, sigmoid(yes − no) against the gold
-    # grid, the labels averaged
+    assert mixed.item() == pytest.approx(sum(a.item() for a in alone) / len(units), abs=1e-5)
+    # a span question alone: the mean binary log loss of its cells, sigmoid(yes − no) against the gold grid
     from mydecide.scoring.spans import span_read_logits
 
     reads = span_read_logits(model.lm, span.sequences, torch.tensor(model.renderer.label_ids), pad)
     y = torch.tensor(span.target)
-    label = torch.tensor([s.label for s in span.sequences for _ in s.reads])
-    per_label = [
-        torch.nn.functional.binary_cross_entropy_with_logits(reads[label == k], y[label == k]) for k in range(2)
-    ]
-    assert loss_of([span]).item() == pytest.approx(sum(per_label).item() / 2, abs=1e-5)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(reads, y)
+    assert loss_of([span]).item() == pytest.approx(bce.item(), abs=1e-5)
     mixed.backward()
     grad = model.lm.get_input_embeddings().weight.grad
     assert grad is not None and grad.abs().sum() > 0
@@ -126,39 +117,3 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
     assert all(r["loss"] == r["loss"] for r in trained)  # no NaN
     saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
     assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4, "echo": False}
-
-
-def test_dev_log_loss_counts_each_label_of_a_span_question_as_one_question(monkeypatch: pytest.MonkeyPatch) -> None:
-    import numpy as np
-
-    import mydecide.scoring.engine as engine
-    from mydecide.evaluation.baselines import LabelPrior
-    from mydecide.training.dev import dev_metrics
-
-    rng = random.Random(3)
-    choice = parse_record(choice_row(0, rng))[0]
-    span = parse_record(span_row(1, random.Random(5), TWO_LABELS))[0]
-    labels = span.question.k
-    words = len(span.target) // labels
-    assert labels == 2 and words > 3
-    grid = np.linspace(-2.0, 1.5, len(span.target))  # word-major yes − no values
-    choice_logits = np.array([0.3, -0.1])
-
-    def fake_scores(model: object, items: list, orders: object = None, batch_size: int = 0) -> list:
-        return [grid if q.type == "span" else choice_logits for _, q in items]
-
-    monkeypatch.setattr(engine, "score_questions", fake_scores)
-    out = dev_metrics(None, [choice, span], LabelPrior.from_records([choice], "train"), seed=0, batch_size=4)
-
-    def bce(d: np.ndarray, y: np.ndarray) -> float:
-        p = 1 / (1 + np.exp(-d))
-        return float(np.mean(-(y * np.log(p) + (1 - y) * np.log(1 - p))))
-
-    y = np.asarray(span.target)
-    per_label = [bce(grid[k::labels], y[k::labels]) for k in range(labels)]
-    p_choice = np.exp(choice_logits) / np.exp(choice_logits).sum()
-    choice_loss = -float(np.log(p_choice[choice.gold_index]))
-    assert out["span_questions"] == 1
-    assert out["span_log_loss"] == pytest.approx(np.mean(per_label))
-    assert out["log_loss"] == pytest.approx((choice_loss + sum(per_label)) / (1 + labels))
-    assert out["n"] == 1  # accuracy and ECE: the choice question only
