@@ -117,3 +117,32 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
     assert all(r["loss"] == r["loss"] for r in trained)  # no NaN
     saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
     assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4, "echo": False}
+
+
+def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    import mydecide.scoring.engine as engine
+    from mydecide.evaluation.baselines import LabelPrior
+    from mydecide.training.dev import dev_metrics
+
+    choice = parse_record(choice_row(0, random.Random(3)))[0]
+    span = parse_record(span_row(1, random.Random(5)))[0]
+    assert len(span.target) > 3
+    grid = np.linspace(-2.0, 1.5, len(span.target))  # yes − no per word × label cell
+    choice_logits = np.array([0.3, -0.1])
+
+    def fake_scores(model: object, items: list, orders: object = None, batch_size: int = 0) -> list:
+        return [grid if q.type == "span" else choice_logits for _, q in items]
+
+    monkeypatch.setattr(engine, "score_questions", fake_scores)
+    out = dev_metrics(None, [choice, span], LabelPrior.from_records([choice], "train"), seed=0, batch_size=4)
+
+    y = np.asarray(span.target)
+    p = 1 / (1 + np.exp(-grid))
+    span_loss = float(np.mean(-(y * np.log(p) + (1 - y) * np.log(1 - p))))
+    choice_loss = -float(np.log(np.exp(choice_logits)[choice.gold_index] / np.exp(choice_logits).sum()))
+    assert out["span_questions"] == 1
+    assert out["span_log_loss"] == pytest.approx(span_loss)
+    assert out["log_loss"] == pytest.approx((choice_loss + span_loss) / 2)
+    assert out["n"] == 1  # accuracy and ECE: the choice question only
