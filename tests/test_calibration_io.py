@@ -258,3 +258,18 @@ def test_cli_calibrate_writes_temperatures_json(tiny_llama_dir: Path, tmp_path: 
     assert document["provenance"]["versions"]["torch"]
     assert load_temperatures(out)("noul", 2) == document["types"]["noul"]["temperature"]
     assert (tmp_path / "cal" / "temperatures.recipe.yaml").is_file()
+
+
+def test_the_overall_block_leaves_span_questions_to_their_own_row() -> None:
+    rng = np.random.default_rng(9)
+    others = [item for qtype in ("choice", "noul") for item in _sampled(qtype, 300, rng)]
+    spans = []
+    for _ in range(40):  # 60 words × 2 labels each, mostly "no": they would swamp the pooled rows
+        z = rng.normal(-3.0, 2.0, size=120)
+        spans.append(("span", 2, z, (rng.random(120) < expit(z)).astype(float)))
+    with_spans = fit_temperatures(others + spans, min_rows=10)
+    alone = fit_temperatures(others, min_rows=10)
+    assert with_spans["types"]["span"]["n"] == 40 and with_spans["types"]["span"]["rows"] == 40 * 120
+    assert with_spans["overall"] == alone["overall"]
+    only_spans = fit_temperatures(spans, min_rows=10)  # nothing else: the overall block is theirs
+    assert only_spans["overall"]["n"] == 40 and only_spans["overall"]["rows"] == 40 * 120

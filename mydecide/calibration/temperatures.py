@@ -219,18 +219,20 @@ def fit_temperatures(
                 buckets[qtype][name] = _fit_summary(sub_rows, t_type, len(sub))
                 buckets[qtype][name]["fallback"] = f"fewer than {min_rows} questions: the {qtype} temperature"
 
-    # overall before / after with the temperature each question actually gets
+    # overall before / after with the temperature each question actually gets; span questions (hundreds of word ×
+    # label rows each) only when there is nothing else, as in evaluate's "all" block: they have their own row
     table = TemperatureTable(
         {t: s["temperature"] for t, s in types.items()},
         {t: {b: s["temperature"] for b, s in bs.items() if "fallback" not in s} for t, bs in buckets.items()},
     )
-    all_rows = rows_of(list(items))
+    pooled = [item for item in items if item[0] != "span"] or list(items)
+    all_rows = rows_of(pooled)
     targets = [y for _, y in all_rows]
     before = _calibrated([z for z, _ in all_rows], 1.0)
-    row_temperatures = [table(qtype, k) for qtype, k, zs, ys in items for _ in answer_rows(qtype, zs, ys, logits=True)]
+    row_temperatures = [table(qtype, k) for qtype, k, zs, ys in pooled for _ in answer_rows(qtype, zs, ys, logits=True)]
     after = _calibrated([z for z, _ in all_rows], row_temperatures)
     overall = {
-        "n": len(items),
+        "n": len(pooled),
         "rows": len(all_rows),
         "log_loss_before": log_loss(before, targets),
         "log_loss_after": log_loss(after, targets),

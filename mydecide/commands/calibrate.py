@@ -73,8 +73,10 @@ def register(app: typer.Typer) -> None:
                 f"{s['ece_before']:.4f} → {s['ece_after']:.4f}{note}"
             )
         o = document["overall"]
+        apart = "span" in document["types"] and len(document["types"]) > 1
         typer.echo(
             f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
             f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions"
+            + (" (span questions: their own row above)" if apart else "")
         )
         typer.echo(f"wrote {recipe.out}")
