@@ -266,9 +266,11 @@ def _crash_for_tests() -> None:
     folder = os.environ.get(CRASH_TEST_ENV)
     if not folder:
         return
-    done = len(list(Path(folder).glob("crash-*")))
-    if done < int((Path(folder) / "crashes").read_text()):
-        (Path(folder) / f"crash-{done}-{os.getpid()}").touch()
+    for slot in range(int((Path(folder) / "crashes").read_text())):
+        try:  # claim a crash slot atomically: two workers starting together must not both take the same one
+            os.close(os.open(Path(folder) / f"crash-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
         os._exit(1)
 
 
