@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
                 f"{s['ece_before']:.4f} → {s['ece_after']:.4f}{note}"
             )
         o = document["overall"]
-        apart = "span" in document["types"] and len(document["types"]) > 1
+        apart = o["n"] < sum(s["n"] for s in document["types"].values())  # span questions left to their own row
         typer.echo(
             f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
             f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions"
