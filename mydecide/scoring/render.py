@@ -16,6 +16,7 @@ prefix" see identical token ids.
 from __future__ import annotations
 
 import json
+import math
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,14 @@ class SpanWindows(BaseModel):
     # show each window twice and read the second copy, so a word's read has seen the words after it too (the start of
     # a multi-word span is decided knowing the rest); twice the tokens
     echo: bool = False
+    # the share of a label's words expected inside its spans: every span read starts from its log-odds, so that a
+    # grid of mostly "no" cells does not pull the model's other answers toward "no" (docs/spans.md); null: no offset
+    prior: float | None = Field(0.05, gt=0, lt=1)
+
+    @property
+    def offset(self) -> float:
+        """The log-odds added to every span read: logit(``prior``), 0 without one."""
+        return 0.0 if self.prior is None else math.log(self.prior / (1 - self.prior))
 
     @model_validator(mode="after")
     def _overlap_below_window(self) -> SpanWindows:

@@ -3,7 +3,8 @@
 A span question (docs/spans.md) is decided as a word × label grid. For each label the model reads one sequence: the
 chat template's head, the state's other parts (context), the question, the label and its description, then the
 text, so every word's position has seen what is asked. At the last token of each word the output head's rows of
-the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no is the word's log-odds. No new parameters.
+the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no, plus the log-odds of the label's expected share
+(``prompt.span.prior``), is the word's log-odds. No new parameters.
 
 Each word is tokenised with the whitespace before it (``Renderer.encode_pieces``), so its tokens and its last token
 are known exactly and character offsets need no mapping back from tokens. A long text is cut into windows of at most
@@ -170,9 +171,15 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
 
 
 def span_read_logits(
-    lm: Any, sequences: Sequence[SpanSequence], label_ids: torch.Tensor, pad_id: int, device: Any = None
+    lm: Any,
+    sequences: Sequence[SpanSequence],
+    label_ids: torch.Tensor,
+    pad_id: int,
+    device: Any = None,
+    offset: float = 0.0,
 ) -> torch.Tensor:
-    """(M,) yes − no log-odds at every read of ``sequences`` (in order), one right-padded forward pass.
+    """(M,) yes − no log-odds at every read of ``sequences`` (in order), plus ``offset`` (``SpanWindows.offset``,
+    the prior's log-odds), one right-padded forward pass.
 
     Right padding keeps every real token's position, and a causal decoder's output at a real token never depends on
     the padding after it; gradients flow when enabled.
@@ -194,7 +201,7 @@ def span_read_logits(
     weight, bias, softcap = output_head(lm)
     shown = torch.ones(len(rows), 2, dtype=torch.bool, device=device)
     logits = read_option_logits(hidden, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
-    return logits[:, 0] - logits[:, 1]
+    return logits[:, 0] - logits[:, 1] + offset
 
 
 def read_sequences(
@@ -204,6 +211,7 @@ def read_sequences(
     import torch
 
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
+    offset = model.renderer.config.span.offset
     index = sorted(range(len(sequences)), key=lambda i: len(sequences[i].ids))
     out: list[list[float]] = [[] for _ in sequences]
     start = 0
@@ -213,7 +221,8 @@ def read_sequences(
             while stop < len(index) and (stop - start + 1) * len(sequences[index[stop]].ids) <= batch_tokens:
                 stop += 1
             chunk = [sequences[i] for i in index[start:stop]]
-            values = span_read_logits(model.lm, chunk, label_ids, model.tokenizer.pad_token_id).double().cpu()
+            pad_id = model.tokenizer.pad_token_id
+            values = span_read_logits(model.lm, chunk, label_ids, pad_id, offset=offset).double().cpu()
             at = 0
             for i, seq in zip(index[start:stop], chunk, strict=True):
                 out[i] = values[at : at + len(seq.reads)].tolist()

@@ -63,3 +63,17 @@ def collapse_report(
             f"dev accuracy {accuracy:.3f} does not beat the majority-class baseline {majority_accuracy:.3f}"
         )
     return report
+
+
+def span_prior_note(records: Sequence[Any], prior: float | None) -> str | None:
+    """The share of the span questions' word × label cells that are inside a gold span, against ``prompt.span.prior``
+    (the share every span read starts from); with a warning when they differ more than twofold. None without span
+    questions."""
+    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    if not cells:
+        return None
+    share = sum(cells) / len(cells)
+    line = f"span questions: {share:.1%} of {len(cells):,} word × label cells are in a span (prompt.span.prior {prior})"
+    if prior is not None and not prior / 2 <= share <= 2 * prior:
+        line += f"; WARNING: set prompt.span.prior={share:.3g} so that span reads start near the data's share"
+    return line

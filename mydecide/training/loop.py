@@ -30,6 +30,7 @@ from mydecide.record_files import load_records
 from mydecide.records import Record
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
+from mydecide.training.diagnostics import span_prior_note
 from mydecide.training.objectives import batch_loss, loss_for
 from mydecide.training.tracking import check_trackers, tracked, tracker_config
 
@@ -128,8 +129,8 @@ def set_checkpointing(lm: Any, on: bool) -> None:
         lm.gradient_checkpointing_disable()
 
 
-def build_module(lm: Any, label_ids: Any) -> Any:
-    """Wrap the LM in an nn.Module whose forward returns (B, K) option logits, so DDP sees one forward call."""
+def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
+    """An nn.Module whose forward returns (B, K) option logits (and span reads), so DDP sees one forward call."""
     import torch
 
     from mydecide.scoring.forward import forward_option_logits
@@ -146,7 +147,7 @@ def build_module(lm: Any, label_ids: Any) -> Any:
             logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
             if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
                 return logits
-            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id)
+            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id, offset=span_offset)
 
     return DecisionModule()
 
@@ -203,26 +204,23 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, {**provenance(), "data_sha256": data_sha256}))
         if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
-            accelerator.init_trackers(
-                "mydecide",
-                config=tracker_config(recipe),
-                init_kwargs={"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}},
-            )
+            names = {"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}}
+            accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
     train_records = load_records(split_path(data_dir, "train"))
     dev_records = load_records(split_path(data_dir, "dev"))
     if recipe.tasks:
         counts = len(train_records), len(dev_records)
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
         if is_main:
-            log(
-                f"tasks {recipe.tasks}: {len(train_records)} of {counts[0]} train and {len(dev_records)} of "
-                f"{counts[1]} dev records kept"
-            )
+            kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
+            log(f"tasks {recipe.tasks}: {kept}")
     if recipe.train_limit:
         train_records = train_records[: recipe.train_limit]
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
     majority = LabelPrior.from_records(train_records, "training split")
+    if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
+        log(note)
 
     # ---- model + LoRA
     base = load_model(
@@ -259,7 +257,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     if packing and not cache_fails:
         route += ", KV cache for batches with one question per state"
     log(f"state sharing: {route}")
-    module = build_module(lm, renderer.label_ids)
+    module = build_module(lm, renderer.label_ids, renderer.config.span.offset)
 
     # ---- schedule
     world, rank = accelerator.num_processes, accelerator.process_index

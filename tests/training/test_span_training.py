@@ -107,6 +107,9 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
             "eval_every=12",
             "prompt.span.window_tokens=16",
             "prompt.span.overlap_tokens=4",
+            # no prior offset: the grid starts far from its base rate (about 0.2 here), so a falling dev loss shows
+            # that the span reads' gradients reach the adapter
+            "prompt.span.prior=null",
         ],
         model=TrainRecipe,
     )
@@ -116,7 +119,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
     trained = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
     assert all(r["loss"] == r["loss"] for r in trained)  # no NaN
     saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
-    assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4, "echo": False}
+    assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4, "echo": False, "prior": None}
 
 
 def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,3 +149,63 @@ def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monke
     assert out["span_log_loss"] == pytest.approx(span_loss)
     assert out["log_loss"] == pytest.approx((choice_loss + span_loss) / 2)
     assert out["n"] == 1  # accuracy and ECE: the choice question only
+
+
+def test_the_span_prior_shifts_every_read_by_its_log_odds_in_scoring_and_training(tiny_llama_dir: Path) -> None:
+    import numpy as np
+    import torch
+
+    from mydecide.modeling import load_model
+    from mydecide.scoring.render import RenderConfig, SpanWindows
+    from mydecide.scoring.spans import score_span_questions
+    from mydecide.training.batches import epoch_units, make_batch
+    from mydecide.training.loop import build_module
+
+    plain, shifted = (
+        load_model(str(tiny_llama_dir), render=RenderConfig(span=SpanWindows(prior=prior)), device="cpu")
+        for prior in (None, 0.05)
+    )
+    assert plain.renderer.config.span.offset == 0.0
+    assert shifted.renderer.config.span.offset == pytest.approx(np.log(0.05 / 0.95))
+    record = records(2)[1]
+    assert record.question.type == "span"
+    item = [(record.state, record.question)]
+    (a,), (b,) = score_span_questions(plain, item), score_span_questions(shifted, item)
+    assert np.allclose(b - a, np.log(0.05 / 0.95), atol=1e-5)
+    # the training module reads the same grid as scoring does (sequence order: label, then window, as the target)
+    (unit,) = epoch_units(shifted.renderer, [record], 0, 0, False)
+    module = build_module(shifted.lm, shifted.renderer.label_ids, shifted.renderer.config.span.offset).eval()
+    with torch.no_grad():
+        _, reads = module(None, make_batch([unit], shifted.tokenizer.pad_token_id, True).spans)
+    assert sorted(reads.tolist()) == pytest.approx(sorted(b.tolist()), abs=1e-4)
+
+
+def test_train_reports_the_span_cells_share_and_warns_when_the_prior_is_far_from_it() -> None:
+    from mydecide.training.diagnostics import span_prior_note
+
+    recs = records(40)
+    cells = [y for r in recs if r.question.type == "span" for y in r.target]
+    share = sum(cells) / len(cells)
+    assert 0.1 < share < 0.3
+    near = span_prior_note(recs, round(share, 2))
+    assert near is not None and f"{share:.1%} of {len(cells):,}" in near and "WARNING" not in near
+    far = span_prior_note(recs, 0.01)
+    assert far is not None and f"WARNING: set prompt.span.prior={share:.3g}" in far
+    assert "WARNING" not in (span_prior_note(recs, None) or "")
+    assert span_prior_note([r for r in recs if r.question.type != "span"], 0.05) is None
+
+
+def test_a_render_config_saved_before_the_span_prior_reads_spans_without_an_offset(tmp_path: Path) -> None:
+    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
+    from mydecide.scoring.render import RenderConfig, SpanWindows
+
+    old = tmp_path / RENDER_CONFIG_FILE
+    for span in ({"window_tokens": 64, "overlap_tokens": 8, "echo": False}, None):
+        old.write_text(json.dumps({"max_state_tokens": 64, **({"span": span} if span else {})}))
+        config = read_render_config(old)
+        assert config.span.prior is None and config.span.offset == 0.0
+    assert span is None and config.span.window_tokens == 512
+    save_render_config(tmp_path, RenderConfig(span=SpanWindows(prior=0.02)))
+    assert read_render_config(old).span.prior == 0.02  # a saved prior is kept
+    save_render_config(tmp_path, RenderConfig())
+    assert read_render_config(old).span.prior == 0.05
