@@ -47,9 +47,9 @@ class SpanWindows(BaseModel):
     # show each window twice and read the second copy, so a word's read has seen the words after it too (the start of
     # a multi-word span is decided knowing the rest); twice the tokens
     echo: bool = False
-    # the share of a label's words expected inside its spans: every span read starts from its log-odds, so that a
-    # grid of mostly "no" cells does not pull the model's other answers toward "no" (docs/spans.md); null: no offset
-    prior: float | None = Field(0.05, gt=0, lt=1)
+    # the share of a label's words expected inside its spans: every span read starts from its log-odds, so an untuned
+    # grid sits near the data's share (docs/spans.md: measured in the demo, no gain there); null: no offset
+    prior: float | None = Field(None, gt=0, lt=1)
 
     @property
     def offset(self) -> float:

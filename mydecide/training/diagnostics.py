@@ -73,7 +73,8 @@ def span_prior_note(records: Sequence[Any], prior: float | None) -> str | None:
     if not cells:
         return None
     share = sum(cells) / len(cells)
-    line = f"span questions: {share:.1%} of {len(cells):,} word × label cells are in a span (prompt.span.prior {prior})"
+    offset = "no offset" if prior is None else f"prompt.span.prior {prior}"
+    line = f"span questions: {share:.1%} of {len(cells):,} word × label cells are in a span ({offset})"
     if prior is not None and not prior / 2 <= share <= 2 * prior:
         line += f"; WARNING: set prompt.span.prior={share:.3g} so that span reads start near the data's share"
     return line

@@ -191,7 +191,7 @@ def test_train_reports_the_span_cells_share_and_warns_when_the_prior_is_far_from
     assert near is not None and f"{share:.1%} of {len(cells):,}" in near and "WARNING" not in near
     far = span_prior_note(recs, 0.01)
     assert far is not None and f"WARNING: set prompt.span.prior={share:.3g}" in far
-    assert "WARNING" not in (span_prior_note(recs, None) or "")
+    assert "(no offset)" in (span_prior_note(recs, None) or "")
     assert span_prior_note([r for r in recs if r.question.type != "span"], 0.05) is None
 
 
@@ -208,4 +208,4 @@ def test_a_render_config_saved_before_the_span_prior_reads_spans_without_an_offs
     save_render_config(tmp_path, RenderConfig(span=SpanWindows(prior=0.02)))
     assert read_render_config(old).span.prior == 0.02  # a saved prior is kept
     save_render_config(tmp_path, RenderConfig())
-    assert read_render_config(old).span.prior == 0.05
+    assert read_render_config(old).span.prior is None  # the default: no offset
