@@ -3,8 +3,8 @@
 A span question (docs/spans.md) is decided as a word × label grid. For each label the model reads one sequence: the
 chat template's head, the state's other parts (context), the question, the label and its description, then the
 text, so every word's position has seen what is asked. At the last token of each word the output head's rows of
-the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no, plus the log-odds of the label's expected share
-(``prompt.span.prior``), is the word's log-odds. No new parameters.
+the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no (plus the log-odds of ``prompt.span.prior``
+when one is set) is the word's log-odds. No new parameters.
 
 Each word is tokenised with the whitespace before it (``Renderer.encode_pieces``), so its tokens and its last token
 are known exactly and character offsets need no mapping back from tokens. A long text is cut into windows of at most
