@@ -167,17 +167,14 @@ def default_dtype(device: str) -> torch.dtype:
 
 
 def read_render_config(path: Path) -> RenderConfig:
-    """A saved render config. One written before the scoring forms existed was scored with letters, one written
-    before ``span.prior`` read span questions without an offset: it says so."""
+    """A saved render config. One written before the scoring forms existed was scored with letters: it says so."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"{path}: not a readable render config ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a render config is a JSON object")
-    span = data.get("span")
-    span = {"prior": None, **span} if isinstance(span, dict) else span if span is not None else {"prior": None}
-    return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data, "span": span})
+    return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
 
 
 def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[RenderConfig | None, Path | None]:

@@ -211,7 +211,7 @@ def read_sequences(
     import torch
 
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
-    offset = model.renderer.config.span.offset
+    offset, pad_id = model.renderer.config.span.offset, model.tokenizer.pad_token_id
     index = sorted(range(len(sequences)), key=lambda i: len(sequences[i].ids))
     out: list[list[float]] = [[] for _ in sequences]
     start = 0
@@ -221,7 +221,6 @@ def read_sequences(
             while stop < len(index) and (stop - start + 1) * len(sequences[index[stop]].ids) <= batch_tokens:
                 stop += 1
             chunk = [sequences[i] for i in index[start:stop]]
-            pad_id = model.tokenizer.pad_token_id
             values = span_read_logits(model.lm, chunk, label_ids, pad_id, offset=offset).double().cpu()
             at = 0
             for i, seq in zip(index[start:stop], chunk, strict=True):

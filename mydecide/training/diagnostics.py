@@ -1,4 +1,4 @@
-"""Dev-set diagnostics computed from option logits: metrics, and collapse detection.
+"""Training diagnostics: collapse detection from dev-set option logits, and the span cells' share against the prior.
 
 A small model trained on few examples can learn "answer B" instead of the task: its dev accuracy then sits at the
 class prior and its answers move with the option order. ``collapse_report`` looks for that from the dev predictions
