@@ -189,6 +189,8 @@ def merge_adapter(
 
     import torch
 
+    from mydecide.scoring.span_head import save_merged_head
+
     if dtype == "auto":
         dtype = stored_dtype(model)
     items = list(items) if items is not None else sample_items()
@@ -198,6 +200,8 @@ def merge_adapter(
     merged_lm = unmerged.lm.merge_and_unload()  # W + (alpha / r)·B·A, in float32, in place
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_merged_head(merged_lm, tmp)  # a span head (prompt.span.read: head) goes beside the weights
     save_plain(merged_lm, tmp, dtype)
     unmerged.tokenizer.save_pretrained(tmp)
     (tmp / RENDER_CONFIG_FILE).write_text(json.dumps(unmerged.renderer.config.model_dump(), indent=2) + "\n")

@@ -234,6 +234,13 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    if render is not None and render.span.read == "head":  # its weights: in the adapter, or beside a merged model
+        from mydecide.scoring.span_head import attach_span_head, load_merged_head
+
+        if adapter is not None:
+            attach_span_head(lm)
+        else:
+            load_merged_head(lm, Path(path))
     if adapter is not None:
         from peft import PeftModel
 
@@ -265,9 +272,18 @@ def has_adapter(model: LoadedModel | None) -> bool:
 
 @contextmanager
 def adapter_disabled(model: LoadedModel) -> Iterator[None]:
-    """Score the base model through the same loaded weights: PEFT's ``disable_adapter()`` context."""
+    """Score the base model through the same loaded weights: PEFT's ``disable_adapter()`` context. A span head
+    (``prompt.span.read: head``) is trained with the adapter, so the base model reads span questions the one way an
+    untrained model can: the answer letters (``read: letters``)."""
     lm = model.lm
     if not hasattr(lm, "disable_adapter"):
         raise ValueError(f"{model.name}: no adapter is loaded, so there is no base model to compare with")
-    with lm.disable_adapter():
-        yield
+    renderer = model.renderer
+    if renderer.config.span.read == "head":
+        span = renderer.config.span.model_copy(update={"read": "letters"})
+        model.renderer = Renderer(model.tokenizer, renderer.config.model_copy(update={"span": span}))
+    try:
+        with lm.disable_adapter():
+            yield
+    finally:
+        model.renderer = renderer

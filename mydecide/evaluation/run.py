@@ -250,6 +250,7 @@ def run_evaluation(
     baselines["majority"] = {**info, **metric_blocks(majority, slices=False)}
     base_predictions = None
     if base and (base_scorer is not None or has_adapter(model)):
+        head = base_scorer is None and model is not None and model.renderer.config.span.read == "head"
         if base_scorer is not None:
             b_logits, b_latency, b_flips = scored(base_scorer, "base model")
         else:
@@ -258,7 +259,8 @@ def run_evaluation(
                 b_logits, b_latency, b_flips = scored(scorer, "base model")
         b_rows, base_predictions = rows_and_predictions(b_logits, b_latency, b_flips, lambda qtype, k: 1.0)
         baselines["base_model"] = {
-            "note": "the same weights without the adapter, T = 1",
+            "note": "the same weights without the adapter, T = 1"
+            + ("; span questions read with the answer letters (a span head comes with the adapter)" if head else ""),
             **metric_blocks(b_rows, slices=False),
         }
         if report["span"]["n"]:

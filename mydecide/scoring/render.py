@@ -50,6 +50,10 @@ class SpanWindows(BaseModel):
     # the share of a label's words expected inside its spans: every span read starts from its log-odds, so an untuned
     # grid sits near the data's share (docs/spans.md: measured in the demo, no gain there); null: no offset
     prior: float | None = Field(None, gt=0, lt=1)
+    # how a word × label cell is read: "letters" = the output head's rows of A (yes) and B (no) at the word, one
+    # sequence per label (no new parameters); "head" = a small trained span head on the last hidden state that
+    # scores every word against every label's line in one sequence per window (docs/spans.md)
+    read: Literal["letters", "head"] = "letters"
 
     @property
     def offset(self) -> float:

@@ -45,7 +45,18 @@ class SpanSequence:
     ids: tuple[int, ...]
     reads: tuple[int, ...]
     words: tuple[int, ...]
-    label: int
+    label: int  # −1: every label (the span head's sequences, whose ``label_reads`` are the labels' lines)
+    label_reads: tuple[int, ...] = ()
+
+    def cells(self, n_labels: int) -> list[int]:
+        """The flat grid index of each of this sequence's values, in the order they are read (word-major)."""
+        if self.label < 0:
+            return [w * n_labels + j for w in self.words for j in range(n_labels)]
+        return [w * n_labels + self.label for w in self.words]
+
+    @property
+    def n_values(self) -> int:
+        return len(self.reads) * max(1, len(self.label_reads))
 
 
 @dataclass(frozen=True)
@@ -62,7 +73,7 @@ class SpanLayout:
 
         out = np.full(self.n_words * self.n_labels, np.nan)
         for seq, values in zip(self.sequences, reads, strict=True):
-            out[[w * self.n_labels + seq.label for w in seq.words]] = values
+            out[seq.cells(self.n_labels)] = values
         if np.isnan(out).any():
             raise ValueError("some word × label cells were not read")
         return out
@@ -137,8 +148,41 @@ def span_prompt(state: Any, question: Question, label: int) -> str:
     return "\n".join(lines)
 
 
+def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
+    """The span head's user text before the text, in pieces: context and question, one line per label (its last
+    token is where the head reads the label), how it is answered."""
+    lines = []
+    if isinstance(state, dict):
+        part = DEFAULT_PART if question.over is None else question.over
+        context = {k: v for k, v in state.items() if k != part}
+        if context:
+            lines += ["Context:", render_state(context), ""]
+    lines += [f"Question: {question.instructions}", "Labels:"]
+    labels = [
+        f"\n{name}" + (f" — {description}" if description else "")
+        for name, description in zip(question.options, question.descriptions, strict=True)
+    ]
+    outro = "\nFor every word of the text below: which of these labels is it part of?\n\nText:\n"
+    return "\n".join(lines), labels, outro
+
+
+def head_prefix(renderer: Renderer, state: Any, question: Question) -> tuple[list[int], tuple[int, ...]]:
+    """The span head's sequence before the text, and the positions of its label lines' last tokens; a long context
+    keeps its last ``max_state_tokens`` + 200 tokens."""
+    intro, labels, outro = head_prompt(state, question)
+    pieces = renderer.encode_pieces([intro, *labels, outro])
+    ids = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
+    ids += pieces[0][-(renderer.config.max_state_tokens + 200) :]
+    reads = []
+    for piece in pieces[1:-1]:
+        ids += piece
+        reads.append(len(ids) - 1)
+    return ids + pieces[-1], tuple(reads)
+
+
 def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayout:
-    """The sequences of one span question: one per label and window; every word read once per label."""
+    """The sequences of one span question: one per label and window (``read: letters``), or one per window with
+    every label (``read: head``); every word × label cell read once."""
     if question.type != "span":
         raise ValueError(f"a {question.type} question has no span layout")
     part = state_part(state, question.over)
@@ -153,9 +197,14 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
     max_context = renderer.config.max_state_tokens
     echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
     sequences = []
-    for label in range(question.k):
+    prefixes: list[tuple[int, list[int], tuple[int, ...]]] = []
+    if renderer.config.span.read == "head":
+        prefixes.append((-1, *head_prefix(renderer, state, question)))
+    for label in range(question.k if not prefixes else 0):
         prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
         prefix = head + (prefix if len(prefix) <= max_context + 200 else prefix[-(max_context + 200) :])
+        prefixes.append((label, prefix, ()))
+    for label, prefix, label_reads in prefixes:
         for w, (a, b) in enumerate(cuts):
             ids, reads, owned = list(prefix), [], []
             if echo is not None:  # the window once in full, then again with the reads: every read has seen it all
@@ -166,7 +215,7 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
                     reads.append(len(ids) - 1)
                     owned.append(i)
             if owned:
-                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label))
+                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_reads))
     return SpanLayout(tuple(sequences), len(offsets), question.k)
 
 
@@ -197,7 +246,22 @@ def span_read_logits(
         rows += [r] * len(seq.reads)
         cols += list(seq.reads)
     out = decoder_of(lm)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
-    hidden = out.last_hidden_state[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (M, H)
+    index = torch.tensor(rows, device=device)
+    hidden = out.last_hidden_state[index, torch.tensor(cols, device=device)]  # (M, H)
+    if sequences[0].label < 0:  # the span head: every word against every label line of its sequence
+        from mydecide.scoring.span_head import span_head_of
+
+        head = span_head_of(lm)
+        if head is None:
+            raise ValueError(
+                "prompt.span.read is 'head', but the model has no span head: it comes with an adapter (or a merged "
+                "model) trained with it; an untrained model reads span questions with prompt.span.read=letters"
+            )
+        n = max(len(s.label_reads) for s in sequences)
+        at = torch.tensor([s.label_reads + s.label_reads[-1:] * (n - len(s.label_reads)) for s in sequences])
+        shown = torch.tensor([[j < len(s.label_reads) for j in range(n)] for s in sequences], device=device)
+        labels = out.last_hidden_state[torch.arange(len(sequences)).unsqueeze(1).to(device), at.to(device)]
+        return head(hidden, labels, index)[shown[index]] + offset  # (M · L,) word-major per sequence
     weight, bias, softcap = output_head(lm)
     shown = torch.ones(len(rows), 2, dtype=torch.bool, device=device)
     logits = read_option_logits(hidden, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
@@ -224,8 +288,8 @@ def read_sequences(
             values = span_read_logits(model.lm, chunk, label_ids, pad_id, offset=offset).double().cpu()
             at = 0
             for i, seq in zip(index[start:stop], chunk, strict=True):
-                out[i] = values[at : at + len(seq.reads)].tolist()
-                at += len(seq.reads)
+                out[i] = values[at : at + seq.n_values].tolist()
+                at += seq.n_values
             start = stop
     return out
 

@@ -86,7 +86,7 @@ def span_unit(renderer: Renderer, record: Record, index: int) -> SpanUnit:
     """The one training unit of a span record: every read of its layout with the grid's target for that cell."""
     layout = span_layout(renderer, record.state, record.question)
     labels = record.question.k
-    target = tuple(record.target[w * labels + s.label] for s in layout.sequences for w in s.words)
+    target = tuple(record.target[cell] for s in layout.sequences for cell in s.cells(labels))
     prompts = tuple(Prompt((), s.ids, (0, 1)) for s in layout.sequences) or (Prompt((), (), (0, 1)),)
     key = renderer.encode_state(record.state)[0]
     return SpanUnit(prompts, target, False, index, sequences=layout.sequences, state_key=key)

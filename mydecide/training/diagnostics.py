@@ -9,6 +9,7 @@ majority-class baseline.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,13 @@ def collapse_report(
             f"dev accuracy {accuracy:.3f} does not beat the majority-class baseline {majority_accuracy:.3f}"
         )
     return report
+
+
+def span_log_odds(records: Sequence[Any]) -> float:
+    """The log-odds of the share of span questions' word × label cells inside a gold span (0 without any)."""
+    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    share = min(max(sum(cells) / len(cells), 1e-4), 1 - 1e-4) if cells else 0.5
+    return math.log(share / (1 - share))
 
 
 def span_prior_note(records: Sequence[Any], prior: float | None) -> str | None:

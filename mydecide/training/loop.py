@@ -30,7 +30,7 @@ from mydecide.record_files import load_records
 from mydecide.records import Record
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
-from mydecide.training.diagnostics import span_prior_note
+from mydecide.training.diagnostics import span_log_odds, span_prior_note
 from mydecide.training.objectives import batch_loss, loss_for
 from mydecide.training.tracking import check_trackers, tracked, tracker_config
 
@@ -173,11 +173,12 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
 
     import torch
     from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, broadcast_object_list, set_seed
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, broadcast_object_list, set_seed
     from peft import LoraConfig, get_peft_model
     from transformers import get_scheduler
 
     from mydecide.modeling import LoadedModel, load_model, peft_warnings_silenced, save_render_config
+    from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
     from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
     from mydecide.training.model_card import record_base_model, write_model_card
@@ -185,6 +186,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
 
     # ---- set up
     run = Path(recipe.out)
+    head = recipe.prompt.span.read == "head"  # a span head, trained and saved with the adapter (scoring/span_head.py)
     on_gpu = torch.cuda.is_available()
     precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
     accelerator = Accelerator(
@@ -195,6 +197,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         # one scheduler step per update: total_updates already counts per process (Accelerate's default steps it
         # once per process, which ran an N-process schedule N times too fast)
         step_scheduler_with_optimizer=False,
+        # the span head gets no gradient from a batch without span questions
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)] if head else None,
     )
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
@@ -230,6 +234,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
     )
     renderer, tokenizer = base.renderer, base.tokenizer
+    if head:
+        attach_span_head(base.lm, bias=span_log_odds(train_records) - renderer.config.span.offset)
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(
         r=recipe.lora.r,
@@ -238,6 +244,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         target_modules=targets,
         bias="none",
         task_type="CAUSAL_LM",
+        modules_to_save=[HEAD_NAME] if head else None,
     )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)

@@ -1,0 +1,156 @@
+"""The span head (prompt.span.read: head): its layout, its reads, training it, saving, loading and merging it."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from mydecide.records import parse_question, parse_record
+
+FIRST = ["Anna", "Omar", "Sara", "Nils"]
+LAST = ["Berg", "Lind", "Holm", "Dahl"]
+FILLER = ["the", "invoice", "was", "sent", "to", "support", "about", "an", "error", "on", "our", "page"]
+QUESTION = {
+    "type": "span",
+    "instructions": "Where is personal data?",
+    "criteria": {"PERSON": "a person's name", "EMAIL": "an e-mail address"},
+}
+
+
+def span_row(i: int, rng: random.Random) -> dict:
+    """A short text with maybe a name and maybe an e-mail address, and their character offsets."""
+    words = [rng.choice(FILLER) for _ in range(rng.randint(4, 8))]
+    pieces: list[tuple[str, str | None]] = [(w, None) for w in words]
+    if rng.random() < 0.7:
+        pieces.insert(rng.randint(0, len(pieces)), (f"{rng.choice(FIRST)} {rng.choice(LAST)}", "PERSON"))
+    if rng.random() < 0.5:
+        pieces.insert(rng.randint(0, len(pieces)), (f"{rng.choice(FIRST).lower()}@mail.se", "EMAIL"))
+    text, answer = "", []
+    for piece, label in pieces:
+        start = len(text) + (1 if text else 0)
+        text = f"{text} {piece}" if text else piece
+        if label:
+            answer.append({"label": label, "start": start, "end": start + len(piece)})
+    return {"id": f"s{i}", "task": "pii", "state": text, "question": QUESTION, "answer": answer}
+
+
+def choice_row(i: int, rng: random.Random) -> dict:
+    team = "engineering" if rng.random() < 0.8 else "billing"
+    return {
+        "id": f"c{i}",
+        "task": "route",
+        "state": f"ticket {i}: {'outage' if team == 'engineering' else 'invoice'}",
+        "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
+        "answer": team,
+    }
+
+
+def head_config(**span: object) -> object:
+    from mydecide.scoring.render import RenderConfig
+
+    return RenderConfig(span={"read": "head", "window_tokens": 16, "overlap_tokens": 4, **span})
+
+
+def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tiny_llama_dir: Path) -> None:
+    from mydecide.modeling import load_model
+    from mydecide.scoring.spans import span_layout
+
+    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
+    question = parse_question(QUESTION)
+    text = " ".join(f"word{i}" for i in range(30))  # several windows of 16 tokens
+    layout = span_layout(model.renderer, text, question)
+    assert len(layout.sequences) > 1 and {s.label for s in layout.sequences} == {-1}
+    decode = model.tokenizer.decode
+    for seq in layout.sequences:
+        assert len(seq.label_reads) == 2
+        before = [decode(list(seq.ids[: at + 1])) for at in seq.label_reads]
+        assert before[0].endswith("PERSON — a person's name") and before[1].endswith("EMAIL — an e-mail address")
+        assert seq.cells(2) == [w * 2 + j for w in seq.words for j in (0, 1)]
+        assert seq.n_values == 2 * len(seq.reads)
+    # every cell once: the letters layout reads the same words, one sequence per label
+    owned = sorted(w for s in layout.sequences for w in s.words)
+    assert owned == list(range(30))
+    from mydecide.scoring.render import RenderConfig
+
+    letters_config = RenderConfig(span={"read": "letters", "window_tokens": 16, "overlap_tokens": 4})
+    letters = span_layout(load_model(str(tiny_llama_dir), render=letters_config, device="cpu").renderer, text, question)
+    assert len(letters.sequences) == 2 * len(layout.sequences)
+
+
+def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:
+    from mydecide.modeling import load_model
+    from mydecide.scoring.span_head import attach_span_head
+    from mydecide.scoring.spans import score_span_questions
+
+    question = parse_question(QUESTION)
+    text = "Call Anna Berg at anna@mail.se before Friday"
+    model = load_model(str(tiny_llama_dir), render=head_config(prior=0.1), device="cpu")
+    with pytest.raises(ValueError, match=r"has no span head.*prompt.span.read=letters"):
+        score_span_questions(model, [(text, question)])
+    attach_span_head(model.lm, bias=-1.5)
+    (grid,) = score_span_questions(model, [(text, question)])
+    assert grid.shape == (7 * 2,)
+    assert grid == pytest.approx(-1.5 + math.log(0.1 / 0.9))  # word weights start at zero: bias + the prior's offset
+
+
+def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.merging import merge_adapter
+    from mydecide.modeling import load_model
+    from mydecide.scoring.spans import score_span_questions
+    from mydecide.training.loop import train
+
+    rng = random.Random(2)
+    rows = [(span_row if i % 2 else choice_row)(i, rng) for i in range(96)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, part in (("train", rows[:72]), ("dev", rows[72:])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
+    overrides = [
+        f"model={tiny_llama_dir}",
+        f"data={data}",
+        f"out={tmp_path / 'run'}",
+        "optim.max_steps=12",
+        "eval_every=12",
+        "prompt.span.window_tokens=16",
+        "prompt.span.overlap_tokens=4",
+        "prompt.span.read=head",
+    ]
+    run = train(load_recipe(smoke, overrides, model=TrainRecipe))
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    dev = [r for r in metrics if r["kind"] == "dev"]
+    # the head starts at the training split's share (the best constant), so a falling loss is learnt word by word
+    assert dev[-1]["span_log_loss"] < dev[0]["span_log_loss"] - 0.05, dev
+    saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
+    assert saved["span"]["read"] == "head"
+    assert "modules_to_save" in (run / "adapter" / "adapter_config.json").read_text()
+
+    items = [(r["state"], parse_question(r["question"])) for r in rows[72:] if r["question"]["type"] == "span"][:6]
+    adapter = load_model(str(tiny_llama_dir), run / "adapter", device="cpu")
+    grids = score_span_questions(adapter, items)
+    assert np.ptp(np.concatenate(grids)) > 0.1  # trained: the words no longer all read the bias
+    out = tmp_path / "merged"
+    report = merge_adapter(str(tiny_llama_dir), run / "adapter", out, items=[(s, q) for s, q in items[:2]])
+    assert report.ok and (out / "span_head.safetensors").is_file()
+    merged = load_model(str(out), device="cpu")
+    for a, b in zip(grids, score_span_questions(merged, items), strict=True):
+        assert b == pytest.approx(a, abs=1e-4)
+
+
+def test_a_span_record_trains_its_grid_cell_by_cell_in_head_order(tiny_llama_dir: Path) -> None:
+    from mydecide.modeling import load_model
+    from mydecide.training.batches import span_unit
+
+    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
+    record = parse_record(span_row(1, random.Random(4)))[0]
+    unit = span_unit(model.renderer, record, 0)
+    cells = [c for s in unit.sequences for c in s.cells(2)]
+    assert sorted(cells) == list(range(len(record.target)))
+    assert unit.target == tuple(record.target[c] for c in cells)
