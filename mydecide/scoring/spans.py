@@ -1,10 +1,16 @@
 """Span questions on a decoder: one sequence per label and window, a yes / no read at the last token of every word.
 
-A span question (docs/spans.md) is decided as a word × label grid. For each label the model reads one sequence: the
-chat template's head, the state's other parts (context), the question, the label and its description, then the
-text, so every word's position has seen what is asked. At the last token of each word the output head's rows of
-the answer letters ``A`` (yes) and ``B`` (no) are read; yes − no (plus the log-odds of ``prompt.span.prior``
-when one is set) is the word's log-odds. No new parameters.
+A span question (docs/spans.md) is decided as a word × label grid, read one of two ways (``prompt.span.read``):
+
+- ``letters``: for each label the model reads one sequence: the chat template's head, the state's other parts
+  (context), the question, the label and its description, then the text, so every word's position has seen what is
+  asked. At the last token of each word the output head's rows of the answer letters ``A`` (yes) and ``B`` (no) are
+  read; yes − no is the word's log-odds. No new parameters.
+- ``head``: one sequence lists every label on its own line before the text, and the trained span head
+  (``scoring.span_head``) scores each word's last token against each label line's last token: a third of the
+  sequences for three labels, and no answer letters shared with the other question types.
+
+Either way the log-odds of ``prompt.span.prior`` (when one is set) is added to every read.
 
 Each word is tokenised with the whitespace before it (``Renderer.encode_pieces``), so its tokens and its last token
 are known exactly and character offsets need no mapping back from tokens. A long text is cut into windows of at most
@@ -14,7 +20,7 @@ is the window start, since a read never sees what follows it).
 
 :func:`span_layout` builds the sequences of one question, :func:`span_read_logits` reads a padded batch of them
 (gradients flow: training uses it), :func:`score_span_questions` scores questions on a loaded model and returns each
-one's flat (W·L,) yes − no grid (word-major), the span analogue of a set question's (L,) logits.
+one's flat (W·L,) grid of log-odds (word-major), the span analogue of a set question's (L,) logits.
 """
 
 from __future__ import annotations
@@ -227,8 +233,8 @@ def span_read_logits(
     device: Any = None,
     offset: float = 0.0,
 ) -> torch.Tensor:
-    """(M,) yes − no log-odds at every read of ``sequences`` (in order), plus ``offset`` (``SpanWindows.offset``,
-    the prior's log-odds), one right-padded forward pass.
+    """The log-odds at every read of ``sequences`` (in order; a head sequence gives one per label at each read,
+    word-major), plus ``offset`` (``SpanWindows.offset``, the prior's log-odds), one right-padded forward pass.
 
     Right padding keeps every real token's position, and a causal decoder's output at a real token never depends on
     the padding after it; gradients flow when enabled.

@@ -71,8 +71,9 @@ class Unit:
 
 @dataclass(frozen=True)
 class SpanUnit(Unit):
-    """A span question: ``sequences`` to read, ``target`` one 0 / 1 per read (sequence order). ``prompts`` mirror the
-    sequences (whole sequence as suffix) for length bucketing; ``state_key`` groups it with its state's questions."""
+    """A span question: ``sequences`` to read, ``target`` one 0 / 1 per value read (sequence order, as
+    ``SpanSequence.cells`` lists them). ``prompts`` mirror the sequences (whole sequence as suffix) for length
+    bucketing; ``state_key`` groups it with its state's questions."""
 
     sequences: tuple[SpanSequence, ...] = ()
     state_key: tuple[int, ...] = ()
