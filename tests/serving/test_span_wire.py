@@ -30,12 +30,20 @@ NOUL = {"type": "noul", "instructions": "Is it about a refund?"}
 CHOICE = {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering", "support"]}
 
 
-@pytest.fixture(scope="module")
-def model(tiny_llama_dir: Path):
-    from mydecide.modeling import load_model
+@pytest.fixture(scope="module", params=["letters", "head"])
+def model(tiny_llama_dir: Path, request: pytest.FixtureRequest):
+    """Both span reads; the head with random word weights (a trained one's are not zero either)."""
+    import torch
 
-    render = RenderConfig(span=SpanWindows(window_tokens=16, overlap_tokens=4))  # several windows per label
-    return load_model(str(tiny_llama_dir), render=render, device="cpu")
+    from mydecide.modeling import load_model
+    from mydecide.scoring.span_head import attach_span_head
+
+    render = RenderConfig(span=SpanWindows(window_tokens=16, overlap_tokens=4, read=request.param))  # several windows
+    loaded = load_model(str(tiny_llama_dir), render=render, device="cpu")
+    if request.param == "head":
+        torch.manual_seed(0)
+        torch.nn.init.normal_(attach_span_head(loaded.lm, bias=-1.0).word.weight, std=0.5)
+    return loaded
 
 
 def answers(model: Any, questions: dict[str, Any], state: Any = STATE) -> dict[str, Any]:
