@@ -234,13 +234,16 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
-    if render is not None and render.span.read == "head":  # its weights: in the adapter, or beside a merged model
-        from mydecide.scoring.span_head import attach_span_head, load_merged_head
+    render = render or RenderConfig()
+    if render.span.read != "letters":  # a span head's weights: in the adapter, or beside a merged model
+        from mydecide.scoring.span_head import adapter_has_head, attach_span_head, load_merged_head
 
-        if adapter is not None:
+        if adapter is not None and (render.span.read == "head" or adapter_has_head(Path(adapter))):
             attach_span_head(lm)
+            has_head = True
         else:
-            load_merged_head(lm, Path(path))
+            has_head = adapter is None and load_merged_head(lm, Path(path))
+        render = render.model_copy(update={"span": render.span.resolve(has_head)})
     if adapter is not None:
         from peft import PeftModel
 

@@ -50,10 +50,16 @@ class SpanWindows(BaseModel):
     # the share of a label's words expected inside its spans: every span read starts from its log-odds, so an untuned
     # grid sits near the data's share (docs/spans.md: measured in the demo, no gain there); null: no offset
     prior: float | None = Field(None, gt=0, lt=1)
-    # how a word × label cell is read: "letters" = the output head's rows of A (yes) and B (no) at the word, one
-    # sequence per label (no new parameters); "head" = a small trained span head on the last hidden state that
-    # scores every word against every label's line in one sequence per window (docs/spans.md)
-    read: Literal["letters", "head"] = "letters"
+    # how a word × label cell is read: "head" = a small trained span head on the last hidden state that scores every
+    # word against every label's line, one sequence per window; "letters" = the output head's rows of A (yes) and B
+    # (no) at the word, one sequence per label, no new parameters; "auto" = a head is trained when the training data
+    # has span questions and used when the model has one, the letters otherwise (docs/spans.md)
+    read: Literal["auto", "head", "letters"] = "auto"
+
+    def resolve(self, head: bool) -> SpanWindows:
+        """``auto`` made concrete: ``head`` when the model has (or training will give it) a span head, else
+        ``letters``; an explicit read stays as it is."""
+        return self if self.read != "auto" else self.model_copy(update={"read": "head" if head else "letters"})
 
     @property
     def offset(self) -> float:

@@ -58,6 +58,17 @@ def attach_span_head(lm: Any, bias: float = 0.0) -> SpanHead:
     return head
 
 
+def adapter_has_head(adapter: Path) -> bool:
+    """Whether a LoRA adapter directory carries a span head (peft's ``modules_to_save`` names it)."""
+    import json
+
+    path = adapter / "adapter_config.json"
+    if not path.is_file():  # not an adapter: load_model says so next
+        return False
+    config = json.loads(path.read_text())
+    return HEAD_NAME in (config.get("modules_to_save") or [])
+
+
 def save_merged_head(lm: Any, folder: Path) -> None:
     """Detach a merged model's head and write it beside the model's weights (which then hold no head)."""
     from safetensors.torch import save_file

@@ -184,9 +184,23 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     from mydecide.training.model_card import record_base_model, write_model_card
     from mydecide.training.shared_state import batch_packing, packing_mode
 
+    # ---- data (first: whether a span head is trained decides how DDP is set up)
+    train_records = load_records(split_path(data_dir, "train"))
+    dev_records = load_records(split_path(data_dir, "dev"))
+    counts = len(train_records), len(dev_records)
+    if recipe.tasks:
+        train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
+        kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
+    if recipe.train_limit:
+        train_records = train_records[: recipe.train_limit]
+    if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
+        dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
+    # a span head (scoring/span_head.py) is trained with the adapter when asked, or by default (auto) for span data
+    span = recipe.prompt.span.resolve(any(r.question.type == "span" for r in train_records))
+    head = span.read == "head"
+
     # ---- set up
     run = Path(recipe.out)
-    head = recipe.prompt.span.read == "head"  # a span head, trained and saved with the adapter (scoring/span_head.py)
     on_gpu = torch.cuda.is_available()
     precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
     accelerator = Accelerator(
@@ -210,18 +224,8 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
             names = {"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}}
             accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
-    train_records = load_records(split_path(data_dir, "train"))
-    dev_records = load_records(split_path(data_dir, "dev"))
-    if recipe.tasks:
-        counts = len(train_records), len(dev_records)
-        train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
-        if is_main:
-            kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
-            log(f"tasks {recipe.tasks}: {kept}")
-    if recipe.train_limit:
-        train_records = train_records[: recipe.train_limit]
-    if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
-        dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
+    if is_main and recipe.tasks:
+        log(f"tasks {recipe.tasks}: {kept}")
     majority = LabelPrior.from_records(train_records, "training split")
     if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
         log(note)
@@ -229,13 +233,12 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     # ---- model + LoRA
     base = load_model(
         recipe.model,
-        render=recipe.prompt,
+        render=recipe.prompt.model_copy(update={"span": span}),
         device=str(accelerator.device),
         dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
     )
     renderer, tokenizer = base.renderer, base.tokenizer
-    if head:
-        attach_span_head(base.lm, bias=span_log_odds(train_records) - renderer.config.span.offset)
+    head_module = attach_span_head(base.lm, bias=span_log_odds(train_records) - span.offset) if head else None
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(
         r=recipe.lora.r,
@@ -259,7 +262,10 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     if recipe.gradient_checkpointing:
         set_checkpointing(lm, True)
     n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
-    log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters")
+    with_head = ""
+    if head_module is not None:
+        with_head = f", a span head's {sum(p.numel() for p in head_module.parameters()):,} among them"
+    log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters{with_head}")
     route = f"packed ({packing})" if packing else "KV cache" if shared_prefix else "none"
     if packing and not cache_fails:
         route += ", KV cache for batches with one question per state"
@@ -324,7 +330,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
 
     def save_adapter(name: str) -> None:
         def beside_the_weights(folder: Path) -> None:
-            save_render_config(folder, recipe.prompt)
+            save_render_config(folder, renderer.config)  # span.read resolved
             record_base_model(folder, recipe.model)  # its portable name, not the path of a cache
             kind = "best on dev" if name == "adapter" else "last"
             write_model_card(

@@ -121,8 +121,7 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
         "eval_every=12",
         "prompt.span.window_tokens=16",
         "prompt.span.overlap_tokens=4",
-        "prompt.span.read=head",
-    ]
+    ]  # prompt.span.read: auto (the default) trains a head on data with span questions
     run = train(load_recipe(smoke, overrides, model=TrainRecipe))
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     dev = [r for r in metrics if r["kind"] == "dev"]
@@ -227,3 +226,21 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
 
     weights = load_file(out / "last" / "adapter_model.safetensors")
     assert float(weights[next(k for k in weights if "span_head" in k and "word" in k)].abs().max()) > 0
+
+
+def test_auto_reads_with_the_letters_where_there_is_no_head(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    """Data without span questions trains no head; an adapter from before the key existed reads with the letters."""
+    from test_loop import recipe_for, write_task
+
+    from mydecide.modeling import load_model
+    from mydecide.training.loop import train
+
+    run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 16, 4), tmp_path / "run", "optim.max_steps=2"))
+    saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
+    assert saved["span"]["read"] == "letters"
+    assert "span_head" not in (run / "adapter" / "adapter_config.json").read_text()
+    del saved["span"]["read"]  # as an adapter saved before prompt.span.read existed
+    (run / "adapter" / "mydecide_render.json").write_text(json.dumps(saved))
+    model = load_model(str(tiny_llama_dir), run / "adapter", device="cpu")
+    assert model.renderer.config.span.read == "letters"
+    assert load_model(str(tiny_llama_dir), device="cpu").renderer.config.span.read == "letters"

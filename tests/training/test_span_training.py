@@ -110,6 +110,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
             # no prior offset: the grid starts far from its base rate (about 0.2 here), so a falling dev loss shows
             # that the span reads' gradients reach the adapter
             "prompt.span.prior=null",
+            "prompt.span.read=letters",  # the answer letters' read (by default span data trains a span head)
         ],
         model=TrainRecipe,
     )
