@@ -134,15 +134,19 @@ def span_head(renderer: Renderer) -> str:
     return renderer.head.removesuffix("State:\n")
 
 
+def context_lines(state: Any, question: Question) -> list[str]:
+    """The state's parts other than the one a span question is asked over, shown before the question."""
+    if not isinstance(state, dict):
+        return []
+    part = DEFAULT_PART if question.over is None else question.over
+    context = {k: v for k, v in state.items() if k != part}
+    return ["Context:", render_state(context), ""] if context else []
+
+
 def span_prompt(state: Any, question: Question, label: int) -> str:
     """The user text before a span question's text: context parts, the question, one label, how it is answered."""
     name, description = question.options[label], question.descriptions[label]
-    lines = []
-    if isinstance(state, dict):
-        part = DEFAULT_PART if question.over is None else question.over
-        context = {k: v for k, v in state.items() if k != part}
-        if context:
-            lines += ["Context:", render_state(context), ""]
+    lines = context_lines(state, question)
     lines += [
         f"Question: {question.instructions}",
         f"Label: {name}" + (f" — {description}" if description else ""),
@@ -157,12 +161,7 @@ def span_prompt(state: Any, question: Question, label: int) -> str:
 def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
     """The span head's user text before the text, in pieces: context and question, one line per label (its last
     token is where the head reads the label), how it is answered."""
-    lines = []
-    if isinstance(state, dict):
-        part = DEFAULT_PART if question.over is None else question.over
-        context = {k: v for k, v in state.items() if k != part}
-        if context:
-            lines += ["Context:", render_state(context), ""]
+    lines = context_lines(state, question)
     lines += [f"Question: {question.instructions}", "Labels:"]
     labels = [
         f"\n{name}" + (f" — {description}" if description else "")

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from test_span_training import choice_row
 
 from mydecide.records import parse_question, parse_record
 
@@ -38,15 +39,15 @@ def span_row(i: int, rng: random.Random) -> dict:
     return {"id": f"s{i}", "task": "pii", "state": text, "question": QUESTION, "answer": answer}
 
 
-def choice_row(i: int, rng: random.Random) -> dict:
-    team = "engineering" if rng.random() < 0.8 else "billing"
-    return {
-        "id": f"c{i}",
-        "task": "route",
-        "state": f"ticket {i}: {'outage' if team == 'engineering' else 'invoice'}",
-        "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
-        "answer": team,
-    }
+def write_data(out: Path, seed: int, n: int, n_train: int, every: int = 2) -> list[dict]:
+    """``n`` rows, every ``every``-th a span row and the others choice rows: the first ``n_train`` in train.jsonl, the
+    rest in dev.jsonl; returns the rows."""
+    rng = random.Random(seed)
+    rows = [(span_row if i % every == every - 1 else choice_row)(i, rng) for i in range(n)]
+    out.mkdir()
+    for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    return rows
 
 
 def head_config(**span: object) -> object:
@@ -106,12 +107,8 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     from mydecide.scoring.spans import score_span_questions
     from mydecide.training.loop import train
 
-    rng = random.Random(2)
-    rows = [(span_row if i % 2 else choice_row)(i, rng) for i in range(96)]
     data = tmp_path / "data"
-    data.mkdir()
-    for name, part in (("train", rows[:72]), ("dev", rows[72:])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    rows = write_data(data, 2, 96, 72)
     smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
     overrides = [
         f"model={tiny_llama_dir}",
@@ -160,16 +157,13 @@ def test_a_killed_head_run_resumes_to_the_same_head_and_adapter(
 ) -> None:
     import torch
     from safetensors.torch import load_file
+    from test_resume import crash_after
 
     from mydecide.config import TrainRecipe, load_recipe
     from mydecide.training import loop
 
-    rng = random.Random(6)
-    rows = [(span_row if i % 2 else choice_row)(i, rng) for i in range(48)]
     data = tmp_path / "data"
-    data.mkdir()
-    for name, part in (("train", rows[:40]), ("dev", rows[40:])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    write_data(data, 6, 48, 40)
     smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 
     def recipe(out: str) -> TrainRecipe:
@@ -178,17 +172,10 @@ def test_a_killed_head_run_resumes_to_the_same_head_and_adapter(
         return load_recipe(smoke, [*paths, *args], model=TrainRecipe)
 
     straight = loop.train(recipe("straight"))
-    real_write = loop.write_metrics
-
-    def crash_after_update_6(run: Path, row: dict) -> None:
-        real_write(run, row)
-        if row["kind"] == "train" and row["update"] == 6:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(loop, "write_metrics", crash_after_update_6)
+    crash_after(monkeypatch, 6)
     with pytest.raises(KeyboardInterrupt):
         loop.train(recipe("killed"))
-    monkeypatch.setattr(loop, "write_metrics", real_write)
+    monkeypatch.undo()
     resumed = loop.train(recipe("killed"), resume=True)
     a = load_file(straight / "last" / "adapter_model.safetensors")
     b = load_file(resumed / "last" / "adapter_model.safetensors")
@@ -209,12 +196,8 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
 
     from test_loop import SMOKE, TWO_CPU_PROCESSES
 
-    rng = random.Random(8)
-    rows = [(span_row if i % 4 == 0 else choice_row)(i, rng) for i in range(40)]
     data = tmp_path / "data"
-    data.mkdir()
-    for name, part in (("train", rows[:32]), ("dev", rows[32:])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    write_data(data, 8, 40, 32, every=4)
     out = tmp_path / "run"
     cmd = [*TWO_CPU_PROCESSES, "-m", "mydecide.cli", "train", str(SMOKE), "--model", str(tiny_llama_dir)]
     cmd += ["--data", str(data), "--out", str(out), "optim.max_steps=4", "eval_every=100", "prompt.span.read=head"]
