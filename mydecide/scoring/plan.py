@@ -82,7 +82,7 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
 def prompt_count(question: Question, form: str = "letters") -> int:
     """Prompts scored for one question: 1; a set or the per-option form: one per option; letters with K > 26
     options: G groups + the final round."""
-    if question.type in ("set", "span") or form == "per_option":  # span: one sequence per label (and window)
+    if question.type in ("set", "span") or form == "per_option":  # span: counted one per label (and window)
         return question.k
     if is_grouped(question, form):
         return len(option_groups(range(question.k))) + 1

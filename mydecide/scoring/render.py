@@ -94,7 +94,7 @@ class RenderConfig(BaseModel):
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
-    # span questions: one sequence per label and window of the text, read at the last token of every word
+    # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)
     span: SpanWindows = Field(default_factory=SpanWindows)
 
 

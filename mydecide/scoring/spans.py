@@ -1,4 +1,4 @@
-"""Span questions on a decoder: one sequence per label and window, a yes / no read at the last token of every word.
+"""Span questions on a decoder: sequences over windows of the text, a yes / no read at the last token of every word.
 
 A span question (docs/spans.md) is decided as a word × label grid, read one of two ways (``prompt.span.read``):
 

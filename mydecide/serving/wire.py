@@ -428,6 +428,6 @@ def _check_span_limits(spans: dict[str, SpanLayout], limits: Limits) -> None:
             total += len(seq.ids)
     if total > limits.max_input_tokens:
         raise RequestError(
-            f"the request's span questions hold {total} tokens (one sequence per label and window), over the "
+            f"the request's span questions hold {total} tokens (their sequences over every window), over the "
             f"limit of {limits.max_input_tokens} input tokens"
         )
