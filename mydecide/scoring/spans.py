@@ -171,13 +171,14 @@ def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
     return "\n".join(lines), labels, outro
 
 
-def head_prefix(renderer: Renderer, state: Any, question: Question) -> tuple[list[int], tuple[int, ...]]:
-    """The span head's sequence before the text, and the positions of its label lines' last tokens; a long context
-    keeps its last ``max_state_tokens`` + 200 tokens."""
+def head_prefix(
+    renderer: Renderer, head: list[int], state: Any, question: Question
+) -> tuple[list[int], tuple[int, ...]]:
+    """The span head's sequence before the text (after the template's ``head`` ids), and the positions of its label
+    lines' last tokens; a long context keeps its last ``max_state_tokens`` + 200 tokens."""
     intro, labels, outro = head_prompt(state, question)
     pieces = renderer.encode_pieces([intro, *labels, outro])
-    ids = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
-    ids += pieces[0][-(renderer.config.max_state_tokens + 200) :]
+    ids = head + pieces[0][-(renderer.config.max_state_tokens + 200) :]
     reads = []
     for piece in pieces[1:-1]:
         ids += piece
@@ -202,13 +203,13 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
     max_context = renderer.config.max_state_tokens
     echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
     sequences = []
-    prefixes: list[tuple[int, list[int], tuple[int, ...]]] = []
+    prefixes: list[tuple[int, list[int], tuple[int, ...]]] = []  # (label, or −1 for all; ids; label reads)
     if renderer.config.span.read == "head":
-        prefixes.append((-1, *head_prefix(renderer, state, question)))
-    for label in range(question.k if not prefixes else 0):
-        prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
-        prefix = head + (prefix if len(prefix) <= max_context + 200 else prefix[-(max_context + 200) :])
-        prefixes.append((label, prefix, ()))
+        prefixes.append((-1, *head_prefix(renderer, head, state, question)))
+    else:
+        for label in range(question.k):
+            prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
+            prefixes.append((label, head + prefix[-(max_context + 200) :], ()))
     for label, prefix, label_reads in prefixes:
         for w, (a, b) in enumerate(cuts):
             ids, reads, owned = list(prefix), [], []

@@ -66,9 +66,14 @@ def collapse_report(
     return report
 
 
+def span_cells(records: Sequence[Any]) -> list[float]:
+    """The 0 / 1 targets of every span question's word × label cells (1: inside a gold span)."""
+    return [y for r in records if r.question.type == "span" for y in r.target]
+
+
 def span_log_odds(records: Sequence[Any]) -> float:
     """The log-odds of the share of span questions' word × label cells inside a gold span (0 without any)."""
-    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    cells = span_cells(records)
     share = min(max(sum(cells) / len(cells), 1e-4), 1 - 1e-4) if cells else 0.5
     return math.log(share / (1 - share))
 
@@ -77,7 +82,7 @@ def span_prior_note(records: Sequence[Any], prior: float | None) -> str | None:
     """The share of the span questions' word × label cells that are inside a gold span, against ``prompt.span.prior``
     (the share every span read starts from); with a warning when they differ more than twofold. None without span
     questions."""
-    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    cells = span_cells(records)
     if not cells:
         return None
     share = sum(cells) / len(cells)
