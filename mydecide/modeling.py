@@ -238,7 +238,7 @@ def load_model(
     if render.span.read != "letters":  # a span head's weights: in the adapter, or beside a merged model
         from mydecide.scoring.span_head import adapter_has_head, attach_span_head, load_merged_head
 
-        if adapter is not None and (render.span.read == "head" or adapter_has_head(Path(adapter))):
+        if adapter is not None and adapter_has_head(Path(adapter)):  # peft loads its weights into the new head
             attach_span_head(lm)
             has_head = True
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -216,12 +217,19 @@ def test_auto_reads_with_the_letters_where_there_is_no_head(tiny_llama_dir: Path
     from test_loop import recipe_for, write_task
 
     from mydecide.modeling import load_model
+    from mydecide.scoring.spans import score_span_questions
     from mydecide.training.loop import train
 
     run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 16, 4), tmp_path / "run", "optim.max_steps=2"))
     saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
     assert saved["span"]["read"] == "letters"
     assert "span_head" not in (run / "adapter" / "adapter_config.json").read_text()
+    bare = tmp_path / "bare"  # the adapter without its render config: the head read is asked for from outside
+    shutil.copytree(run / "adapter", bare)
+    (bare / "mydecide_render.json").unlink()
+    items = [("Anna Berg wrote", parse_question(QUESTION))]
+    with pytest.raises(ValueError, match="has no span head"):  # no untrained head that answers a constant
+        score_span_questions(load_model(str(tiny_llama_dir), bare, render=head_config(), device="cpu"), items)
     del saved["span"]["read"]  # as an adapter saved before prompt.span.read existed
     (run / "adapter" / "mydecide_render.json").write_text(json.dumps(saved))
     model = load_model(str(tiny_llama_dir), run / "adapter", device="cpu")
