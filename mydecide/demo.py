@@ -213,7 +213,7 @@ def main() -> None:
     atomic_write_json(out / "summary.json", summary)
     spans = span_table(test)
     spans_note = "a span is found when its label and both character offsets match; overlap: any shared character"
-    if "answer letters" in test["baselines"].get("base_model", {}).get("note", ""):
+    if test["baselines"].get("base_model", {}).get("span_read") == "letters":
         spans_note += "; the base model reads spans with the answer letters, the span head comes with the adapter"
     text = (
         f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"

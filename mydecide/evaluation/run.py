@@ -263,6 +263,8 @@ def run_evaluation(
             + ("; span questions read with the answer letters (a span head comes with the adapter)" if head else ""),
             **metric_blocks(b_rows, slices=False),
         }
+        if head:
+            baselines["base_model"]["span_read"] = "letters"
         if report["span"]["n"]:
             baselines["base_model"]["span"]["spans"] = span_metrics(base_predictions)
     report["baselines"] = baselines

@@ -132,6 +132,12 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     items = [(r["state"], parse_question(r["question"])) for r in rows[72:] if r["question"]["type"] == "span"][:6]
     adapter = load_model(str(tiny_llama_dir), run / "adapter", device="cpu")
     grids = score_span_questions(adapter, items)
+    from mydecide.evaluation.run import run_evaluation
+    from mydecide.record_files import load_records
+
+    report = run_evaluation(adapter, load_records(data / "dev.jsonl"), permutations=1).report
+    assert report["baselines"]["base_model"]["span_read"] == "letters"  # the base has no head: it reads the letters
+    assert adapter.renderer.config.span.read == "head"  # and the model's own read is back after the comparison
     assert np.ptp(np.concatenate(grids)) > 0.1  # trained: the words no longer all read the bias
     out = tmp_path / "merged"
     report = merge_adapter(str(tiny_llama_dir), run / "adapter", out, items=[(s, q) for s, q in items[:2]])
