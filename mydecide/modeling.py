@@ -33,7 +33,11 @@ RENDER_CONFIG_FILE = "mydecide_render.json"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MYDECIDE_CACHE", Path.home() / ".cache" / "mydecide"))
+    """Where the embedded default is converted to: $MYDECIDE_CACHE, else $XDG_CACHE_HOME/mydecide, else
+    ~/.cache/mydecide."""
+    if os.environ.get("MYDECIDE_CACHE"):
+        return Path(os.environ["MYDECIDE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mydecide"
 
 
 def packaged_gguf() -> Path:
@@ -76,11 +80,16 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
     return out
 
 
-def resolve_model_path(name: str) -> tuple[str, dict[str, Any]]:
-    """Map ``M`` to (path or hub name, extra from_pretrained kwargs)."""
+def resolve_model_path(name: str, *, convert: bool = True) -> tuple[str, dict[str, Any]]:
+    """Map ``M`` to (path or hub name, extra from_pretrained kwargs).
+
+    The embedded default is converted from its packaged GGUF on first use; ``convert=False`` only checks that the
+    package is there (a cheap check of the name, made before a command validates its data)."""
     if name == DEFAULT_MODEL:
         target = cache_dir() / "smollm2-135m-bf16"
-        if not (target / "config.json").is_file():
+        if not convert:
+            packaged_gguf()
+        elif not (target / "config.json").is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             convert_gguf(packaged_gguf(), target)
         return str(target), {}

@@ -95,6 +95,28 @@ def build_qwen3_5(out: Path, vocab_size: int) -> None:
     Qwen3_5ForCausalLM(config).save_pretrained(out)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def empty_caches(tmp_path_factory: pytest.TempPathFactory):
+    """Every test run starts from empty caches, as on a fresh machine: $MYDECIDE_CACHE (where the embedded default is
+    converted), $HF_HOME and $XDG_CACHE_HOME point into this run's temporary directory, for the tests and for the
+    processes they start. A test that passes only because a warm cache holds a converted model fails here."""
+    root = tmp_path_factory.mktemp("caches")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, folder in (("MYDECIDE_CACHE", "mydecide"), ("HF_HOME", "huggingface"), ("XDG_CACHE_HOME", "xdg")):
+            (root / folder).mkdir()
+            patch.setenv(name, str(root / folder))
+        yield root
+
+
+@pytest.fixture(scope="session")
+def packaged_smollm2(empty_caches: Path) -> str:
+    """The real embedded default, converted from its packaged GGUF into this run's cache (the slow tier only: the
+    conversion takes a while on a fresh machine). Returns the converted model directory."""
+    from mydecide.modeling import resolve_model_path
+
+    return resolve_model_path("smollm2-135m")[0]
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tokenizer")

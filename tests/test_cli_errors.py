@@ -211,6 +211,38 @@ def test_train_data_given_as_a_file_or_a_missing_directory(tmp_path: Path) -> No
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("damage", ["mixed", "missing", "bad line"])
+def test_train_checks_its_data_before_any_model_is_touched(
+    damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad data directory is one line and exit 2 without converting the embedded default (the suite's cache is
+    empty, as on a fresh machine) and without loading any model."""
+    import mydecide.modeling
+
+    def no_model(*args: Any, **kwargs: Any) -> None:
+        pytest.fail("a model was loaded or converted before the data was checked")
+
+    monkeypatch.setattr(mydecide.modeling, "load_model", no_model)
+    monkeypatch.setattr(mydecide.modeling, "convert_gguf", no_model)
+    data = prepared(tmp_path / "data")
+    if damage == "mixed":  # the manifest records another train.jsonl: two prepare runs in one directory
+        from mydecide.manifest import write_manifest
+
+        write_manifest(data, {}, ["train.jsonl", "dev.jsonl"])
+        (data / "train.jsonl").write_text((data / "dev.jsonl").read_text())
+    elif damage == "missing":
+        (data / "train.jsonl").unlink()
+    else:
+        (data / "dev.jsonl").write_text((data / "dev.jsonl").read_text() + "{not json\n")
+    result = CliRunner().invoke(
+        app, ["train", str(SMOKE), "--model", "smollm2-135m", "--data", str(data), "--out", str(tmp_path / "run")]
+    )
+    line = one_line_error(result)
+    assert ("train.jsonl" if damage != "bad line" else "dev.jsonl") in line
+    assert not any(Path(os.environ["MYDECIDE_CACHE"]).iterdir())
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("verb", ["calibrate", "evaluate"])
 def test_a_directory_where_a_records_file_is_expected(verb: str, tmp_path: Path) -> None:
     data = prepared(tmp_path / "data")

@@ -28,7 +28,7 @@ REQUEST = {
 }
 
 
-def test_smollm2_loads_with_single_token_labels_and_answers_a_request() -> None:
+def test_smollm2_loads_with_single_token_labels_and_answers_a_request(packaged_smollm2: str) -> None:
     from mydecide.modeling import load_model
     from mydecide.serving.wire import answer_request, parse_request
 

@@ -170,13 +170,10 @@ def test_the_template_keeps_its_own_special_tokens(renderer: Renderer) -> None:
 
 
 @pytest.mark.slow
-def test_the_packaged_smollm2_tokenizer_keeps_typed_control_tokens_plain() -> None:
+def test_the_packaged_smollm2_tokenizer_keeps_typed_control_tokens_plain(packaged_smollm2: str) -> None:
     from transformers import AutoTokenizer
 
-    from mydecide.modeling import resolve_model_path
-
-    path, kwargs = resolve_model_path("smollm2-135m")
-    renderer = Renderer(AutoTokenizer.from_pretrained(path, **kwargs), FORMS["letters"])
+    renderer = Renderer(AutoTokenizer.from_pretrained(packaged_smollm2), FORMS["letters"])
     text = hostile(renderer)
     for q_bad, q_ok in zip(questions(text), questions(""), strict=True):
         bad = ScoringPlan(renderer, [(states(text)[1], parse_question(q_bad, "q"))]).prompts

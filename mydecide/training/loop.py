@@ -159,17 +159,20 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     """Train a LoRA adapter as the recipe says; returns the run directory. ``resume`` continues the run in
     ``recipe.out`` from its newest readable checkpoint, if its recipe and data are the same but for
     ``allow_change`` (see :data:`SAFE_CHANGES`)."""
-    # a wrong --data or --model fails here: before the heavy imports, and before the run directory is created
+    # What is cheap is checked first: the data directory, its records against the manifest, the run directory, and
+    # only then the model's name (without converting the embedded default), all before torch is imported.
     from mydecide.modeling import resolve_model_path
 
     data_dir = prepared_data(recipe.data)
-    resolve_model_path(recipe.model)
+    train_records = load_records(split_path(data_dir, "train"))
+    dev_records = load_records(split_path(data_dir, "dev"))
     trackers = check_trackers(recipe.report_to)
     data_sha256 = {split_path(data_dir, s).name: split_digest(split_path(data_dir, s)) for s in ("train", "dev")}
     if resume:
         check_resumable(Path(recipe.out), recipe, data_sha256, allow_change)
     elif allow_change:
         raise ValueError("--allow-change applies to --resume only")
+    resolve_model_path(recipe.model, convert=False)
 
     import torch
     from accelerate import Accelerator
@@ -185,8 +188,6 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     from mydecide.training.shared_state import batch_packing, packing_mode
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
-    train_records = load_records(split_path(data_dir, "train"))
-    dev_records = load_records(split_path(data_dir, "dev"))
     counts = len(train_records), len(dev_records)
     if recipe.tasks:
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
