@@ -3,8 +3,11 @@
 A checkpoint is the directory ``RUN/checkpoints/update-NNNNNN``: what ``accelerator.save_state`` writes (the
 trainable LoRA weights in model.safetensors — the frozen base is left out —, optimizer.bin, scheduler.bin and
 random_states_<rank>.pkl for every process; under FSDP Accelerate's own sharded layout) and ``trainer_state.json``
-(the update reached and the best dev result: JSON, never a pickle). The data order needs no saved sampler: the
-batches of an update are a function of the seed, the epoch and the update number (training/batches.py).
+(the update reached, the best dev result, and the resolved recipe and data hashes the run was trained with: JSON,
+never a pickle). The data order needs no saved sampler: the batches of an update are a function of the seed, the
+epoch and the update number (training/batches.py). Because the recipe travels in the checkpoint, ``--resume``
+checks a changed recipe or changed data against what the checkpoint was trained with, whatever became of the run's
+``recipe.yaml`` (see :func:`check_resumable`).
 
 It is written under a hidden ``.update-NNNNNN.tmp`` name by every process and renamed by the main process once all
 of them have written their part, so a checkpoint is complete or absent. Resume loads the newest one that every
@@ -26,9 +29,10 @@ from typing import Any
 
 from mydecide.config import TrainRecipe
 from mydecide.io import atomic_write_text
+from mydecide.recipe_parsing import RecipeError, read_yaml
 
 CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
-STATE_FILE = "trainer_state.json"  # update and best: what the loop needs besides Accelerate's state
+STATE_FILE = "trainer_state.json"  # update, best, recipe, data_sha256: what the loop needs besides Accelerate's state
 WEIGHTS_FILE = "model.safetensors"  # Accelerate's name for the first model's weights (LoRA only, see save_lora_only)
 
 
@@ -69,9 +73,18 @@ def all_agree(accelerator: Any, ok: bool) -> bool:
     return bool(int(flags.min()) == 1)
 
 
-def save_checkpoint(accelerator: Any, run: Path, update: int, best: dict[str, Any], keep: int) -> Path:
-    """Write checkpoint ``update`` (every process writes its part), then name it complete and keep the newest
-    ``keep``; a checkpoint that cannot be written (a full disk) is an OSError naming it, on every process."""
+def trained_with(recipe: TrainRecipe, data_sha256: dict[str, str]) -> dict[str, Any]:
+    """What every checkpoint records about how it was trained: the resolved recipe and the sha256 of each data
+    split, by file name (the resume guard compares them, :func:`check_resumable`)."""
+    return {"recipe": recipe.model_dump(mode="json"), "data_sha256": dict(data_sha256)}
+
+
+def save_checkpoint(
+    accelerator: Any, run: Path, update: int, best: dict[str, Any], keep: int, training: dict[str, Any]
+) -> Path:
+    """Write checkpoint ``update`` (every process writes its part) with ``training`` (:func:`trained_with`) in its
+    trainer state, then name it complete and keep the newest ``keep``; a checkpoint that cannot be written (a full
+    disk) is an OSError naming it, on every process."""
     target = run / "checkpoints" / f"update-{update:06d}"
     tmp = target.with_name(f".{target.name}.tmp")  # a half-written checkpoint never looks like one
     if accelerator.is_main_process:
@@ -83,7 +96,8 @@ def save_checkpoint(accelerator: Any, run: Path, update: int, best: dict[str, An
     try:
         accelerator.save_state(str(tmp))
         if accelerator.is_main_process:
-            atomic_write_text(tmp / STATE_FILE, json.dumps({"update": update, "best": best}, indent=2) + "\n")
+            state = {"update": update, "best": best, **training}
+            atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2) + "\n")
     except (RuntimeError, OSError) as err:  # torch's word for a full disk or a file-size limit: "file write failed"
         failure = " ".join(str(err).split())[-120:] or type(err).__name__
     if not all_agree(accelerator, not failure):
@@ -205,19 +219,73 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def recipe_changes(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str]) -> list[tuple[str, Any, Any]]:
-    """(key, saved, new) for each recipe value, and each data file, that differs from what the run in ``run``
-    trained with (its recipe.yaml); ``out`` and the ``data`` path are not compared, the data files' hashes are."""
-    import yaml
+def saved_training(run: Path) -> tuple[dict[str, Any], dict[str, str], str]:
+    """(recipe, data sha256 by file name, where they were read) of the run in ``run``: from its newest checkpoint whose
+    trainer state reads (a damaged newer one is passed over, as :func:`resume_newest` skips it).
+
+    No such directory, no checkpoint in it, or no checkpoint whose trainer state reads is an error naming what is
+    missing: ``--resume`` never starts a fresh run. A checkpoint saved before checkpoints carried their recipe is
+    checked against the run's ``recipe.yaml`` as before, and refused when that file or its data hashes are gone."""
+    if not run.is_dir():
+        what = "is not a directory" if run.exists() else "no such run directory"
+        raise FileNotFoundError(f"--resume {run}: {what}; give the --out of the run to continue")
+    found = checkpoint_dirs(run)
+    if not found:
+        raise FileNotFoundError(
+            f"--resume {run}: no checkpoint to resume from (no complete update-N in {run / 'checkpoints'}); "
+            "to start the run again, remove it or choose another --out, without --resume"
+        )
+    unreadable = []
+    for path in reversed(found):
+        try:
+            state = read_trainer_state(path)
+        except (OSError, ValueError, KeyError) as err:  # not JSON, not UTF-8, cut short, no update or best
+            unreadable.append(f"{path / STATE_FILE} ({' '.join(str(err).split())[:120] or type(err).__name__})")
+            continue
+        if "recipe" not in state and "data_sha256" not in state:
+            return legacy_training(run, path)
+        recipe, data = state.get("recipe"), state.get("data_sha256")
+        if not isinstance(recipe, dict) or not isinstance(data, dict):
+            unreadable.append(f"{path / STATE_FILE} (its recipe or data_sha256 is not a mapping)")
+            continue
+        return recipe, data, f"checkpoint {path.name}"
+    raise ValueError(
+        f"--resume {run}: no checkpoint could be read: {'; '.join(unreadable)}; start a new run with another --out"
+    )
+
+
+def legacy_training(run: Path, checkpoint: Path) -> tuple[dict[str, Any], dict[str, str], str]:
+    """What a checkpoint saved before checkpoints carried their recipe was trained with: the run's recipe.yaml and
+    its ``_provenance.data_sha256``. Without either nothing can be checked, and resuming is refused."""
+    saved_file = run / "recipe.yaml"
+    cannot = f"--resume {run}: checkpoint {checkpoint.name} was saved by an older mydecide and records no recipe"
+    if not saved_file.is_file():
+        raise FileNotFoundError(
+            f"{cannot}, and {saved_file} is missing: the recipe and data cannot be checked; "
+            "start a new run with another --out"
+        )
+    try:
+        saved = read_yaml(saved_file)
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"{saved_file}: not a text file ({err.reason})") from None
+    provenance = saved.pop("_provenance", None)
+    data = provenance.get("data_sha256") if isinstance(provenance, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{cannot}, and {saved_file} records no data hashes (_provenance.data_sha256): the data cannot be "
+            "checked; start a new run with another --out"
+        )
+    return saved, data, str(saved_file)
+
+
+def recipe_changes(
+    saved: dict[str, Any], trained_on: dict[str, str], recipe: TrainRecipe, data_sha256: dict[str, str]
+) -> list[tuple[str, Any, Any]]:
+    """(key, saved, new) for each recipe value, and each data file, that differs from what a run trained with
+    (``saved``, ``trained_on``: :func:`saved_training`); ``out`` and the ``data`` path are not compared, the data
+    files' hashes are."""
     from pydantic import ValidationError
 
-    saved_file = run / "recipe.yaml"
-    if not saved_file.is_file():
-        return []
-    saved = yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {}
-    if not isinstance(saved, dict):
-        raise ValueError(f"{saved_file}: not a recipe; start a new run with another --out")
-    trained_on = (saved.pop("_provenance", None) or {}).get("data_sha256") or {}
     with contextlib.suppress(ValidationError):  # keys added since the run was saved take their defaults
         saved = TrainRecipe.model_validate(saved).model_dump(mode="json")
     before, after = flat(saved), flat(recipe.model_dump(mode="json"))
@@ -235,15 +303,17 @@ def recipe_changes(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str]) 
 
 
 def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str], allow_change: Collection[str]) -> None:
-    """Refuse to resume with another recipe or other data than the run's, listing every difference; the keys in
-    ``allow_change`` (only ``SAFE_CHANGES``) may differ."""
+    """Refuse to resume a run that has no checkpoint, or with another recipe or other data than its newest readable
+    checkpoint was trained with, listing every difference; the keys in ``allow_change`` (only ``SAFE_CHANGES``) may
+    differ."""
     unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
     if unsafe:
         raise ValueError(
             f"--allow-change: {', '.join(unsafe)} cannot change on resume (only "
             f"{', '.join(SAFE_CHANGES)} can); start a new run with another --out"
         )
-    changes = [c for c in recipe_changes(run, recipe, data_sha256) if c[0] not in allow_change]
+    saved, trained_on, where = saved_training(run)
+    changes = [c for c in recipe_changes(saved, trained_on, recipe, data_sha256) if c[0] not in allow_change]
     if not changes:
         return
     listed = "; ".join(f"{key}: {old} → {new}" for key, old, new in changes)
@@ -253,4 +323,4 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
         hint = (
             f"start a new run with another --out (only {', '.join(SAFE_CHANGES)} may change, with --allow-change KEY)"
         )
-    raise ValueError(f"--resume {run}: the recipe or data differs from the run's recipe.yaml: {listed}; {hint}")
+    raise ValueError(f"--resume {run}: the recipe or data differs from what {where} was trained with: {listed}; {hint}")

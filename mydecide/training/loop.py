@@ -323,6 +323,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
 
     # ---- resume
     checkpoints.save_lora_only(accelerator)
+    training = checkpoints.trained_with(recipe, data_sha256)  # every checkpoint carries it: the resume guard
     update, best = 0, {"log_loss": math.inf, "update": None}
     found = checkpoints.resume_newest(accelerator, run, module) if resume else None
     if found is not None:
@@ -432,7 +433,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
             evaluate_dev(schedule.epoch_float(update * accum))
         if update % recipe.save_every == 0 or update == total_updates:
-            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints)
+            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints, training)
 
     save_adapter("last")
     if best["update"] is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best

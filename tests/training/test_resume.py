@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,9 @@ class RunsCode:
         return (open, (self.marker, "w"))
 
 
-@pytest.mark.parametrize("fault", ["killed while writing", "truncated", "carries code", "legacy tmp name"])
+@pytest.mark.parametrize(
+    "fault", ["killed while writing", "truncated", "carries code", "legacy tmp name", "trainer state cut short"]
+)
 def test_resume_falls_back_past_a_bad_newest_checkpoint(
     fault: str,
     tiny_llama_dir: Path,
@@ -94,6 +97,9 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     elif fault == "carries code":
         torch.save({"update": 8, "x": RunsCode(marker)}, newest / PICKLED)
+    elif fault == "trainer state cut short":  # the guard passes over it too, to the checkpoint resume loads
+        state = newest / "trainer_state.json"
+        state.write_bytes(state.read_bytes()[:40])
     elif fault == "legacy tmp name":  # what an older version left when killed while writing: it sorts last
         shutil.copytree(newest, checkpoints / "update-000009.tmp")
         (checkpoints / "update-000009.tmp" / PICKLED).write_bytes(b"PK\x03\x04half")
@@ -104,7 +110,7 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
     err = capsys.readouterr().err
     assert not marker.exists()  # the pickled call never ran
     assert "resumed from update-000004" in err, err
-    if fault in ("truncated", "carries code"):
+    if fault in ("truncated", "carries code", "trainer state cut short"):
         assert "update-000008" in err and "skipped" in err, err
     got = last_weights(resumed)
     assert got.keys() == expected.keys()
@@ -226,3 +232,172 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line(
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "could not write the checkpoint" in errors[0] and "Traceback" not in result.output
     assert list((run / "checkpoints").iterdir()) == []  # nothing half-written is left to resume from
+
+
+# ------------------------------------------------------------- the guard travels with the checkpoint (issue 36, item 3)
+
+_KILLED: dict[str, Path] = {}
+
+
+def killed_run(model: Path, data: Path, where: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A run killed after update 5 (its one checkpoint: update 4), made once per module; each test gets a copy."""
+    from mydecide.training import loop
+
+    if "run" not in _KILLED:
+        crash_after(monkeypatch, 5)
+        with pytest.raises(KeyboardInterrupt):
+            loop.train(recipe_for(model, data, where / "killed-once", *ARGS))
+        monkeypatch.undo()
+        _KILLED["run"] = where / "killed-once"
+    copy = where / f"killed-{len(list(where.glob('killed-*')))}"
+    shutil.copytree(_KILLED["run"], copy)
+    return copy
+
+
+def cli_train(model: Path, data: Path, run: Path, *extra: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
+    args = ["train", str(smoke), "--model", str(model), "--data", str(data), "--out", str(run), *ARGS, *extra]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, result.output
+
+
+def one_error_line(output: str) -> str:
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output, output
+    return errors[0]
+
+
+@pytest.mark.parametrize("lost", ["recipe.yaml removed", "provenance removed", "recipe.yaml broken"])
+def test_resume_checks_the_checkpoint_whatever_became_of_recipe_yaml(
+    lost: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    from mydecide.training import loop
+
+    data = write_task(tmp_path.parent / "guard-data", 32, 8)
+    run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
+    saved = run / "recipe.yaml"
+    if lost == "recipe.yaml removed":
+        saved.unlink()
+    elif lost == "provenance removed":
+        tree = yaml.safe_load(saved.read_text())
+        del tree["_provenance"]
+        saved.write_text(yaml.safe_dump(tree))
+    else:
+        saved.write_text("model: [unclosed\n  lora: {r: 4\n")
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+
+    def resume(*overrides: str, data_dir: Path = data) -> Path:
+        return loop.train(recipe_for(tiny_llama_dir, data_dir, run, *ARGS, *overrides), resume=True)
+
+    with pytest.raises(ValueError, match=r"checkpoint update-000004 was trained with: optim\.lr: 0\.005 → 0\.001"):
+        resume("optim.lr=1e-3")
+    with pytest.raises(ValueError, match=r"lora\.dropout: 0\.0 → 0\.2"):
+        resume("lora.dropout=0.2")
+    other = write_task(tmp_path / "other", 32, 8)
+    rows = (other / "train.jsonl").read_text().splitlines()
+    (other / "train.jsonl").write_text("\n".join(rows[1:]) + "\n")
+    with pytest.raises(ValueError, match=r"data train\.jsonl \(sha256\)"):
+        resume(data_dir=other)
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # a refused resume writes nothing
+    if lost == "recipe.yaml broken":  # on the command line: one line, no YAML traceback; the same recipe resumes
+        code, output = cli_train(tiny_llama_dir, data, run, "--resume", "optim.lr=1e-3")
+        assert code == 2 and "optim.lr: 0.005 → 0.001" in one_error_line(output)
+        code, output = cli_train(tiny_llama_dir, data, run, "--resume")
+        assert code == 0, output
+        assert json.loads((run / "summary.json").read_text())["updates"] == 10
+        assert "_provenance" in yaml.safe_load(saved.read_text())  # the resumed run wrote its recipe.yaml again
+
+
+def test_a_checkpoint_carries_the_recipe_and_data_hashes(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mydecide.io import sha256_file
+    from mydecide.training.checkpoints import STATE_FILE
+
+    data = write_task(tmp_path.parent / "guard-data", 32, 8)
+    run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
+    state = json.loads((run / "checkpoints" / "update-000004" / STATE_FILE).read_text())
+    assert state["recipe"]["optim"]["lr"] == 5e-3 and state["recipe"]["lora"]["dropout"] == 0.0
+    assert state["data_sha256"] == {name: sha256_file(data / name) for name in ("train.jsonl", "dev.jsonl")}
+
+
+@pytest.mark.parametrize("where", ["no such directory", "mistyped name", "empty directory", "no checkpoint yet"])
+def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(
+    where: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = write_task(tmp_path / "data", 16, 4)
+    run = tmp_path / "runs" / "exp1"
+    if where == "mistyped name":
+        killed = killed_run(
+            tiny_llama_dir, write_task(tmp_path.parent / "guard-data", 32, 8), tmp_path.parent, monkeypatch
+        )
+        shutil.copytree(killed, run)
+        run = run.with_name("exp_1")
+    elif where == "empty directory":
+        run.mkdir(parents=True)
+    elif where == "no checkpoint yet":  # killed before its first checkpoint
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "metrics.jsonl").write_text('{"kind": "train", "update": 1}\n')
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code, output = cli_train(tiny_llama_dir, data, run, "--resume")
+    line = one_error_line(output)
+    assert code == 2 and str(run) in line, output
+    assert ("no checkpoint to resume from" if run.exists() else "no such run directory") in line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("state", ["a good recipe.yaml", "a broken recipe.yaml", "no recipe.yaml"])
+def test_a_checkpoint_from_before_it_carried_its_recipe_is_checked_against_recipe_yaml(
+    state: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mydecide.training.checkpoints import STATE_FILE
+
+    data = write_task(tmp_path.parent / "guard-data", 32, 8)
+    run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
+    trainer_state = run / "checkpoints" / "update-000004" / STATE_FILE
+    old = json.loads(trainer_state.read_text())
+    trainer_state.write_text(json.dumps({"update": old["update"], "best": old["best"]}))  # what older versions wrote
+    if state == "a broken recipe.yaml":
+        (run / "recipe.yaml").write_text("lora: {r: 4\n")
+    elif state == "no recipe.yaml":
+        (run / "recipe.yaml").unlink()
+    code, output = cli_train(tiny_llama_dir, data, run, "--resume", "optim.lr=1e-3")
+    line = one_error_line(output)
+    assert code == 2
+    if state == "a good recipe.yaml":
+        assert f"differs from what {run / 'recipe.yaml'} was trained with: optim.lr: 0.005 → 0.001" in line
+    elif state == "a broken recipe.yaml":
+        assert line.startswith(f"error: {run / 'recipe.yaml'}:"), line
+    else:
+        assert "records no recipe" in line and f"{run / 'recipe.yaml'} is missing" in line
+
+
+def test_unreadable_trainer_states_are_passed_over_and_named(tmp_path: Path) -> None:
+    from mydecide.config import TrainRecipe
+    from mydecide.training.checkpoints import STATE_FILE, check_resumable
+
+    recipe = TrainRecipe(out=str(tmp_path / "run"), data="d")
+    older, newer = (tmp_path / "run" / "checkpoints" / f"update-00000{n}" for n in (4, 8))
+    for folder in (older, newer):
+        folder.mkdir(parents=True)
+    trained = {"recipe": recipe.model_dump(mode="json"), "data_sha256": {"train.jsonl": "a" * 64}}
+    (older / STATE_FILE).write_text(json.dumps({"update": 4, "best": {}, **trained}))
+    (newer / STATE_FILE).write_text('{"update": 8, "be')  # cut short
+    check_resumable(tmp_path / "run", recipe, {"train.jsonl": "a" * 64}, ())  # the older one vouches
+    with pytest.raises(ValueError, match=r"from what checkpoint update-000004 was trained with: lora\.r: 32 → 8"):
+        check_resumable(
+            tmp_path / "run",
+            recipe.model_copy(update={"lora": recipe.lora.model_copy(update={"r": 8})}),
+            {"train.jsonl": "a" * 64},
+            (),
+        )
+    (older / STATE_FILE).write_bytes(b"\xff\xfe not text")
+    named = [re.escape(str(folder / STATE_FILE)) for folder in (newer, older)]
+    with pytest.raises(ValueError, match=f"no checkpoint could be read: {named[0]} .*; {named[1]}"):
+        check_resumable(tmp_path / "run", recipe, {"train.jsonl": "a" * 64}, ())
