@@ -90,6 +90,9 @@ class ScoringModel(ModelChoice):
     # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
     # contradicts the adapter's saved form)
     option_form: OptionForm | None = None
+    # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
+    # error); adapters saved before the fingerprint existed are never checked
+    allow_other_base: bool = False
 
 
 class TrainRecipe(ModelChoice):
@@ -428,6 +431,7 @@ class MergeRecipe(Strict):
 
     model: str | None = None  # base model; unset = the base recorded with the adapter
     adapter: str | None = None  # the LoRA adapter directory to merge (RUN/adapter)
+    allow_other_base: bool = False  # merge even into a base whose weights are not the ones the adapter was trained on
     out: str | None = None  # the merged model directory to write
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"  # saved weights (auto: the base's own)
     tolerance: float = Field(1e-3, ge=0.0)  # largest allowed gap between merged and unmerged option probabilities

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide.io import atomic_write_json, provenance
-from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
+from mydecide.modeling import (
+    ADAPTER_CONFIG,
+    RENDER_CONFIG_FILE,
+    LoadedModel,
+    check_adapter,
+    load_model,
+    read_json_file,
+    resolve_model_path,
+)
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
@@ -125,8 +133,8 @@ def option_probabilities(model: LoadedModel, items: Sequence[tuple[Any, Question
 
 def base_model_of(adapter: str | Path) -> str:
     """The base model an adapter was trained on, as recorded in its adapter_config.json."""
-    config = Path(adapter) / "adapter_config.json"
-    name = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    config = Path(adapter) / ADAPTER_CONFIG
+    name = read_json_file(config, "adapter config").get("base_model_name_or_path")
     if not name:
         raise MergeError(f"{config}: no base_model_name_or_path; pass --model")
     return str(name)
@@ -169,6 +177,7 @@ def merge_adapter(
     items: Sequence[tuple[Any, Question]] | None = None,
     device: str | None = None,
     overwrite: bool = False,
+    allow_other_base: bool = False,
 ) -> MergeReport:
     """Merge ``adapter`` into ``model`` (in float32), save to ``out``, reload it and compare probabilities.
 
@@ -186,6 +195,7 @@ def merge_adapter(
         raise MergeError(f"{out}: already exists and is not empty (pass --overwrite to replace it)")
     model = model or base_model_of(adapter)
     resolve_model_path(model)  # a wrong or unreachable name fails here, before torch is imported
+    check_adapter(adapter)  # so does a damaged adapter
 
     import torch
 
@@ -195,7 +205,7 @@ def merge_adapter(
         dtype = stored_dtype(model)
     items = list(items) if items is not None else sample_items()
 
-    unmerged = load_model(model, adapter, device=device, dtype=torch.float32)
+    unmerged = load_model(model, adapter, device=device, dtype=torch.float32, allow_other_base=allow_other_base)
     reference = option_probabilities(unmerged, items)
     merged_lm = unmerged.lm.merge_and_unload()  # W + (alpha / r)·B·A, in float32, in place
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")

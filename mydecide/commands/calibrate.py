@@ -7,6 +7,7 @@ import typer
 from mydecide.commands import friendly_errors
 from mydecide.commands.options import (
     Adapter,
+    AllowOtherBase,
     BatchSize,
     Limit,
     Model,
@@ -27,6 +28,7 @@ def register(app: typer.Typer) -> None:
         args: RecipeArgs = None,
         model: Model = None,
         adapter: Adapter = None,
+        allow_other_base: AllowOtherBase = False,
         option_form: OptionFormOption = None,
         data: str | None = typer.Option(None, "--data", "-d", help="Dev JSONL (never the training split)."),
         out: Out = None,
@@ -51,6 +53,7 @@ def register(app: typer.Typer) -> None:
         options = {
             "model": model,
             "adapter": adapter,
+            "allow_other_base": True if allow_other_base else None,
             "option_form": option_form,
             "data": data,
             "out": out,

@@ -11,6 +11,7 @@ import typer
 from mydecide.commands import friendly_errors
 from mydecide.commands.options import (
     Adapter,
+    AllowOtherBase,
     BatchSize,
     Limit,
     Model,
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
         args: list[str] | None = typer.Argument(None, help=ARGS_HELP, show_default=False),
         model: Model = None,
         adapter: Adapter = None,
+        allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
         data: list[str] | None = typer.Option(None, "--data", "-d", help="Decision-record JSONL file(s)."),
@@ -122,6 +124,7 @@ def register(app: typer.Typer) -> None:
         options: dict[str, Any] = {
             "model": model,
             "adapter": adapter,
+            "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
             "data": list(data) if data else None,

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mydecide.commands import fail, friendly_errors
-from mydecide.commands.options import Adapter, Device, Model, Out, RecipeArgs, recipe_from_command_line
+from mydecide.commands.options import Adapter, AllowOtherBase, Device, Model, Out, RecipeArgs, recipe_from_command_line
 from mydecide.config import MergeRecipe
 
 
@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
     def merge(
         args: RecipeArgs = None,
         adapter: Adapter = None,
+        allow_other_base: AllowOtherBase = False,
         out: Out = None,
         model: Model = None,
         dtype: str | None = typer.Option(
@@ -39,6 +40,7 @@ def register(app: typer.Typer) -> None:
         options = {
             "model": model,
             "adapter": adapter,
+            "allow_other_base": True if allow_other_base else None,
             "out": out,
             "dtype": dtype,
             "tolerance": tolerance,
@@ -67,6 +69,7 @@ def register(app: typer.Typer) -> None:
             items=items,
             device=recipe.device,
             overwrite=recipe.overwrite,
+            allow_other_base=recipe.allow_other_base,
         )
         summary = (
             f"{report.n_questions} questions, largest probability gap {report.max_abs_diff:.2e} "

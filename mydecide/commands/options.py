@@ -31,6 +31,14 @@ Model = Annotated[
     ),
 ]
 Adapter = Annotated[str | None, typer.Option("--adapter", "-a", help="A LoRA adapter directory (RUN/adapter).")]
+AllowOtherBase = Annotated[
+    bool,
+    typer.Option(
+        "--allow-other-base",
+        help="Load the adapter even on a base model whose weights differ from the one it was trained on "
+        "(checked by the weights fingerprint saved beside it).",
+    ),
+]
 Temperatures = Annotated[
     str | None, typer.Option("--temperatures", "-t", help="temperatures.json from `mydecide calibrate`.")
 ]

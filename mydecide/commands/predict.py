@@ -8,7 +8,15 @@ from pathlib import Path
 import typer
 
 from mydecide.commands import friendly_errors
-from mydecide.commands.options import Adapter, Device, Model, OptionFormOption, Temperatures, recipe_from_command_line
+from mydecide.commands.options import (
+    Adapter,
+    AllowOtherBase,
+    Device,
+    Model,
+    OptionFormOption,
+    Temperatures,
+    recipe_from_command_line,
+)
 from mydecide.config import ServeRecipe
 
 
@@ -22,6 +30,7 @@ def register(app: typer.Typer) -> None:
         ),
         model: Model = None,
         adapter: Adapter = None,
+        allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
         no_shared_prefix: bool = typer.Option(
@@ -33,6 +42,7 @@ def register(app: typer.Typer) -> None:
         options = {
             "model": model,
             "adapter": adapter,
+            "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
             "shared_prefix": False if no_shared_prefix else None,
@@ -56,6 +66,12 @@ def register(app: typer.Typer) -> None:
             from mydecide.calibration.temperatures import load_temperatures
 
             temperature = load_temperatures(recipe.temperatures)
-        loaded = load_model(recipe.model, recipe.adapter, device=recipe.device, option_form=recipe.option_form)
+        loaded = load_model(
+            recipe.model,
+            recipe.adapter,
+            device=recipe.device,
+            option_form=recipe.option_form,
+            allow_other_base=recipe.allow_other_base,
+        )
         response = answer_request(loaded, parsed, temperature, shared_prefix=recipe.shared_prefix)
         typer.echo(json.dumps(response, indent=2, ensure_ascii=False))

@@ -12,6 +12,7 @@ import typer
 from mydecide.commands import fail, friendly_errors
 from mydecide.commands.options import (
     Adapter,
+    AllowOtherBase,
     Device,
     Model,
     OptionFormOption,
@@ -89,6 +90,7 @@ def register(app: typer.Typer) -> None:
         args: RecipeArgs = None,
         model: Model = None,
         adapter: Adapter = None,
+        allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
         host: str | None = typer.Option(None, help=f"Interface to bind (default {DEFAULT.host}, loopback)."),
@@ -173,6 +175,7 @@ def register(app: typer.Typer) -> None:
         options: dict[str, Any] = {
             "model": model,
             "adapter": adapter,
+            "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
             "host": host,
@@ -198,13 +201,13 @@ def register(app: typer.Typer) -> None:
                 f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
-        from mydecide.modeling import check_option_form, resolve_model_path
+        from mydecide.modeling import check_adapter, check_option_form, resolve_model_path
 
         # a missing model fails here with one line, not in the server's startup
         path, _ = resolve_model_path(recipe.model)
         adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
-        if adapter_dir is not None and not (adapter_dir / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{adapter_dir}: not a LoRA adapter directory (no adapter_config.json)")
+        if adapter_dir is not None:
+            check_adapter(adapter_dir)  # a damaged adapter too
         check_option_form(path, adapter_dir, recipe.option_form)  # so does a form the adapter was not trained with
         temperature = None
         if recipe.temperatures is not None:
@@ -218,8 +221,20 @@ def register(app: typer.Typer) -> None:
         from mydecide.modeling import load_model
         from mydecide.serving.app import create_app, public_name
 
+        refused: list[str] = []  # why the model was not loaded (another base than the adapter's): one line at exit
+
         def loader():  # runs in the app's lifespan, after uvicorn has started
-            return load_model(recipe.model, adapter_dir, device=recipe.device, option_form=recipe.option_form)
+            try:
+                return load_model(
+                    recipe.model,
+                    adapter_dir,
+                    device=recipe.device,
+                    option_form=recipe.option_form,
+                    allow_other_base=recipe.allow_other_base,
+                )
+            except (FileNotFoundError, ValueError) as err:
+                refused.append(str(err))
+                raise
 
         server = create_app(
             loader,
@@ -242,4 +257,11 @@ def register(app: typer.Typer) -> None:
         config = server_config(
             server, recipe.host, recipe.port, request_timeout_s=recipe.request_timeout_s, log_level=recipe.log_level
         )
-        uvicorn.Server(config).run()
+        # once the loader has refused, uvicorn's startup-failure log (a traceback) says nothing the one line does not
+        logging.getLogger("uvicorn.error").addFilter(lambda record: not refused)
+        try:
+            uvicorn.Server(config).run()
+        except SystemExit:
+            if refused:
+                fail(refused[0])
+            raise

@@ -321,7 +321,9 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
         raise FileNotFoundError(f"{recipe.temperatures}: no such temperatures file")
     train = split_beside(recipe.data, "train")
     prior = LabelPrior.from_file(train) if train is not None else None
-    model = load_model(recipe.model, recipe.adapter, option_form=recipe.option_form)
+    model = load_model(
+        recipe.model, recipe.adapter, option_form=recipe.option_form, allow_other_base=recipe.allow_other_base
+    )
     evaluation = run_evaluation(
         model,
         records,

@@ -180,7 +180,13 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     from peft import LoraConfig, get_peft_model
     from transformers import get_scheduler
 
-    from mydecide.modeling import LoadedModel, load_model, peft_warnings_silenced, save_render_config
+    from mydecide.modeling import (
+        LoadedModel,
+        load_model,
+        peft_warnings_silenced,
+        save_render_config,
+        weights_fingerprint,
+    )
     from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
     from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
@@ -239,6 +245,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
         dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
     )
     renderer, tokenizer = base.renderer, base.tokenizer
+    base_weights = weights_fingerprint(base.lm)  # saved beside each adapter: loading it checks the base (modeling)
     head_module = attach_span_head(base.lm, bias=span_log_odds(train_records) - span.offset) if head else None
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(
@@ -333,7 +340,7 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     def save_adapter(name: str) -> None:
         def beside_the_weights(folder: Path) -> None:
             save_render_config(folder, renderer.config)  # span.read resolved
-            record_base_model(folder, recipe.model)  # its portable name, not the path of a cache
+            record_base_model(folder, recipe.model, base_weights)  # its portable name, not the path of a cache
             kind = "best on dev" if name == "adapter" else "last"
             write_model_card(
                 folder, recipe, kind, update, {"train": train_records, "dev": dev_records}, run / "metrics.jsonl"

@@ -3,7 +3,9 @@
 PEFT records the base model as ``config.name_or_path``, which for the embedded default is the directory it was
 converted into (``~/.cache/mydecide/...``): a path that means nothing elsewhere. ``record_base_model`` writes the
 name the recipe used instead (a hub id, an alias such as ``smollm2-135m``, or the absolute path of a local
-directory), which ``mydecide.modeling.resolve_model_path`` turns back into a model wherever the cache now is.
+directory), which ``mydecide.modeling.resolve_model_path`` turns back into a model wherever the cache now is, and
+``mydecide_base.json`` beside it with that name and the base's weights fingerprint, which loading the adapter checks
+(``mydecide.modeling.check_base``: an adapter on another base of the same shapes is refused).
 ``write_model_card`` replaces PEFT's empty template with the training data, the recipe and the dev metrics.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.io import atomic_write_text
 from mydecide.jsonl import iter_jsonl
+from mydecide.modeling import BASE_FILE, FINGERPRINT
 from mydecide.records import Record
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -42,12 +45,15 @@ def portable_name(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
-def record_base_model(adapter_dir: Path, model: str) -> None:
-    """Write the portable base name into ``adapter_config.json`` (``base_model_name_or_path``)."""
+def record_base_model(adapter_dir: Path, model: str, fingerprint: str) -> None:
+    """Write the portable base name into ``adapter_config.json`` (``base_model_name_or_path``), and the name with
+    the base's weights ``fingerprint`` (``mydecide.modeling.weights_fingerprint``) into ``mydecide_base.json``."""
     config_path = adapter_dir / ADAPTER_CONFIG
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = portable_name(model)
     atomic_write_text(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    record = {"model": portable_name(model), "weights_fingerprint": fingerprint, "fingerprint": FINGERPRINT}
+    atomic_write_text(adapter_dir / BASE_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def data_table(splits: dict[str, Sequence[Record]]) -> str:
