@@ -171,7 +171,8 @@ def test_refuses_files_named_like_training_or_test_splits(tmp_path: Path) -> Non
         with pytest.raises(ValueError, match=f"refusing to calibrate on .*{name}.*--force"):
             check_calibration_data(path)
         check_calibration_data(path, force=True)  # forced: allowed
-    check_calibration_data(_records_file(tmp_path / "dev.jsonl"))
+    (tmp_path / "elsewhere").mkdir()  # beside the train.jsonl above it would hold its rows, and be refused for them
+    check_calibration_data(_records_file(tmp_path / "elsewhere" / "dev.jsonl"))
 
 
 def test_refuses_a_renamed_copy_of_a_split_the_manifest_records(tmp_path: Path) -> None:

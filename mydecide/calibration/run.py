@@ -3,16 +3,18 @@ temperatures.json (``mydecide calibrate``). The fitting itself is :mod:`mydecide
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mydecide.calibration.temperatures import DEFAULT_MIN_ROWS, TEMPERATURES_FORMAT, fit_temperatures
 from mydecide.config import dump_recipe
+from mydecide.data.dedup import normalise, state_text
 from mydecide.io import atomic_write_json, atomic_write_text, provenance
-from mydecide.manifest import MANIFEST, recorded_as, split_digest
+from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
 from mydecide.modeling import load_model
-from mydecide.record_files import load_records
+from mydecide.record_files import load_records, read_records
 from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 
@@ -31,11 +33,51 @@ PROTECTED_SPLITS = {
 # -------------------------------------------------------------------------------------- training-split guard
 
 
+def state_digest(record: Record) -> str:
+    """sha256 of a record's normalised state: the text prepare's split is keyed on (``data.split``)."""
+    return hashlib.sha256(normalise(state_text(record.state)).encode()).hexdigest()
+
+
+def train_split_of(path: Path) -> Path | None:
+    """The training split of the prepare output that holds ``path`` (the file or partitioned split beside it; for a
+    part file of a partitioned split, beside that split), or None when there is none or it holds ``path``."""
+    directory = path.parent
+    if path.is_file() and directory.name in {split_dir(split) for split in SPLIT_FILES}:  # dev/part-00000.jsonl
+        directory = directory.parent
+    train = split_path(directory, "train")
+    if not train.exists() or train.resolve() == path.resolve() or train.resolve() in path.resolve().parents:
+        return None
+    return train
+
+
+def training_rows_in(path: Path) -> str | None:
+    """How many rows of ``path`` are training rows, when any are: rows whose state (by :func:`state_digest`) is a
+    state of the training split beside it, with or without its row id (a copied row keeps both; prepare keeps every
+    question on one state in one split, so a shared state is one the model saw in training). A row that shares
+    only an id with a training row is not counted: hand-written files reuse ids such as 1, 2, 3."""
+    train = train_split_of(path)
+    if train is None:
+        return None
+    trained, _ = read_records(train)  # lenient: a training row prepare would have rejected is not one
+    states = {state_digest(r): r.id for r in trained}
+    ids = {r.id for r in trained}
+    rows = load_records(path)
+    shared = [r for r in rows if state_digest(r) in states]
+    if not shared:
+        return None
+    with_id = sum(r.id in ids for r in shared)
+    return (
+        f"{len(shared)} of its {len(rows)} rows are rows of the training split {train} ({with_id} by row id and "
+        f"state, {len(shared) - with_id} by state alone: the sha256 of the normalised state)"
+    )
+
+
 def protected_split(path: str | Path) -> str | None:
     """Why ``path`` must not be used for calibration, or None.
 
-    Refused: a file named like prepare's train, test or held-out split, and a renamed copy of one (a file with the
-    sha256 that the ``manifest.json`` beside it records for one of those splits).
+    Refused: a file named like prepare's train, test or held-out split, a renamed copy of one (a file with the
+    sha256 that the ``manifest.json`` beside it records for one of those splits), and a file that holds rows of the
+    training split beside it (a copy with changes, a concatenation: :func:`training_rows_in`).
     """
     path = Path(path)
     if path.name in PROTECTED_SPLITS:
@@ -44,12 +86,12 @@ def protected_split(path: str | Path) -> str | None:
         named = f"{path.name}.jsonl"
         if named in PROTECTED_SPLITS:
             return f"{path} is named like the {PROTECTED_SPLITS[named][1]} split written by prepare"
-        return None
+        return training_rows_in(path)
     copied = recorded_as(path, list(PROTECTED_SPLITS))
     if copied is not None:
         role = PROTECTED_SPLITS[copied][1]
         return f"{path} has the sha256 that {path.parent / MANIFEST} records for {copied}, the {role} split"
-    return None
+    return training_rows_in(path)
 
 
 def check_calibration_data(path: str | Path, force: bool = False) -> None:
