@@ -136,6 +136,7 @@ def test_summarize_keys_values_and_rps_only_on_score_rows() -> None:
         "log_loss",
         "brier",
         "ece",
+        "ece_band",
         "rps",
         "total_variation",
         "soft_accuracy",
@@ -185,3 +186,24 @@ def test_threshold_table() -> None:
     ]
     # A confidence equal to the threshold escalates (strictly greater acts).
     assert threshold_table(PROBS, TARGETS, [0.7], 1.0, -3.0, -0.5)[0]["coverage"] == 0.25
+
+
+def test_the_ece_band_is_what_a_calibrated_model_reaches_on_that_many_rows() -> None:
+    from mydecide.metrics import ece, ece_band
+
+    rng = np.random.default_rng(0)
+    k = 5
+    for n in (59, 400):
+        probs = [p for p in rng.dirichlet(np.ones(k) * 0.7, size=n)]
+        band = ece_band(probs)
+        # outcomes drawn from the model itself (perfectly calibrated): its ECE stays under the band ~90% of the time
+        under = 0
+        for _ in range(300):
+            gold = [int(rng.choice(k, p=p)) for p in probs]
+            # a calibrated model's ECE bins the top probability, which is right with probability max p
+            under += ece(probs, [np.eye(k)[g] for g in gold]) <= band
+        assert 0.8 <= under / 300 <= 0.97, (n, under)
+    few = ece_band([np.array([0.4, 0.3, 0.3])] * 59)
+    many = ece_band([np.array([0.4, 0.3, 0.3])] * 1000)
+    assert few > 2 * many > 0
+    assert ece_band([np.array([1.0, 0.0])] * 10) == 0.0  # certain and calibrated: no room for an error

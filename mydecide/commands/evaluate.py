@@ -25,7 +25,13 @@ from mydecide.commands.options import (
 from mydecide.config import EvalRecipe
 
 ARGS_HELP = "[RECIPE.yaml] [KEY=VALUE ...] and more data files (--data a.jsonl b.jsonl works)."
-SUMMARY_COLUMNS = (("n", "n"), ("accuracy", "accuracy"), ("log_loss", "log loss"), ("ece", "ECE"))
+SUMMARY_COLUMNS = (
+    ("n", "n"),
+    ("accuracy", "accuracy"),
+    ("log_loss", "log loss"),
+    ("ece", "ECE"),
+    ("ece_band", "(calibrated: up to"),
+)
 
 
 def parse_costs(text: str) -> dict[str, float]:
@@ -49,7 +55,7 @@ def summary(report: dict[str, Any]) -> list[str]:
 
     def line(name: str, block: dict[str, Any]) -> str:
         cells = [f"{label} {_number(block.get(key))}" for key, label in SUMMARY_COLUMNS]
-        return f"  {name:<28} " + "  ".join(cells)
+        return f"  {name:<28} " + "  ".join(cells) + ")"
 
     lines = ["overall"]
     names = ("all", "choice", "noul", "score", "set", "span")

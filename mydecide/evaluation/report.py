@@ -47,6 +47,7 @@ FULL_COLUMNS = (
     ("log_loss", "log loss"),
     ("brier", "Brier"),
     ("ece", "ECE"),
+    ("ece_band", "ECE if calibrated (p90)"),
     ("rps", "RPS"),
     ("aurc", "AURC"),
     ("flip_rate", "flip rate"),
@@ -60,6 +61,7 @@ SHORT_COLUMNS = (
     ("chance_corrected", "chance-corr."),
     ("log_loss", "log loss"),
     ("ece", "ECE"),
+    ("ece_band", "ECE if calibrated (p90)"),
     ("flip_rate", "flip rate"),
 )
 

@@ -30,6 +30,7 @@ METRIC_KEYS = (
     "log_loss",
     "brier",
     "ece",
+    "ece_band",
     "rps",
     "aurc",
     "soft_accuracy",
