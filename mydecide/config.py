@@ -332,6 +332,7 @@ class CalibrateRecipe(ScoringModel):
     out: str = "runs/calibrate/temperatures.json"  # where temperatures.json is written
     by_bucket: bool = False  # also one temperature per (type, option-count bucket)
     min_rows: int = Field(30, ge=1)  # questions a type or bucket needs for its own temperature
+    keep_fit: bool = False  # keep a fitted T even where it does not lower the dev log loss (default: T = 1 kept)
     limit: int | None = Field(None, ge=1)  # only the first N records
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation

@@ -23,7 +23,9 @@ from mydecide.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ModelChoice().model  # the recipes' default base model
-COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "flip_rate")
+COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "ece_band", "flip_rate")
+"""``ece_band``: the ECE a perfectly calibrated model with the same confidences reaches on that many questions (90th
+percentile of resamplings, ``metrics.ece_band``): an ECE below it is no evidence of miscalibration."""
 README_START, README_END = "<!-- demo:start -->", "<!-- demo:end -->"
 
 
@@ -69,7 +71,7 @@ def by_task_table(report: dict[str, Any]) -> str:
     base = report["baselines"]["base_model"]["by_task"]
     tuned = report["uncalibrated"]["by_task"]
     lines = [
-        "| task | n | base accuracy | tuned accuracy | tuned + calibrated ECE | majority accuracy |",
+        "| task | n | base accuracy | tuned accuracy | tuned + calibrated ECE (up to) | majority accuracy |",
         "|---|---|---|---|---|---|",
     ]
     majority = report["baselines"]["majority"]["by_task"]
@@ -78,7 +80,27 @@ def by_task_table(report: dict[str, Any]) -> str:
             continue
         lines.append(
             f"| {task} | {block['n']} | {fmt(base[task]['accuracy'])} | {fmt(tuned[task]['accuracy'])} | "
-            f"{fmt(block['ece'])} | {fmt(majority.get(task, {}).get('accuracy'))} |"
+            f"{fmt(block['ece'])} ({fmt(block.get('ece_band'))}) | {fmt(majority.get(task, {}).get('accuracy'))} |"
+        )
+    return "\n".join(lines)
+
+
+def calibration_table(temperatures: dict[str, Any], report: dict[str, Any]) -> str:
+    """Per question type: its temperature, and log loss / ECE at T = 1 → calibrated on the dev rows it was fitted on
+    and on the test split, each with its question count and the ECE band of a calibrated model."""
+    lines = [
+        "| type | T | dev n | dev log loss | dev ECE (up to) | test n | test log loss | test ECE (up to) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for qtype, dev in temperatures["types"].items():
+        test, raw = report.get(qtype) or {}, (report.get("uncalibrated") or {}).get(qtype) or {}
+        if not test.get("n"):
+            continue
+        lines.append(
+            f"| {qtype} | {dev['temperature']:.3f} | {dev['n']} | {fmt(dev['log_loss_before'])} → "
+            f"{fmt(dev['log_loss_after'])} | {fmt(dev['ece_before'])} → {fmt(dev['ece_after'])} "
+            f"({fmt(dev.get('ece_band_after'))}) | {test['questions']} | {fmt(raw.get('log_loss'))} → "
+            f"{fmt(test['log_loss'])} | {fmt(raw.get('ece'))} → {fmt(test['ece'])} ({fmt(test.get('ece_band'))}) |"
         )
     return "\n".join(lines)
 
@@ -219,6 +241,9 @@ def main() -> None:
         f"Test split of the trained tasks ({summary['tuned']['n']} questions):\n\n"
         f"{table({k: summary[k] for k in ('base', 'tuned', 'tuned_calibrated', 'majority')})}\n\n"
         f"{by_task_table(test)}\n\n"
+        "Calibration by question type: temperatures fitted on dev, T = 1 → calibrated on dev and on the test split "
+        "(in brackets: the ECE a perfectly calibrated model reaches on that many questions, 90th percentile):\n\n"
+        f"{calibration_table(json.loads(temps.read_text()), test)}\n\n"
         + (f"Span questions of the test split (span-level match, {spans_note}):\n\n{spans}\n\n" if spans else "")
         + f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
         f"{table(summary['heldout'])}\n"

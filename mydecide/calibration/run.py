@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mydecide.calibration.temperatures import DEFAULT_MIN_ROWS, TEMPERATURES_FORMAT, fit_temperatures
+from mydecide.calibration.temperatures import (
+    DEFAULT_MIN_ROWS,
+    TEMPERATURES_FORMAT,
+    WEAK_FIT_QUESTIONS,
+    fit_temperatures,
+)
 from mydecide.config import dump_recipe
 from mydecide.data.dedup import normalise, state_text
 from mydecide.io import atomic_write_json, atomic_write_text, provenance
@@ -113,6 +118,7 @@ def calibrate(
     *,
     by_bucket: bool = False,
     min_rows: int = DEFAULT_MIN_ROWS,
+    keep_fit: bool = False,
     batch_size: int = 16,
     shared_prefix: bool = True,
     progress: bool = True,
@@ -138,7 +144,7 @@ def calibrate(
         prompts_of=prompt_counter(model),
     )
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
-    return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows)
+    return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit)
 
 
 def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bool = True) -> dict:
@@ -163,6 +169,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         records,
         by_bucket=recipe.by_bucket,
         min_rows=recipe.min_rows,
+        keep_fit=recipe.keep_fit,
         batch_size=recipe.batch_size,
         shared_prefix=recipe.shared_prefix,
         progress=progress,
@@ -182,3 +189,47 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     atomic_write_json(recipe.out, document)
     atomic_write_text(Path(recipe.out).with_suffix(".recipe.yaml"), dump_recipe(recipe, provenance()))
     return document
+
+
+def fit_report(document: dict) -> list[str]:
+    """What ``mydecide calibrate`` prints of a temperatures document: one row per type (and bucket) with its question
+    count, the fitted and the used T, dev log loss and ECE before → after, and beside each ECE the band a perfectly
+    calibrated model would reach on that many questions (90th percentile, ``metrics.ece_band``); then one line per
+    temperature that was not used or is weakly determined, and the overall line."""
+    lines = [
+        f"{'type':<8} {'bucket':<7} {'n':>6} {'fitted':>7} {'T':>7}  log loss before → after   "
+        "ECE before → after (calibrated: up to)"
+    ]
+    rows = [(t, "all", s) for t, s in document["types"].items()]
+    rows += [(t, b, s) for t, bs in document["buckets"].items() for b, s in bs.items()]
+    notes = []
+    for qtype, bucket, s in rows:
+        where = qtype if bucket == "all" else f"{qtype} {bucket}"
+        fitted = s.get("fitted_temperature", s["temperature"])
+        lines.append(
+            f"{qtype:<8} {bucket:<7} {s['n']:>6} {fitted:>7.3f} {s['temperature']:>7.3f}  "
+            f"{s['log_loss_before']:>8.4f} → {s['log_loss_after']:<8.4f}   "
+            f"{s['ece_before']:.4f} → {s['ece_after']:.4f} ({s.get('ece_band_after', float('nan')):.3f})"
+        )
+        for key in ("kept_t1", "kept_fit", "fallback"):
+            if key in s and not (key == "fallback" and "kept_t1" in s):
+                notes.append(f"{where}: {s[key]}")
+        if s.get("at_bound"):
+            notes.append(
+                f"{where}: the fit stopped at the search bound (T = {fitted:.3g}): the logits carry little signal"
+            )
+        if s.get("weak") and "fallback" not in s:
+            notes.append(
+                f"{where}: {s['n']} questions: the temperature is weakly determined (fewer than {WEAK_FIT_QUESTIONS}); "
+                f"a calibrated model's ECE on this many reaches {s.get('ece_band_after', float('nan')):.3f}"
+            )
+    o = document["overall"]
+    apart = o["n"] < sum(s["n"] for s in document["types"].values())  # span questions left to their own row
+    lines += notes
+    lines.append(
+        f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
+        f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions "
+        f"(calibrated: up to {o.get('ece_band_after', float('nan')):.3f})"
+        + (" (span questions: their own row above)" if apart else "")
+    )
+    return lines

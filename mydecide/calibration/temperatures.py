@@ -59,24 +59,28 @@ def _mean_log_loss(z_pad: np.ndarray, y_pad: np.ndarray, temperature: float) -> 
     return float(-terms.sum(axis=1).mean())
 
 
-def smoothed_targets(z_pad: np.ndarray, y_pad: np.ndarray) -> np.ndarray:
-    """Platt's out-of-sample targets, for K options: (n·y + 1) / (n + K) over n rows.
+def platt_targets(z_pad: np.ndarray, y_pad: np.ndarray) -> np.ndarray:
+    """Platt's out-of-sample targets on n rows, for any K: the right answer's mass y becomes
+    y·(n + 1)/(n + 2) + (1 − y)/((n + 2)(K − 1)), i.e. ε = 1/(n + 2) of each target moves to the other options.
 
-    Fitting on the raw targets of a dev set the model already separates perfectly (every answer right and
-    confident) drives T to its lower bound: on such rows the log loss keeps falling as T → 0. That T then makes one
-    later mistake cost ~ |z| / T, and a task the dev set does not cover inherits it (a held-out log loss of 18 from
-    T = 0.018 in the demo). Platt (1999) fits binary calibration against (N+ + 1) / (N+ + 2) and 1 / (N− + 2) for
-    this reason; one pseudo-count per option spread over the n rows is the same idea for any K, changes each
-    target by at most K / (n + K), and leaves a large dev set's fit where it was.
+    Fitting the raw targets of a dev set that the model separates (every answer right and confident) drives T to its
+    lower bound: on such rows the log loss keeps falling as T → 0. That T then makes one later mistake cost ~ |z| / T
+    (a held-out log loss of 18 in the demo). Platt (1999) fits binary calibration against (N+ + 1) / (N+ + 2) for
+    this reason: one pseudo-count for "right" and one for "wrong". Here that pair is kept for any K, so the smoothing
+    is 1/(n + 2) whatever the number of options (an earlier pseudo-count per option moved K / (n + K) of every
+    target, 16% at n = 36 and K = 7, and calibrated such a dev set towards a much less confident model than its
+    data showed). docs/calibration.md compares this fit with the raw fit, a prior on log T and that earlier one.
     """
     n = len(y_pad)
-    k = np.isfinite(z_pad).sum(axis=1, keepdims=True)  # (N, 1) options per row
-    return np.where(np.isfinite(z_pad), (n * y_pad + 1.0) / (n + k), 0.0)
+    valid = np.isfinite(z_pad)
+    k = valid.sum(axis=1, keepdims=True)  # (N, 1) options per row
+    eps = 1.0 / (n + 2.0)
+    return np.where(valid, y_pad * (1.0 - eps) + (1.0 - y_pad) * eps / np.maximum(k - 1, 1), 0.0)
 
 
 def fit_temperature(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray], *, smooth: bool = True) -> float:
-    """The temperature T minimising the mean log loss of softmax(z / T) on these rows (targets smoothed as in
-    :func:`smoothed_targets`, so perfectly separated dev rows give a finite T, not the lower bound).
+    """The temperature T minimising the mean log loss of softmax(z / T) on these rows, against the targets of
+    :func:`platt_targets` (so a dev set the model separates gives a finite T, not the lower bound).
 
     A bounded scalar minimisation over log T in ``LOG_T_BOUNDS`` (the log loss is smooth and unimodal in
     log T, and searching in log space treats T and 1/T symmetrically). ``smooth=False`` fits the raw targets
@@ -86,7 +90,7 @@ def fit_temperature(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray],
 
     z_pad, y_pad = _padded(logits, targets)
     if smooth:
-        y_pad = smoothed_targets(z_pad, y_pad)
+        y_pad = platt_targets(z_pad, y_pad)
     result = minimize_scalar(
         lambda log_t: _mean_log_loss(z_pad, y_pad, math.exp(log_t)),
         bounds=LOG_T_BOUNDS,
@@ -94,6 +98,25 @@ def fit_temperature(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray],
         options={"xatol": 1e-6},
     )
     return float(math.exp(result.x))
+
+
+def checked_temperature(
+    logits: Sequence[np.ndarray], targets: Sequence[np.ndarray], *, keep_fit: bool = False
+) -> tuple[float, float, str | None]:
+    """(temperature to use, fitted temperature, why T = 1 was kept or None).
+
+    The fit minimises a smoothed loss, so on the real targets it can end above T = 1's dev log loss: then it is not
+    used (T = 1 is kept, and the reason says both log losses) unless ``keep_fit``. The dev log loss of the
+    temperature returned is therefore never above T = 1's."""
+    fitted = fit_temperature(logits, targets)
+    z_pad, y_pad = _padded(logits, targets)
+    at_one, at_fit = _mean_log_loss(z_pad, y_pad, 1.0), _mean_log_loss(z_pad, y_pad, fitted)
+    if at_fit < at_one or math.isclose(fitted, 1.0, rel_tol=1e-9):
+        return fitted, fitted, None
+    reason = f"the fitted T = {fitted:.3f} does not lower the dev log loss ({at_fit:.4f} against {at_one:.4f} at T = 1)"
+    if keep_fit:
+        return fitted, fitted, reason + "; kept all the same (--keep-fit)"
+    return 1.0, fitted, reason + ": T = 1 kept"
 
 
 def apply_temperature(logits: Sequence[np.ndarray] | np.ndarray, temperature: float) -> list[np.ndarray] | np.ndarray:
@@ -150,24 +173,47 @@ def _calibrated(logits: Sequence[np.ndarray], temperature: float | Sequence[floa
     return out
 
 
-def _fit_summary(rows: list[tuple[np.ndarray, np.ndarray]], temperature: float, n_questions: int) -> dict:
-    """Counts and dev log loss / ECE at T = 1 and at ``temperature`` for these rows."""
+WEAK_FIT_QUESTIONS = 100
+"""Below this many dev questions a type's (or bucket's) temperature is weakly determined: calibrate says so."""
+
+
+def _fit_summary(
+    rows: list[tuple[np.ndarray, np.ndarray]], temperature: float, n_questions: int, fitted: float | None = None
+) -> dict:
+    """Counts and dev log loss / ECE (with the ECE band of a calibrated model for that many rows, see
+    ``metrics.ece_band``) at T = 1 and at ``temperature`` for these rows; ``fitted``: what the fit gave, when it
+    differs from the temperature used."""
+    from mydecide.metrics import ece_band
+
     logits = [z for z, _ in rows]
     targets = [y for _, y in rows]
     before = _calibrated(logits, 1.0)
     after = _calibrated(logits, temperature)
-    log_t = math.log(temperature)
+    log_t = math.log(fitted if fitted is not None else temperature)
     return {
         "temperature": temperature,
+        "fitted_temperature": fitted if fitted is not None else temperature,
         # T at the edge of the search: the logits carry (almost) no signal (T → ∞) or the data is separable
         "at_bound": any(math.isclose(log_t, edge, abs_tol=1e-3) for edge in LOG_T_BOUNDS),
         "n": n_questions,
         "rows": len(rows),
+        "weak": n_questions < WEAK_FIT_QUESTIONS,
         "log_loss_before": log_loss(before, targets),
         "log_loss_after": log_loss(after, targets),
         "ece_before": ece(before, targets),
         "ece_after": ece(after, targets),
+        "ece_band_before": ece_band(before),
+        "ece_band_after": ece_band(after),
     }
+
+
+def _fitted_summary(rows: list[tuple[np.ndarray, np.ndarray]], n_questions: int, keep_fit: bool) -> dict:
+    """Fit and check one group's temperature (:func:`checked_temperature`) and summarise it."""
+    used, fitted, kept_one = checked_temperature([z for z, _ in rows], [y for _, y in rows], keep_fit=keep_fit)
+    summary = _fit_summary(rows, used, n_questions, fitted)
+    if kept_one:
+        summary["kept_t1" if used == 1.0 else "kept_fit"] = kept_one
+    return summary
 
 
 def fit_temperatures(
@@ -175,12 +221,14 @@ def fit_temperatures(
     *,
     by_bucket: bool = False,
     min_rows: int = DEFAULT_MIN_ROWS,
+    keep_fit: bool = False,
 ) -> dict:
     """Fit one temperature per question type, and optionally per (type, option-count bucket).
 
     ``items`` are (type, K, logits, target) per dev question. A type with fewer than ``min_rows`` questions
-    keeps T = 1 (a handful of rows would fit an extreme T); a bucket with fewer falls back to its type's T.
-    Returns the ``types`` / ``buckets`` / ``overall`` part of temperatures.json.
+    keeps T = 1 (a handful of rows would fit an extreme T); a bucket with fewer falls back to its type's T. A fit that
+    does not lower its rows' dev log loss is not used (:func:`checked_temperature`): the type keeps T = 1, the bucket
+    its type's T, unless ``keep_fit``. Returns the ``types`` / ``buckets`` / ``overall`` part of temperatures.json.
     """
     if min_rows < 1:
         raise ValueError(f"min_rows must be >= 1, got {min_rows}")
@@ -198,11 +246,12 @@ def fit_temperatures(
     for qtype in sorted(by_type):
         group = by_type[qtype]
         rows = rows_of(group)
-        enough = len(group) >= min_rows
-        t_type = fit_temperature([z for z, _ in rows], [y for _, y in rows]) if enough else 1.0
-        types[qtype] = _fit_summary(rows, t_type, len(group))
-        if not enough:
+        if len(group) >= min_rows:
+            types[qtype] = _fitted_summary(rows, len(group), keep_fit)
+        else:
+            types[qtype] = _fit_summary(rows, 1.0, len(group))
             types[qtype]["fallback"] = f"fewer than {min_rows} questions: T = 1"
+        t_type = types[qtype]["temperature"]
         if not by_bucket:
             continue
         per_bucket: dict[str, list] = {}
@@ -212,12 +261,16 @@ def fit_temperatures(
         for name in sorted(per_bucket, key=lambda b: int(b.rstrip("+").split("-")[0])):
             sub = per_bucket[name]
             sub_rows = rows_of(sub)
-            if len(sub) >= min_rows:
-                t = fit_temperature([z for z, _ in sub_rows], [y for _, y in sub_rows])
-                buckets[qtype][name] = _fit_summary(sub_rows, t, len(sub))
-            else:
+            if len(sub) < min_rows:
                 buckets[qtype][name] = _fit_summary(sub_rows, t_type, len(sub))
                 buckets[qtype][name]["fallback"] = f"fewer than {min_rows} questions: the {qtype} temperature"
+                continue
+            fit = _fitted_summary(sub_rows, len(sub), keep_fit)
+            if "kept_t1" in fit:  # its own fit did not help: the type's T where that lowers this bucket's log loss
+                inherited = _fit_summary(sub_rows, t_type, len(sub), fit["fitted_temperature"])
+                if inherited["log_loss_after"] < inherited["log_loss_before"]:
+                    fit = inherited | {"fallback": fit["kept_t1"].replace("T = 1 kept", f"the {qtype} temperature")}
+            buckets[qtype][name] = fit
 
     # overall before / after with the temperature each question actually gets; span questions (hundreds of word ×
     # label rows each) only when there is nothing else, as in evaluate's "all" block: they have their own row
@@ -231,6 +284,8 @@ def fit_temperatures(
     before = _calibrated([z for z, _ in all_rows], 1.0)
     row_temperatures = [table(qtype, k) for qtype, k, zs, ys in pooled for _ in answer_rows(qtype, zs, ys, logits=True)]
     after = _calibrated([z for z, _ in all_rows], row_temperatures)
+    from mydecide.metrics import ece_band
+
     overall = {
         "n": len(pooled),
         "rows": len(all_rows),
@@ -238,8 +293,17 @@ def fit_temperatures(
         "log_loss_after": log_loss(after, targets),
         "ece_before": ece(before, targets),
         "ece_after": ece(after, targets),
+        "ece_band_before": ece_band(before),
+        "ece_band_after": ece_band(after),
     }
-    return {"by_bucket": by_bucket, "min_rows": min_rows, "types": types, "buckets": buckets, "overall": overall}
+    return {
+        "by_bucket": by_bucket,
+        "min_rows": min_rows,
+        "keep_fit": keep_fit,
+        "types": types,
+        "buckets": buckets,
+        "overall": overall,
+    }
 
 
 class TemperatureTable:

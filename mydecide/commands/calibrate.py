@@ -40,6 +40,12 @@ def register(app: typer.Typer) -> None:
             help="Questions a type or bucket needs for its own temperature (default 30); smaller buckets use their "
             "type's.",
         ),
+        keep_fit: bool | None = typer.Option(
+            None,
+            "--keep-fit/--check-fit",
+            help="Keep a fitted temperature even where it does not lower the dev log loss (default: check, and keep "
+            "T = 1 there, saying so).",
+        ),
         limit: Limit = None,
         batch_size: BatchSize = None,
         force: bool = typer.Option(
@@ -48,7 +54,7 @@ def register(app: typer.Typer) -> None:
         quiet: Quiet = False,
     ) -> None:
         """Fit temperatures on dev data and write temperatures.json (read by evaluate, serve and predict)."""
-        from mydecide.calibration.run import calibrate_file
+        from mydecide.calibration.run import calibrate_file, fit_report
 
         options = {
             "model": model,
@@ -59,27 +65,13 @@ def register(app: typer.Typer) -> None:
             "out": out,
             "by_bucket": by_bucket,
             "min_rows": min_rows,
+            "keep_fit": keep_fit,
             "limit": limit,
             "batch_size": batch_size,
         }
         recipe = recipe_from_command_line(CalibrateRecipe, args, options)
         check_records_file(recipe.data)
         document = calibrate_file(recipe, force=force, progress=not quiet)
-        typer.echo(f"{'type':<8} {'bucket':<7} {'n':>6} {'T':>7}  log loss before → after   ECE before → after")
-        rows = [(t, "all", s) for t, s in document["types"].items()]
-        rows += [(t, b, s) for t, bs in document["buckets"].items() for b, s in bs.items()]
-        for qtype, bucket, s in rows:
-            note = "  (fallback)" if "fallback" in s else "  (at the search bound)" if s["at_bound"] else ""
-            typer.echo(
-                f"{qtype:<8} {bucket:<7} {s['n']:>6} {s['temperature']:>7.3f}  "
-                f"{s['log_loss_before']:>8.4f} → {s['log_loss_after']:<8.4f}   "
-                f"{s['ece_before']:.4f} → {s['ece_after']:.4f}{note}"
-            )
-        o = document["overall"]
-        apart = o["n"] < sum(s["n"] for s in document["types"].values())  # span questions left to their own row
-        typer.echo(
-            f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
-            f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions"
-            + (" (span questions: their own row above)" if apart else "")
-        )
+        for line in fit_report(document):
+            typer.echo(line)
         typer.echo(f"wrote {recipe.out}")
