@@ -14,7 +14,7 @@ from mydecide.data import dedup
 from mydecide.data.ledger import Ledger, Row
 from mydecide.io import atomic_write_text, provenance, staged_directory
 from mydecide.jsonl import json_line, write_jsonl
-from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, split_dir, write_manifest
+from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, read_manifest, split_dir, write_manifest
 
 STATE_LENGTH_BINS = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -98,11 +98,63 @@ OUTPUT_FILES = (
 )
 
 
+def check_output_dir(out: Path, recipe: DataRecipe) -> None:
+    """Refuse, before any work, an ``out`` that prepare would replace but did not write (ValueError, one line):
+
+    * the working directory or a directory above it;
+    * a directory that holds files but no readable manifest.json of an earlier prepare (a user's own
+      ``train.jsonl`` is not an output to replace);
+    * one that holds a file prepare does not write (checked again when the outputs are swapped in);
+    * one that holds a source or a ``decontaminate_against`` file of the recipe."""
+    target = Path(os.path.realpath(out))
+    here = Path(os.path.realpath(Path.cwd()))
+    if target == here or target in here.parents:
+        raise ValueError(f"{out}: is the working directory or above it, which prepare would replace; choose --out")
+    inputs = [("sources", i, spec.path) for i, spec in enumerate(recipe.sources)]
+    for i, entry in enumerate(recipe.decontaminate_against):
+        inputs.append(("decontaminate_against", i, entry if isinstance(entry, str) else entry.path))
+    for section, i, path in inputs:
+        if path is None:
+            continue
+        source = Path(os.path.realpath(path))
+        if source == target or target in source.parents:
+            raise ValueError(
+                f"{section}[{i}]: {path} is inside --out {out}, which prepare replaces whole; move it out or choose "
+                "another --out"
+            )
+    if not target.is_dir():
+        return  # absent (made new) or not a directory (staged_directory says so)
+    present = sorted(p.name for p in target.iterdir() if not (p.name.startswith(".") and p.name.endswith(".tmp")))
+    if not present:
+        return
+    try:
+        earlier = read_manifest(target)
+    except ValueError:
+        raise ValueError(
+            f"{target / MANIFEST}: unreadable, so prepare cannot tell its own files from yours; remove it or choose "
+            "an empty or new output directory"
+        ) from None
+    if earlier is None or "conservation" not in earlier:
+        raise ValueError(
+            f"{out}: holds {', '.join(present[:5])} but no manifest.json of an earlier prepare: these are not its "
+            "outputs to replace; choose an empty or new output directory"
+        )
+    owned = {*OUTPUT_FILES, *earlier_outputs(target)}
+    foreign = [name for name in present if name not in owned]
+    if foreign:
+        raise ValueError(
+            f"{out}: holds {', '.join(foreign[:5])}, which this command did not write; choose an empty or new "
+            "output directory"
+        )
+
+
 def write_outputs(
     out: Path, splits: dict[str, list[Row]], ledger: Ledger, manifest: dict[str, Any], recipe: DataRecipe
 ) -> None:
     """Write every output into a new directory beside ``out`` that then replaces ``out`` whole, so an interrupted
-    re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest."""
+    re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest.
+    ``out`` is checked again (:func:`check_output_dir`): it may have changed while prepare ran."""
+    check_output_dir(out, recipe)
     with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
         write_files(staging, splits, ledger, manifest, recipe)
 

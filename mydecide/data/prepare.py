@@ -30,7 +30,7 @@ from mydecide.data.ledger import (
     sketched,
     tokenised,
 )
-from mydecide.data.outputs import build_manifest, check_conservation, write_outputs
+from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
 from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.records import RecordError, parse_record
 
@@ -100,6 +100,7 @@ def prepare(
             return prepare(recipe, out, progress=progress, log=log, engine=ray)
     engine = engine or LocalEngine()
     out = Path(out if out is not None else recipe.out)
+    check_output_dir(out, recipe)  # before any work: what prepare would replace must be its own
     say = log or (lambda _message: None)
     ledger = Ledger()
 

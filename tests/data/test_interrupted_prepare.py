@@ -195,7 +195,7 @@ def test_prepare_keeps_files_it_did_not_write(source: Path, tmp_path: Path) -> N
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(FileExistsError, match=r"notes\.txt"):
+    with pytest.raises(ValueError, match=r"holds notes\.txt but no manifest\.json of an earlier prepare"):
         prepare(recipe_with_seed(source, 13), out)
     assert (out / "notes.txt").read_text() == "keep me"
     (out / "notes.txt").unlink()
@@ -206,6 +206,46 @@ def test_prepare_keeps_files_it_did_not_write(source: Path, tmp_path: Path) -> N
     (out / "extra.jsonl").write_text("")
     prepare(recipe_with_seed(source, 13), out)
     assert not (out / "extra.jsonl").exists()
+    (out / "notes.txt").write_text("keep me")  # beside prepare's own outputs: still not replaced
+    with pytest.raises(ValueError, match=r"holds notes\.txt, which this command did not write"):
+        prepare(recipe_with_seed(source, 13), out)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_prepare_never_replaces_a_users_own_split_files(source: Path, tmp_path: Path, monkeypatch) -> None:
+    """A directory of the user's own train.jsonl / dev.jsonl (prepare's names, but no manifest of prepare's) is
+    refused before any work, byte for byte unchanged; so are a source inside --out and --out at the working
+    directory or above it."""
+    import mydecide.data.prepare as prepare_module
+
+    converted: list[object] = []
+    real = prepare_module.convert_and_validate
+    monkeypatch.setattr(prepare_module, "convert_and_validate", lambda *a, **k: converted.append(a) or real(*a, **k))
+    mine = tmp_path / "mydata"
+    mine.mkdir()
+    (mine / "train.jsonl").write_bytes(source.read_bytes())
+    (mine / "dev.jsonl").write_text("")
+    before = files_of(tmp_path)
+    with pytest.raises(ValueError, match=r"mydata: holds dev\.jsonl, train\.jsonl but no manifest\.json"):
+        prepare(recipe_with_seed(source, 13), mine)
+    inside = recipe_with_seed(mine / "train.jsonl", 13)
+    with pytest.raises(ValueError, match=r"sources\[0\]: .*mydata/train\.jsonl is inside --out"):
+        prepare(inside, mine)
+    monkeypatch.chdir(mine)
+    for out in (Path("."), tmp_path):
+        with pytest.raises(ValueError, match="is the working directory or above it"):
+            prepare(recipe_with_seed(source, 13), out)
+    assert files_of(tmp_path) == before and (mine / "train.jsonl").read_bytes() == source.read_bytes()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{not json")
+    before = files_of(tmp_path)
+    with pytest.raises(ValueError, match=r"broken/manifest\.json: unreadable, so prepare cannot tell"):
+        prepare(recipe_with_seed(source, 13), tmp_path / "broken")
+    assert files_of(tmp_path) == before and not converted  # refused before reading a single source row
 
 
 @pytest.mark.parametrize("case", ["under a file", "full disk"])

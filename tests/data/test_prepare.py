@@ -159,8 +159,11 @@ def test_splits_augmentation_and_outputs(fixture: dict[str, Any]) -> None:
 
 
 def test_no_test_split_by_default_and_caps(fixture: dict[str, Any]) -> None:
-    (fixture["out"]).mkdir()
-    (fixture["out"] / "test.jsonl").write_text("stale\n")
+    earlier = fixture["recipe"].model_copy(
+        update={"split": fixture["recipe"].split.model_copy(update={"test_fraction": 0.2})}
+    )
+    prepare(earlier, fixture["out"])  # an earlier run with a test split leaves a test.jsonl that is prepare's own
+    assert (fixture["out"] / "test.jsonl").exists()
     recipe = fixture["recipe"].model_copy(
         update={
             "split": fixture["recipe"].split.model_copy(update={"test_fraction": 0.0}),
