@@ -27,6 +27,7 @@ HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
     "many_options": ("time_ratio", "time per question, 77 options / 10"),
     "option_forms": ("time_ratio_k4", "per-option / letters time, 4 options"),
+    "calibration": ("shipped_over_per_option_excess_log_loss", "temperature fit: held-out excess log loss, new / old"),
 }
 
 
