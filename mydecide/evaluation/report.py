@@ -17,8 +17,7 @@ from mydecide.jsonl import write_jsonl
 from mydecide.records import QUESTION_TYPES
 
 if TYPE_CHECKING:
-    from mydecide.evaluation.rows import MetricRow
-    from mydecide.evaluation.run import Evaluation
+    from mydecide.evaluation.rows import Evaluation, MetricRow
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

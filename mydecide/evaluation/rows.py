@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,17 @@ class MetricRow:
     latency: float | None = None
     file: str = ""
     label: str = ""  # set label rows: the label
+
+
+@dataclass
+class Evaluation:
+    """Everything one evaluation produced: the report, the per-question predictions, the plot's data."""
+
+    report: dict[str, Any]
+    predictions: list[dict[str, Any]]
+    base_predictions: list[dict[str, Any]] | None = None
+    rows: list[MetricRow] = field(default_factory=list)  # calibrated rows of the model
+    raw_rows: list[MetricRow] | None = None  # the same at T = 1, when temperatures were given
 
 
 def question_rows(

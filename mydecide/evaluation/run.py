@@ -23,7 +23,6 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.report import write_outputs
-from mydecide.evaluation.rows import MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
+from mydecide.evaluation.rows import Evaluation, MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
 from mydecide.io import atomic_write_text, provenance
 from mydecide.manifest import split_beside
 from mydecide.modeling import adapter_disabled, has_adapter, load_model
@@ -88,17 +87,6 @@ def flip_flags(
         changed = int(np.argmax(z)) != int(np.argmax(logits[n]))
         flags[n] = bool(flags[n]) or changed
     return flags
-
-
-@dataclass
-class Evaluation:
-    """Everything one evaluation produced: the report, the per-question predictions, the plot's data."""
-
-    report: dict[str, Any]
-    predictions: list[dict[str, Any]]
-    base_predictions: list[dict[str, Any]] | None = None
-    rows: list[MetricRow] = field(default_factory=list)  # calibrated rows of the model
-    raw_rows: list[MetricRow] | None = None  # the same at T = 1, when temperatures were given
 
 
 def threshold_report(
