@@ -274,3 +274,30 @@ def test_the_overall_block_leaves_span_questions_to_their_own_row() -> None:
     assert with_spans["overall"] == alone["overall"]
     only_spans = fit_temperatures(spans, min_rows=10)  # nothing else: the overall block is theirs
     assert only_spans["overall"]["n"] == 40 and only_spans["overall"]["rows"] == 40 * 120
+
+
+@pytest.mark.parametrize("case", ["the dev file", "in the adapter", "in a prepare output", "a foreign file", "a dir"])
+def test_calibrate_refuses_an_out_it_would_not_own_before_loading_any_model(case: str, tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir()
+    dev = _records_file(tmp_path / "mine" / "dev.jsonl", n=4)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (tmp_path / "prep").mkdir()
+    (tmp_path / "prep" / "manifest.json").write_text("{}")
+    (tmp_path / "notes.json").write_text('{"mine": true}')
+    (tmp_path / "folder").mkdir()
+    out, message = {
+        "the dev file": (dev, "would overwrite the dev data"),
+        "in the adapter": (adapter / "temperatures.json", "is inside the adapter"),
+        "in a prepare output": (tmp_path / "prep" / "t.json", "is inside a prepare output"),
+        "a foreign file": (tmp_path / "notes.json", "exists and is not a temperatures.json written by calibrate"),
+        "a dir": (tmp_path / "folder", "is a directory"),
+    }[case]
+    before = {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    args = ["calibrate", "--model", str(tmp_path / "no-model"), "--adapter", str(adapter), "--data", str(dev)]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and str(out) in lines[0], lines
+    assert {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before

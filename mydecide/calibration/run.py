@@ -4,6 +4,8 @@ temperatures.json (``mydecide calibrate``). The fitting itself is :mod:`mydecide
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,6 +149,36 @@ def calibrate(
     return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit)
 
 
+def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
+    """Refuse, before any scoring, an ``--out`` that would replace what calibrate did not write (ValueError, one
+    line naming it): the dev data itself, a file inside a prepare output (a directory with a manifest.json) or inside
+    an adapter directory, an existing file that is not a temperatures.json, or a stray ``.recipe.yaml`` beside it."""
+    target = Path(os.path.realpath(out))
+    side = target.with_suffix(".recipe.yaml")
+    source = Path(os.path.realpath(data))
+    for path in (target, side):
+        if path == source or source in path.parents:
+            raise ValueError(f"{out}: would overwrite the dev data {data}; choose another --out")
+    if adapter is not None and Path(os.path.realpath(adapter)) in (target.parent, *target.parent.parents):
+        raise ValueError(f"{out}: is inside the adapter {adapter}, which calibrate must not change; choose --out")
+    folder = target.parent
+    if (folder / "adapter_config.json").is_file():
+        raise ValueError(f"{out}: is inside an adapter directory ({folder}); choose another --out")
+    if (folder / MANIFEST).is_file():
+        raise ValueError(f"{out}: is inside a prepare output ({folder}); choose another --out")
+    if target.is_dir():
+        raise ValueError(f"{out}: is a directory; give the temperatures file's path (e.g. {out}/temperatures.json)")
+    if target.exists():
+        try:
+            written = json.loads(target.read_text(encoding="utf-8")).get("format")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            written = None
+        if written != TEMPERATURES_FORMAT:
+            raise ValueError(f"{out}: exists and is not a temperatures.json written by calibrate; choose another --out")
+    elif side.exists():
+        raise ValueError(f"{side}: exists beside --out {out}, which calibrate did not write; choose another --out")
+
+
 def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bool = True) -> dict:
     """``mydecide calibrate``: refuse a training split, score the dev file, fit, write temperatures.json.
 
@@ -158,6 +190,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     if not data.exists():
         raise FileNotFoundError(f"{data}: no such data file or split directory")
     check_calibration_data(data, force)
+    check_temperatures_out(Path(recipe.out), data, recipe.adapter)
     records = load_records(data)
     if recipe.limit is not None:
         records = records[: recipe.limit]
