@@ -51,6 +51,16 @@ def _umask() -> int:
     return umask
 
 
+def foreign_entries(directory: Path, owned: Collection[str] = ()) -> list[str]:
+    """The names in ``directory`` that are not ``owned``, sorted; hidden ``*.tmp`` leftovers of an interrupted atomic
+    write are never counted (``owned=()``: every entry but those)."""
+    return sorted(
+        p.name
+        for p in directory.iterdir()
+        if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp"))
+    )
+
+
 @contextmanager
 def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Path]:
     """A new directory beside ``target`` to fill; when the block ends without error it replaces ``target`` whole.
@@ -63,11 +73,7 @@ def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Pat
     if target.exists():
         if not target.is_dir():
             raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", str(target))
-        foreign = sorted(
-            p.name
-            for p in target.iterdir()
-            if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp"))
-        )
+        foreign = foreign_entries(target, owned)
         if foreign:
             raise FileExistsError(
                 f"{target}: holds {', '.join(foreign[:5])}, which this command did not write; "

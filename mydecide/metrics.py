@@ -94,6 +94,11 @@ class ReliabilityBins(NamedTuple):
     accuracy: np.ndarray  # (bins,) fraction correct in the bin, NaN when empty
 
 
+def _bin_index(confidence: np.ndarray, bins: int) -> np.ndarray:
+    """The bin of each confidence among ``bins`` equal-width bins [b/bins, (b+1)/bins); 1.0 falls in the last."""
+    return np.clip(np.floor(confidence * bins).astype(int), 0, bins - 1)
+
+
 def reliability_bins(probs: Rows, targets: Rows, bins: int = 10) -> ReliabilityBins:
     """Bin rows by their top probability into ``bins`` equal-width bins [b/bins, (b+1)/bins).
 
@@ -104,7 +109,7 @@ def reliability_bins(probs: Rows, targets: Rows, bins: int = 10) -> ReliabilityB
         raise ValueError(f"bins must be >= 1, got {bins}")
     confidence, predicted, gold = _gold_and_predicted(probs, targets)
     correct = (predicted == gold).astype(float)
-    index = np.clip(np.floor(confidence * bins).astype(int), 0, bins - 1)  # (N,)
+    index = _bin_index(confidence, bins)  # (N,)
     count = np.bincount(index, minlength=bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_conf = np.bincount(index, weights=confidence, minlength=bins) / count
@@ -135,7 +140,7 @@ def ece_band(probs: Rows, bins: int = 10, draws: int = ECE_BAND_DRAWS, seed: int
     if not len(probs):
         raise ValueError("no rows to score: the metrics need at least one question")
     confidence = np.array([float(np.max(np.asarray(q, dtype=float))) for q in probs])  # (N,)
-    index = np.clip(np.floor(confidence * bins).astype(int), 0, bins - 1)
+    index = _bin_index(confidence, bins)  # ECE's own bins (reliability_bins)
     counts = np.bincount(index, minlength=bins).astype(float)  # (bins,)
     conf_sum = np.bincount(index, weights=confidence, minlength=bins)  # (bins,)
     rng = np.random.default_rng(seed)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mydecide.config import CalibrateRecipe
-from mydecide.metrics import ece, log_loss
+from mydecide.metrics import ece, ece_band, log_loss
 from mydecide.records import QUESTION_TYPES
 from mydecide.scoring.probabilities import answer_rows, softmax
 
@@ -86,13 +86,16 @@ def fit_temperature(logits: Sequence[np.ndarray], targets: Sequence[np.ndarray],
     log T, and searching in log space treats T and 1/T symmetrically). ``smooth=False`` fits the raw targets
     (perfectly separable rows then push T to the lower bound). Raises ValueError on empty or malformed input.
     """
+    return _fit_padded(*_padded(logits, targets), smooth=smooth)
+
+
+def _fit_padded(z_pad: np.ndarray, y_pad: np.ndarray, *, smooth: bool = True) -> float:
+    """:func:`fit_temperature` on rows already padded by ``_padded``."""
     from scipy.optimize import minimize_scalar
 
-    z_pad, y_pad = _padded(logits, targets)
-    if smooth:
-        y_pad = platt_targets(z_pad, y_pad)
+    fit_to = platt_targets(z_pad, y_pad) if smooth else y_pad
     result = minimize_scalar(
-        lambda log_t: _mean_log_loss(z_pad, y_pad, math.exp(log_t)),
+        lambda log_t: _mean_log_loss(z_pad, fit_to, math.exp(log_t)),
         bounds=LOG_T_BOUNDS,
         method="bounded",
         options={"xatol": 1e-6},
@@ -108,8 +111,8 @@ def checked_temperature(
     The fit minimises a smoothed loss, so on the real targets it can end above T = 1's dev log loss: then it is not
     used (T = 1 is kept, and the reason says both log losses) unless ``keep_fit``. The dev log loss of the
     temperature returned is therefore never above T = 1's."""
-    fitted = fit_temperature(logits, targets)
     z_pad, y_pad = _padded(logits, targets)
+    fitted = _fit_padded(z_pad, y_pad)
     at_one, at_fit = _mean_log_loss(z_pad, y_pad, 1.0), _mean_log_loss(z_pad, y_pad, fitted)
     if at_fit < at_one or math.isclose(fitted, 1.0, rel_tol=1e-9):
         return fitted, fitted, None
@@ -183,8 +186,6 @@ def _fit_summary(
     """Counts and dev log loss / ECE (with the ECE band of a calibrated model for that many rows, see
     ``metrics.ece_band``) at T = 1 and at ``temperature`` for these rows; ``fitted``: what the fit gave, when it
     differs from the temperature used."""
-    from mydecide.metrics import ece_band
-
     logits = [z for z, _ in rows]
     targets = [y for _, y in rows]
     before = _calibrated(logits, 1.0)
@@ -284,8 +285,6 @@ def fit_temperatures(
     before = _calibrated([z for z, _ in all_rows], 1.0)
     row_temperatures = [table(qtype, k) for qtype, k, zs, ys in pooled for _ in answer_rows(qtype, zs, ys, logits=True)]
     after = _calibrated([z for z, _ in all_rows], row_temperatures)
-    from mydecide.metrics import ece_band
-
     overall = {
         "n": len(pooled),
         "rows": len(all_rows),

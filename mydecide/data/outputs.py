@@ -12,7 +12,7 @@ from typing import Any
 from mydecide.config import DataRecipe, OutputConfig, dump_recipe
 from mydecide.data import dedup
 from mydecide.data.ledger import Ledger, Row
-from mydecide.io import atomic_write_text, provenance, staged_directory
+from mydecide.io import atomic_write_text, foreign_entries, provenance, staged_directory
 from mydecide.jsonl import json_line, write_jsonl
 from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, read_manifest, split_dir, write_manifest
 
@@ -124,7 +124,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
             )
     if not target.is_dir():
         return  # absent (made new) or not a directory (staged_directory says so)
-    present = sorted(p.name for p in target.iterdir() if not (p.name.startswith(".") and p.name.endswith(".tmp")))
+    present = foreign_entries(target)
     if not present:
         return
     try:
@@ -139,8 +139,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
             f"{out}: holds {', '.join(present[:5])} but no manifest.json of an earlier prepare: these are not its "
             "outputs to replace; choose an empty or new output directory"
         )
-    owned = {*OUTPUT_FILES, *earlier_outputs(target)}
-    foreign = [name for name in present if name not in owned]
+    foreign = foreign_entries(target, {*OUTPUT_FILES, *earlier_outputs(target)})
     if foreign:
         raise ValueError(
             f"{out}: holds {', '.join(foreign[:5])}, which this command did not write; choose an empty or new "
