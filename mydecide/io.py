@@ -1,8 +1,10 @@
-"""Atomic file and directory writes, file digests, and run provenance (package versions, git commit)."""
+"""Atomic file and directory writes, directory locks, file digests, and run provenance (package versions, git
+commit)."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -118,6 +120,49 @@ def _swap(new: Path, target: Path) -> None:
     os.rename(new, target)
     os.rename(aside / target.name, new)
     aside.rmdir()
+
+
+class DirectoryBusy(RuntimeError):
+    """Another process holds the lock of a run or output directory."""
+
+
+@contextmanager
+def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
+    """Hold an advisory lock on ``directory`` for the block, so that a second process that writes there fails at
+    once with one line naming the holder's pid instead of interleaving with the first.
+
+    The lock is a hidden file beside the directory (``.NAME.lock``: prepare swaps its output directory whole, so a
+    lock inside it would be swapped away), locked with ``flock`` and so released by the kernel however the holder
+    ends, kill -9 included. A lock file whose holder has gone is simply taken over. The file is removed on release;
+    a process that opened it just before is told apart by the inode check below and tries again.
+    """
+    target = Path(os.path.realpath(directory))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path = target.parent / f".{target.name}.lock"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "?"
+            os.close(fd)
+            raise DirectoryBusy(
+                f"{directory}: in use by another process ({holder}); wait for it to end or choose another directory"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False  # the previous holder removed the file between our open and our lock
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"mydecide {command}, pid {os.getpid()}".encode(), 0)
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still locked, so no one else can hold this inode by then
+        os.close(fd)
 
 
 def sha256_file(path: str | Path) -> str:

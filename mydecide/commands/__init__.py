@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import typer
 
 from mydecide.config import RecipeError
+from mydecide.io import DirectoryBusy
 from mydecide.records import RecordError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,6 +56,7 @@ def friendly_errors(fn: F) -> F:
             IsADirectoryError,
             RecipeError,
             RecordError,
+            DirectoryBusy,
             ValueError,
         ) as err:
             if isinstance(err, typer.Exit):

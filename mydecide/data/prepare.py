@@ -32,6 +32,7 @@ from mydecide.data.ledger import (
 )
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
 from mydecide.data.sources import UnknownSourceError, load_source
+from mydecide.io import directory_lock
 from mydecide.records import RecordError, parse_record
 
 Log = Callable[[str], None]
@@ -101,24 +102,25 @@ def prepare(
     engine = engine or LocalEngine()
     out = Path(out if out is not None else recipe.out)
     check_output_dir(out, recipe)  # before any work: what prepare would replace must be its own
-    say = log or (lambda _message: None)
-    ledger = Ledger()
+    with directory_lock(out, "prepare"):  # a second prepare into the same --out stops here, naming this one
+        say = log or (lambda _message: None)
+        ledger = Ledger()
 
-    rows = convert_and_validate(recipe.sources, ledger, progress)
-    rows = exact_dedup(rows, recipe, ledger)
-    rows = near_dedup(rows, recipe, ledger, progress, engine)
-    rows = decontaminate(rows, recipe, ledger, progress, engine)
-    rows = cap_per_task(rows, recipe, ledger)
-    splits = split_rows(rows, recipe, ledger)
-    splits["train"] = augment_train(splits["train"], recipe, ledger)
+        rows = convert_and_validate(recipe.sources, ledger, progress)
+        rows = exact_dedup(rows, recipe, ledger)
+        rows = near_dedup(rows, recipe, ledger, progress, engine)
+        rows = decontaminate(rows, recipe, ledger, progress, engine)
+        rows = cap_per_task(rows, recipe, ledger)
+        splits = split_rows(rows, recipe, ledger)
+        splits["train"] = augment_train(splits["train"], recipe, ledger)
 
-    for step in ledger.steps:
-        say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {short_reasons(step)}")
-    manifest = build_manifest(recipe, ledger, splits)
-    check_conservation(manifest, ledger)
-    write_outputs(out, splits, ledger, manifest, recipe)
-    say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
-    return manifest
+        for step in ledger.steps:
+            say(f"{step['step']:<14} {step['in']:>8} in  {step['out']:>8} out  {short_reasons(step)}")
+        manifest = build_manifest(recipe, ledger, splits)
+        check_conservation(manifest, ledger)
+        write_outputs(out, splits, ledger, manifest, recipe)
+        say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
+        return manifest
 
 
 # ----------------------------------------------------------------------------------------------------- steps

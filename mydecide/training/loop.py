@@ -19,13 +19,14 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Collection
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior
-from mydecide.io import atomic_write_text, provenance
-from mydecide.manifest import SPLIT_FILES, split_digest, split_path
+from mydecide.io import atomic_write_text, directory_lock, provenance
+from mydecide.manifest import SPLIT_FILES, check_against_manifest, split_digest, split_path
 from mydecide.record_files import load_records
 from mydecide.records import Record
 from mydecide.training.checkpoints import check_resumable
@@ -43,8 +44,9 @@ def log(message: str) -> None:
 
 
 def prepared_data(data: str | None) -> Path:
-    """The `mydecide prepare` output directory named by ``data``; a missing one, a file (``DIR/train.jsonl``) or a
-    directory without train.jsonl and dev.jsonl is an error that says which."""
+    """The `mydecide prepare` output directory named by ``data``; a missing one, a file (``DIR/train.jsonl``), a
+    directory without train.jsonl and dev.jsonl, or one whose recipe.yaml is not the one its manifest records, is an
+    error that says which (the splits themselves are checked against the manifest as they are read)."""
     if data is None:
         raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
     path = Path(data)
@@ -66,6 +68,8 @@ def prepared_data(data: str | None) -> Path:
         raise FileNotFoundError(
             f"--data {path}: no {' or '.join(missing)} in it; it is not an output directory of `mydecide prepare`"
         )
+    if (path / "recipe.yaml").is_file():  # the data recipe is the run's record of how the data was made
+        check_against_manifest(path / "recipe.yaml")
     return path
 
 
@@ -158,7 +162,13 @@ def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
 def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection[str] = ()) -> Path:
     """Train a LoRA adapter as the recipe says; returns the run directory. ``resume`` continues the run in
     ``recipe.out`` from its newest readable checkpoint, if its recipe and data are the same but for
-    ``allow_change`` (see :data:`SAFE_CHANGES`)."""
+    ``allow_change`` (see :data:`SAFE_CHANGES`). The main process holds the run directory's lock throughout
+    (:func:`~mydecide.io.directory_lock`): a second ``train`` on the same ``--out`` stops with one line."""
+    with ExitStack() as held:
+        return _train(recipe, resume, allow_change, held)
+
+
+def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], held: ExitStack) -> Path:
     # What is cheap is checked first: the data directory, its records against the manifest, the run directory, and
     # only then the model's name (without converting the embedded default), all before torch is imported.
     from mydecide.modeling import resolve_model_path
@@ -224,6 +234,9 @@ def train(recipe: TrainRecipe, *, resume: bool = False, allow_change: Collection
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
     if is_main:
+        held.enter_context(directory_lock(run, "train"))
+        if resume:  # checked again under the lock: another run may have written a checkpoint since
+            check_resumable(run, recipe, data_sha256, allow_change)
         if run.exists() and not resume and any(run.iterdir()):
             raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)

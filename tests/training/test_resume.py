@@ -401,3 +401,25 @@ def test_unreadable_trainer_states_are_passed_over_and_named(tmp_path: Path) -> 
     named = [re.escape(str(folder / STATE_FILE)) for folder in (newer, older)]
     with pytest.raises(ValueError, match=f"no checkpoint could be read: {named[0]} .*; {named[1]}"):
         check_resumable(tmp_path / "run", recipe, {"train.jsonl": "a" * 64}, ())
+
+
+def test_a_second_train_on_a_held_run_stops_with_one_line_and_the_run_is_unchanged(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36, item 4: two `train --resume` on one run logged updates twice; the second now stops at the lock."""
+    import os
+
+    from mydecide.io import directory_lock
+
+    data = write_task(tmp_path.parent / "guard-data", 32, 8)
+    run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
+    before = {str(p): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    with directory_lock(run, "train"):  # what the first `train --resume` holds while it runs
+        code, output = cli_train(tiny_llama_dir, data, run, "--resume")
+    assert code == 2
+    line = one_error_line(output)
+    assert str(run) in line and f"pid {os.getpid()}" in line, line
+    assert {str(p): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+    assert not (run.parent / f".{run.name}.lock").exists()
+    code, output = cli_train(tiny_llama_dir, data, run, "--resume")  # the lock released: it resumes
+    assert code == 0, output
