@@ -1,18 +1,21 @@
 """Report rendering: report.md (readable tables of report.json) and reliability.png, and writing every output.
 
-Every file is written atomically (``mydecide.io``), so a crash never leaves half a report.
+Every file is written atomically (``mydecide.io``) into a staged directory that replaces ``--out`` whole, so a crash
+never leaves half a report; ``--out`` is checked before any work (:func:`check_report_dir`).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide import metrics
-from mydecide.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from mydecide.io import atomic_write_bytes, atomic_write_json, atomic_write_text, foreign_entries, staged_directory
 from mydecide.jsonl import write_jsonl
 from mydecide.records import QUESTION_TYPES
 
@@ -238,24 +241,82 @@ def plot_reliability(
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def write_outputs(evaluation: Evaluation, out_dir: str | Path) -> dict[str, Path]:
-    """predictions.jsonl (and base_predictions.jsonl), report.json, report.md, reliability.png in ``out_dir``."""
+REPORT_FORMAT = "mydecide.report/1"  # report.json's "format": how evaluate knows a directory it may replace
+OUTPUT_FILES = ("predictions.jsonl", "base_predictions.jsonl", "report.json", "report.md", "reliability.png")
+RECIPE_FILE = "recipe.yaml"
+
+
+def check_report_dir(out: str | Path, inputs: Sequence[tuple[str, str | None]]) -> None:
+    """Refuse, before any work, an ``--out`` that evaluate would replace but did not write (ValueError, one line):
+
+    * the working directory or a directory above it;
+    * one that holds any of ``inputs`` (``(option, path)`` pairs: the data files, the adapter, the temperatures);
+    * one that holds files but no report.json of an earlier evaluate (a prepare output, an adapter, your files);
+    * one that holds a file evaluate does not write (checked again when the outputs are swapped in)."""
+    target = Path(os.path.realpath(out))
+    here = Path(os.path.realpath(Path.cwd()))
+    if target == here or target in here.parents:
+        raise ValueError(f"--out {out}: is the working directory or above it, which evaluate replaces; choose --out")
+    for option, path in inputs:
+        if path is None:
+            continue
+        source = Path(os.path.realpath(path))
+        if source == target or target in source.parents:
+            raise ValueError(f"--out {out}: holds {option} {path}, and evaluate replaces it whole; choose --out")
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise NotADirectoryError(f"--out {out}: exists and is not a directory; choose another --out")
+    present = foreign_entries(target)
+    if not present:
+        return
+    if not _written_by_evaluate(target / "report.json"):
+        raise ValueError(
+            f"--out {out}: holds {', '.join(present[:5])} but no report.json of an earlier evaluate: these are not "
+            "its outputs to replace; choose an empty or new output directory"
+        )
+    foreign = foreign_entries(target, (*OUTPUT_FILES, RECIPE_FILE))
+    if foreign:
+        raise ValueError(
+            f"--out {out}: holds {', '.join(foreign[:5])}, which evaluate did not write; choose an empty or new "
+            "output directory"
+        )
+
+
+def _written_by_evaluate(path: Path) -> bool:
+    """report.json carries evaluate's format; one from before the format was written has its three sections."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if not isinstance(report, dict):
+        return False
+    return report.get("format") == REPORT_FORMAT or {"thresholds", "baselines", "provenance"} <= report.keys()
+
+
+def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str | None = None) -> dict[str, Path]:
+    """predictions.jsonl (and base_predictions.jsonl), report.json, report.md, reliability.png and the resolved
+    recipe.yaml, written into a new directory beside ``out_dir`` that then replaces it whole: a re-run that stops
+    half-way leaves the previous report or the new one, never a mix of two."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "predictions": out / "predictions.jsonl",
-        "report": out / "report.json",
-        "markdown": out / "report.md",
-        "plot": out / "reliability.png",
+    names = {
+        "predictions": "predictions.jsonl",
+        "report": "report.json",
+        "markdown": "report.md",
+        "plot": "reliability.png",
     }
-    write_jsonl(paths["predictions"], evaluation.predictions)
     if evaluation.base_predictions is not None:
-        paths["base_predictions"] = out / "base_predictions.jsonl"
-        write_jsonl(paths["base_predictions"], evaluation.base_predictions)
-    atomic_write_json(paths["report"], evaluation.report)
-    atomic_write_text(paths["markdown"], render_markdown(evaluation.report))
-    plot_reliability(evaluation.rows, paths["plot"], evaluation.raw_rows)
-    return paths
+        names["base_predictions"] = "base_predictions.jsonl"
+    with staged_directory(out, (*OUTPUT_FILES, RECIPE_FILE)) as staging:
+        write_jsonl(staging / names["predictions"], evaluation.predictions)
+        if evaluation.base_predictions is not None:
+            write_jsonl(staging / names["base_predictions"], evaluation.base_predictions)
+        atomic_write_json(staging / names["report"], {"format": REPORT_FORMAT, **evaluation.report})
+        atomic_write_text(staging / names["markdown"], render_markdown(evaluation.report))
+        plot_reliability(evaluation.rows, staging / names["plot"], evaluation.raw_rows)
+        if recipe_text is not None:
+            atomic_write_text(staging / RECIPE_FILE, recipe_text)
+    return {key: out / name for key, name in names.items()}
 
 
 def span_markdown(report: dict[str, Any]) -> list[str]:

@@ -34,9 +34,9 @@ from mydecide.calibration.temperatures import load_temperatures
 from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
-from mydecide.evaluation.report import write_outputs
+from mydecide.evaluation.report import check_report_dir, write_outputs
 from mydecide.evaluation.rows import Evaluation, MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
-from mydecide.io import atomic_write_text, provenance
+from mydecide.io import directory_lock, provenance
 from mydecide.manifest import split_beside
 from mydecide.modeling import adapter_disabled, has_adapter, load_model
 from mydecide.record_files import load_records
@@ -289,6 +289,11 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     load the model, evaluate, and write every output into ``recipe.out``."""
     if not recipe.data:
         raise ValueError("give the records to evaluate: --data FILE.jsonl [MORE.jsonl ...]")
+    inputs: list[tuple[str, str | None]] = [("--data", str(path)) for path in recipe.data]
+    inputs += [("--adapter", recipe.adapter), ("--temperatures", recipe.temperatures)]
+    if recipe.model is not None and Path(recipe.model).exists():  # a local model, not a hub name
+        inputs.append(("--model", recipe.model))
+    check_report_dir(recipe.out, inputs)
     records: list[Record] = []
     files: list[str] = []
     warnings: list[str] = []
@@ -307,6 +312,13 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
         print(f"[mydecide] warning: {warning}", file=sys.stderr)
     if recipe.temperatures is not None and not Path(recipe.temperatures).is_file():
         raise FileNotFoundError(f"{recipe.temperatures}: no such temperatures file")
+    with directory_lock(recipe.out, "evaluate"):  # a second evaluate into the same --out stops here, naming this one
+        return _evaluate(recipe, records, files, warnings, progress)
+
+
+def _evaluate(
+    recipe: EvalRecipe, records: list[Record], files: list[str], warnings: list[str], progress: bool
+) -> Evaluation:
     train = split_beside(recipe.data, "train")
     prior = LabelPrior.from_file(train) if train is not None else None
     model = load_model(
@@ -334,6 +346,5 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     report["warnings"] = warnings
     report["recipe"] = recipe.model_dump(mode="json")
     report["provenance"] = provenance()
-    write_outputs(evaluation, recipe.out)
-    atomic_write_text(Path(recipe.out) / "recipe.yaml", dump_recipe(recipe, report["provenance"]))
+    write_outputs(evaluation, recipe.out, dump_recipe(recipe, report["provenance"]))
     return evaluation
