@@ -439,7 +439,7 @@ class MergeRecipe(Strict):
     check_data: str | None = None  # records JSONL whose first questions are checked (unset: built-in samples)
     check_n: int = Field(16, ge=1)  # how many records of check_data to check
     device: str | None = None  # cpu, cuda, cuda:1 … (default: cuda when available)
-    overwrite: bool = False  # replace a non-empty out
+    overwrite: bool = False  # replace an earlier merge in out (never a directory merge did not write)
 
 
 RECIPE_COMMANDS.update(

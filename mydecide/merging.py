@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mydecide.io import atomic_write_json, provenance
+from mydecide.io import atomic_write_json, directory_lock, foreign_entries, provenance
 from mydecide.modeling import (
     ADAPTER_CONFIG,
     RENDER_CONFIG_FILE,
@@ -189,11 +190,54 @@ def merge_adapter(
         raise MergeError(f"dtype {dtype!r} is not one of {list(SAVE_DTYPES)}")
     if not (adapter / "adapter_config.json").is_file():
         raise MergeError(f"{adapter}: not a LoRA adapter directory (no adapter_config.json)")
-    if out.exists() and not out.is_dir():
-        raise MergeError(f"{out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise MergeError(f"{out}: already exists and is not empty (pass --overwrite to replace it)")
     model = model or base_model_of(adapter)
+    check_merge_out(out, [("--adapter", str(adapter)), ("--model", model)], overwrite)
+    with directory_lock(out, "merge"):
+        return _merge(model, adapter, out, dtype, tolerance, items, device, allow_other_base)
+
+
+def check_merge_out(out: Path, inputs: Sequence[tuple[str, str]], overwrite: bool) -> None:
+    """Refuse, before any work, an ``--out`` (or its ``.unverified`` twin) that merge would replace but did not write
+    (MergeError, one line): the working directory or above it, a directory that holds or sits inside an input (the
+    adapter, a local base model), and a non-empty directory without --overwrite or, with it, without an earlier
+    merge's merge_report.json. --overwrite replaces an earlier merge only, and says so."""
+    target = Path(os.path.realpath(out))
+    here = Path(os.path.realpath(Path.cwd()))
+    if target == here or target in here.parents:
+        raise MergeError(f"--out {out}: is the working directory or above it, which merge would replace; choose --out")
+    for option, path in inputs:
+        if not Path(path).exists():
+            continue  # a hub name
+        source = Path(os.path.realpath(path))
+        if source == target or target in source.parents or source in target.parents:
+            raise MergeError(f"--out {out}: holds or lies inside {option} {path}, which merge must not change")
+    for candidate in (target, target.with_name(target.name + ".unverified")):
+        if not candidate.exists():
+            continue
+        if not candidate.is_dir():
+            raise MergeError(f"{candidate}: exists and is not a directory; choose another --out")
+        if not foreign_entries(candidate):
+            continue
+        if not (candidate / REPORT_FILE).is_file():
+            raise MergeError(
+                f"{candidate}: holds {', '.join(foreign_entries(candidate)[:5])} but no {REPORT_FILE} of an earlier "
+                "merge: not merge's to replace; choose an empty or new --out"
+            )
+        if candidate == target and not overwrite:
+            raise MergeError(f"{out}: holds an earlier merge; pass --overwrite to replace it, or choose another --out")
+        print(f"[mydecide] merge replaces the earlier merge in {candidate}", file=sys.stderr)
+
+
+def _merge(
+    model: str,
+    adapter: Path,
+    out: Path,
+    dtype: str,
+    tolerance: float,
+    items: Sequence[tuple[Any, Question]] | None,
+    device: str | None,
+    allow_other_base: bool,
+) -> MergeReport:
     resolve_model_path(model)  # a wrong or unreachable name fails here, before torch is imported
     check_adapter(adapter)  # so does a damaged adapter
 

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         ),
         check_n: int | None = typer.Option(None, min=1, help="How many records of --check-data to check (default 16)."),
         device: Device = None,
-        overwrite: bool = typer.Option(False, help="Replace a non-empty --out."),
+        overwrite: bool = typer.Option(False, help="Replace an earlier merge in --out (nothing else)."),
     ) -> None:
         """Merge the adapter in float32, save a plain transformers directory, and check it answers the same."""
         options = {

@@ -126,7 +126,7 @@ def test_merge_refuses_a_non_empty_out_and_a_missing_adapter(
     result = CliRunner().invoke(
         app, ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir), "--out", str(tmp_path / "taken")]
     )
-    assert result.exit_code == 2 and "already exists and is not empty" in result.output
+    assert result.exit_code == 2 and "holds file but no merge_report.json of an earlier merge" in result.output
     result = CliRunner().invoke(app, ["merge", "--adapter", str(tmp_path), "--out", str(tmp_path / "m")])
     assert result.exit_code == 2 and "not a LoRA adapter directory" in result.output
 
