@@ -24,13 +24,14 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, RequestError, decode_body, parse_request
+from mydecide.serving.wire import Limits, RequestError, decode_body, parse_request, shorten
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel
@@ -58,7 +59,8 @@ class ApiError(Exception):
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    """Every error answer: ``{"error": message}``, the message cut to 300 characters whoever wrote it."""
+    return JSONResponse({"error": shorten(message)}, status_code=status, headers=headers)
 
 
 def public_name(name: str) -> str:
@@ -188,6 +190,13 @@ def create_app(
             405: f"method {request.method[:20]} is not allowed on {path}",
         }.get(err.status_code, str(err.detail))
         return error_response(err.status_code, message, getattr(err, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
+        """FastAPI's own answer would list every error with the input it got (a 100 kB value, echoed whole)."""
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return error_response(422, f"invalid request: {where}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(Exception)
     async def internal_error(_: Request, err: Exception) -> JSONResponse:

@@ -34,8 +34,30 @@ if TYPE_CHECKING:
     from mydecide.scoring.render import Prompt
 
 
+MAX_ERROR_CHARS = 300
+"""The longest error message a client gets: a message quoting a 100 kB key or value is cut (:func:`shorten`)."""
+
+
+def shorten(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message`` cut in the middle to at most ``limit`` characters.
+
+    A message names what is wrong at its start (the question, the field) and the rule at its end, with the client's
+    own text quoted in between; cutting the middle keeps both ends, and the marker says how much was left out.
+    """
+    if len(message) <= limit:
+        return message
+    marker_chars = len(" …[ characters cut]… ") + len(str(len(message)))
+    tail = limit // 4
+    head = limit - tail - marker_chars
+    return f"{message[:head]} …[{len(message) - head - tail} characters cut]… {message[-tail:]}"
+
+
 class RequestError(ValueError):
-    """A malformed request; the message names the question (when there is one) and the rule."""
+    """A malformed request; the message names the question (when there is one) and the rule, cut to
+    :data:`MAX_ERROR_CHARS` (``predict`` prints it and ``serve`` answers it: neither echoes a 100 kB key)."""
+
+    def __init__(self, message: str):
+        super().__init__(shorten(message))
 
 
 @dataclass(frozen=True)
@@ -145,7 +167,9 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
         raise RequestError("the request body must be a JSON object")
     unknown = set(body) - {"model", "state", "questions"}
     if unknown:
-        raise RequestError(f"unknown top-level key(s) {sorted(unknown)}")
+        shown = ", ".join(repr(k[:40]) + ("…" if len(k) > 40 else "") for k in sorted(unknown)[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise RequestError(f"unknown top-level key(s) [{shown}]{more}; the keys are model, state and questions")
     _check_unicode(body)
     model = body.get("model", "")
     if not isinstance(model, str):

@@ -295,3 +295,57 @@ def test_docs_list_every_limit_with_its_default() -> None:
         assert f"| `{name}` | {getattr(limits, name):,} |" in table, name
     assert f"| choice options | {limits.min_choice_options} to {limits.max_choice_options} |" in table
     assert f"| score levels | {limits.min_score_levels} to {limits.max_score_levels} |" in table
+
+
+# ------------------------------------------------------------------------------------ what an error echoes back
+
+BIG = "o" * 100_000
+LONG_ECHOES: list[tuple[str, bytes, int, str]] = [
+    ("top-level key", json.dumps({BIG: 1, **request(NOUL)}).encode(), 422, "unknown top-level key(s)"),
+    ("question key", json.dumps(request({**NOUL, BIG: 1})).encode(), 422, "question 'q' has unknown key(s)"),
+    ("type value", json.dumps(request({**NOUL, "type": BIG})).encode(), 422, "question 'q': type"),
+    (
+        "over value",
+        json.dumps(request({"type": "span", "instructions": "Which?", "criteria": ["A"], "over": BIG})).encode(),
+        422,
+        "but the state is plain text (it has no named parts)",
+    ),
+    (
+        "over value naming a missing part",
+        json.dumps(
+            request({"type": "span", "instructions": "Which?", "criteria": ["A"], "over": BIG}, state={"a": "x"})
+        ).encode(),
+        422,
+        "is not in the state; its text parts are ['a']",
+    ),
+    ("duplicate key", b'{"' + BIG.encode() + b'": 1, "' + BIG.encode() + b'": 2}', 400, "duplicate key"),
+]
+
+
+@pytest.mark.parametrize(("case", "raw", "status", "message"), LONG_ECHOES, ids=[c[0] for c in LONG_ECHOES])
+def test_an_error_quoting_a_100_kB_key_or_value_stays_short_and_names_the_problem(
+    client, case: str, raw: bytes, status: int, message: str
+) -> None:
+    r = post(client, raw)
+    assert r.status_code == status, (case, r.text[:300])
+    assert len(r.content) < 2_000, (case, len(r.content))
+    error = r.json()["error"]
+    assert message in error, (case, error)
+
+
+def test_a_validation_error_of_the_framework_is_short_too(model) -> None:
+    """No route of the app declares a parameter FastAPI validates, but one that did would not echo its input."""
+    from fastapi import Body
+
+    from mydecide.serving.app import create_app
+
+    app = create_app(model, warm_up=False)
+
+    @app.post("/probe")
+    async def probe(n: int = Body(embed=True)) -> dict[str, int]:
+        return {"n": n}
+
+    with TestClient(app) as c:
+        r = c.post("/probe", json={"n": BIG})
+    assert r.status_code == 422 and len(r.content) < 2_000, r.text[:300]
+    assert r.json()["error"].startswith("invalid request: body.n: "), r.json()
