@@ -5,8 +5,9 @@
 
 0. the Host header must be one of ``allowed_hosts`` (when given; against DNS rebinding) → 400, on every path;
 1. bearer-token check (when an API key is set; exactly one Authorization header; constant-time compare) → 401;
-2. body size: the Content-Length header, then the bytes actually received → 413;
-3. strict JSON decoding → 400; the wire-format rules and limits → 422 naming the question and the rule;
+2. body size: the Content-Length header, then the bytes actually received → 413; a compressed body or a charset
+   other than UTF-8 → 415;
+3. strict JSON decoding (UTF-8 only) → 400; the wire-format rules and limits → 422 naming the question and the rule;
 4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
 
 Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
@@ -106,8 +107,19 @@ def check_bearer(headers: list[str], api_key: str) -> None:
         raise ApiError(401, "invalid API key", challenge)
 
 
+def check_charset(content_type: str | None) -> None:
+    """Refuse (415) a ``Content-Type`` whose charset is not UTF-8: the body is read as UTF-8 whatever the header says,
+    so a client declaring another charset sends text the server would misread. No header, or no charset, is fine."""
+    for parameter in (content_type or "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"')
+        if name.strip().lower() == "charset" and charset.lower() != "utf-8":
+            raise ApiError(415, f"Content-Type charset {charset[:40]!r} is not accepted: send the JSON body as UTF-8")
+
+
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The request body, refused (413) as soon as it exceeds ``limit`` bytes, declared or received."""
+    """The request body, refused (413) as soon as it exceeds ``limit`` bytes, declared or received, and (415) when
+    its headers say it is compressed or not UTF-8."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.strip().isdigit():
@@ -118,6 +130,7 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding != "identity":
         raise ApiError(415, f"Content-Encoding {encoding[:40]!r} is not accepted: send the JSON body uncompressed")
+    check_charset(request.headers.get("content-type"))
 
     async def receive() -> bytes:
         body = bytearray()

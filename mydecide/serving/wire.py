@@ -114,13 +114,33 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+def utf8_text(raw: bytes) -> str:
+    """A body's bytes as text: UTF-8 and nothing else, without a byte order mark.
+
+    ``json.loads`` of bytes would guess: it reads UTF-16 and UTF-32 (with or without a byte order mark), skips a
+    UTF-8 one and lets encoded lone surrogates through. The wire format is plain UTF-8, so each of those is refused
+    here with what was sent, before any JSON is parsed.
+    """
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise RequestError("invalid JSON: the body starts with a UTF-8 byte order mark; send UTF-8 without one")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise RequestError("invalid JSON: the body starts with a UTF-16 or UTF-32 byte order mark; send UTF-8")
+    if b"\x00" in raw:  # a JSON text never holds a NUL byte, UTF-16 and UTF-32 ones hold many
+        raise RequestError("invalid JSON: the body holds NUL bytes (UTF-16 or UTF-32 text?); send UTF-8")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(f"invalid JSON: the body is not UTF-8 text (byte {err.start})") from None
+
+
 def decode_body(raw: bytes | str) -> Any:
     """Decode a request body as strict JSON (UTF-8, no duplicate keys, no NaN/Infinity, bounded nesting)."""
     import json
 
+    text = utf8_text(raw) if isinstance(raw, bytes) else raw
     try:
         return json.loads(
-            raw,
+            text,
             object_pairs_hook=unique_keys,
             parse_constant=_no_constant,
             parse_float=_finite_float,
@@ -130,8 +150,6 @@ def decode_body(raw: bytes | str) -> Any:
         raise RequestError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     except DuplicateKeyError as err:
         raise RequestError(f"invalid JSON: duplicate key {err.key!r}") from None
-    except UnicodeDecodeError:
-        raise RequestError("invalid JSON: the body is not UTF-8 text") from None
     except RecursionError:
         raise RequestError("invalid JSON: nested too deeply") from None
     except ValueError as err:

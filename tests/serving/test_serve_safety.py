@@ -169,3 +169,48 @@ def test_a_compressed_body_is_refused_and_long_paths_are_not_echoed(model) -> No
         r = c.get("/" + "a" * 10_000)
         assert r.status_code == 404 and len(r.json()["error"]) < 300
         assert c.post(URL, json=BODY, headers={"content-encoding": "identity"}).status_code == 200
+
+
+NOT_UTF8 = [
+    ("UTF-16 with a byte order mark", json.dumps(BODY).encode("utf-16"), "UTF-16 or UTF-32 byte order mark"),
+    ("UTF-16 without one", json.dumps(BODY).encode("utf-16-le"), "NUL bytes"),
+    ("UTF-32", json.dumps(BODY).encode("utf-32"), "UTF-16 or UTF-32 byte order mark"),
+    ("UTF-8 with a byte order mark", json.dumps(BODY).encode("utf-8-sig"), "UTF-8 byte order mark"),
+    ("Latin-1", json.dumps({**BODY, "state": "Café"}, ensure_ascii=False).encode("latin-1"), "not UTF-8 text"),
+    ("an encoded lone surrogate", b'{"state": "\xed\xa0\x80", "questions": {}}', "not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize(("case", "raw", "message"), NOT_UTF8, ids=[c[0] for c in NOT_UTF8])
+def test_a_body_that_is_not_plain_utf8_is_a_400(model, case: str, raw: bytes, message: str) -> None:
+    from mydecide.serving.app import create_app
+    from mydecide.serving.wire import RequestError, decode_body
+
+    with pytest.raises(RequestError, match="invalid JSON"):  # predict reads request files the same way
+        decode_body(raw)
+    with TestClient(create_app(model, warm_up=False)) as c:
+        r = c.post(URL, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, (case, r.text)
+    assert r.json()["error"].startswith("invalid JSON: ") and message in r.json()["error"], (case, r.json())
+
+
+def test_a_charset_other_than_utf8_is_a_415(model) -> None:
+    from mydecide.serving.app import create_app
+
+    raw = json.dumps(BODY).encode()
+    with TestClient(create_app(model, warm_up=False)) as c:
+        for content_type in (
+            "application/json; charset=utf-16",
+            "application/json;charset=latin-1",
+            "text/plain; charset=ascii",
+        ):
+            r = c.post(URL, content=raw, headers={"content-type": content_type})
+            assert r.status_code == 415, (content_type, r.text)
+            assert "charset" in r.json()["error"] and "UTF-8" in r.json()["error"], r.json()
+        for content_type in (
+            "application/json",
+            "application/json; charset=UTF-8",
+            'application/json; charset="utf-8"',
+        ):
+            assert c.post(URL, content=raw, headers={"content-type": content_type}).status_code == 200, content_type
+        assert c.post(URL, content=raw).status_code == 200  # no Content-Type at all: read as UTF-8 JSON
