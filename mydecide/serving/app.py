@@ -1,4 +1,5 @@
-"""The HTTP server: ``POST /v1/systemone`` (the Jev contract, docs/wire.md) and ``GET /health``.
+"""The HTTP server: ``POST /v1/systemone`` (the Jev contract, docs/wire.md) and ``GET /health``, each with or without
+a trailing slash (never a redirect).
 
 ``create_app`` builds a FastAPI app around one model, loaded in the app's lifespan (never at import), and one
 :class:`~mydecide.serving.batching.Scorer` thread that runs it. A request goes through, in order:
@@ -189,7 +190,16 @@ def create_app(
         finally:
             await asyncio.to_thread(scorer.stop)
 
-    app = FastAPI(title="mydecide", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    # every route answers with and without a trailing slash; no redirect: a client following a 307 for a POST must
+    # send its body again, and many do not (or turn it into a GET)
+    app = FastAPI(
+        title="mydecide",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
+    )
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, err: ApiError) -> JSONResponse:
@@ -242,6 +252,7 @@ def create_app(
             )
 
     @app.get("/health")
+    @app.get("/health/")
     async def health(request: Request) -> dict[str, Any]:
         scorer: Scorer = request.app.state.scorer
         return {
@@ -254,6 +265,7 @@ def create_app(
         }
 
     @app.post(ENDPOINT)
+    @app.post(ENDPOINT + "/")
     async def systemone(request: Request) -> JSONResponse:
         if api_key:
             check_bearer(request.headers.getlist("authorization"), api_key)

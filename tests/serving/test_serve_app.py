@@ -345,6 +345,21 @@ def test_unknown_route_and_wrong_method_answer_json_errors(client) -> None:
     assert r.status_code == 404 and "POST /v1/systemone" in r.json()["error"]
 
 
+def test_a_trailing_slash_is_the_same_endpoint_not_a_redirect(client) -> None:
+    """A 307 would make the client send its POST body again (or drop it): both spellings answer the same."""
+    body = {"state": STATE, "questions": {"q": NOUL}}
+    plain, slashed = post(client, body), client.post(URL + "/", json=body, follow_redirects=False)
+    assert plain.status_code == slashed.status_code == 200, slashed.text
+    assert slashed.json() == plain.json()
+    assert client.post(URL + "/", content=b"{").status_code == 400  # the same checks, too
+    health = client.get("/health/", follow_redirects=False)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    r = client.get(URL + "/", follow_redirects=False)
+    assert r.status_code == 405 and "GET is not allowed" in r.json()["error"]
+    r = client.post(URL + "//", content=b"{}", follow_redirects=False)
+    assert r.status_code == 404 and "POST /v1/systemone" in r.json()["error"]
+
+
 def test_a_full_queue_answers_503(model) -> None:
     from mydecide.serving.app import create_app
 
