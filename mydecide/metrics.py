@@ -85,6 +85,58 @@ def rps(probs: Rows, targets: Rows) -> float:
     return float(np.mean(values))
 
 
+def ordinal_summary(probs: Rows, targets: Rows) -> dict[str, Any]:
+    """What score questions (ordered levels, lowest first) need beyond accuracy, with levels as indices 0 … K−1:
+
+    * ``mae``: mean |E_q[level] − gold level|, in levels (soft targets: their expected level);
+    * ``spearman``: Spearman ρ between the expected level and the gold level (None when either is constant);
+    * ``within_one``: the share whose most probable level is at most one level from the gold one;
+    * ``rps`` and ``rps_skill`` = 1 − RPS / RPS of the base rate (each K's level frequencies in these rows, which
+      knows the answers' spread but nothing of any state): above 0 the model's states tell it something;
+    * ``threshold_ece``: the binary ECE of each P(Y ≥ k) against 1[y ≥ k], averaged over k = 1 … K−1, with
+      ``threshold_ece_band`` the same average of :func:`ece_band` (what a calibrated model would show);
+    * ``unimodal_share``: the share of predicted distributions that rise to one peak and then fall.
+    """
+    probs, targets = _as_rows(probs, targets)
+    level_of = [np.arange(len(q), dtype=float) for q in probs]
+    expected = np.array([float(lv @ q) for lv, q in zip(level_of, probs, strict=True)])
+    gold = np.array([float(lv @ y) for lv, y in zip(level_of, targets, strict=True)])
+    _, predicted, gold_index = _gold_and_predicted(probs, targets)
+    spearman = None
+    if len(probs) > 1 and np.ptp(expected) > 0 and np.ptp(gold) > 0:
+        from scipy.stats import spearmanr
+
+        spearman = float(spearmanr(expected, gold).statistic)
+    base_rate = {k: np.mean([y for y in targets if len(y) == k], axis=0) for k in {len(y) for y in targets}}
+    model_rps = rps(probs, targets)
+    reference_rps = rps([base_rate[len(y)] for y in targets], targets)
+    thresholds = [
+        [(float(q[k:].sum()), float(y[k:].sum())) for q, y in zip(probs, targets, strict=True) if len(q) > k]
+        for k in range(1, max(len(q) for q in probs))
+    ]
+    binary = [
+        ([np.array([p, 1.0 - p]) for p, _ in pairs], [np.array([t, 1.0 - t]) for _, t in pairs]) for pairs in thresholds
+    ]
+    return {
+        "n": len(probs),
+        "mae": float(np.mean(np.abs(expected - gold))),
+        "spearman": spearman,
+        "within_one": float(np.mean(np.abs(predicted - gold_index) <= 1)),
+        "rps": model_rps,
+        "rps_skill": 1.0 - model_rps / reference_rps if reference_rps > 0 else None,
+        "threshold_ece": float(np.mean([ece(q, y) for q, y in binary])) if binary else None,
+        "threshold_ece_band": float(np.mean([ece_band(q) for q, _ in binary])) if binary else None,
+        "unimodal_share": float(np.mean([unimodal(q) for q in probs])),
+    }
+
+
+def unimodal(q: np.ndarray, tolerance: float = 1e-9) -> bool:
+    """Whether ``q`` never rises again once it has fallen (ties within ``tolerance`` are flat)."""
+    steps = np.diff(np.asarray(q, dtype=float))
+    falls = np.flatnonzero(steps < -tolerance)
+    return not falls.size or not bool(np.any(steps[falls[0] :] > tolerance))
+
+
 class ReliabilityBins(NamedTuple):
     """Per-bin statistics of the top probability, for ECE and reliability diagrams."""
 

@@ -216,6 +216,17 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
     soft = np.mean([p["target"][max(p["probabilities"], key=p["probabilities"].get)] for p in scores])
     assert report["score"]["n_soft"] == 3 and report["score"]["soft_accuracy"] == pytest.approx(soft)
     assert report["score"]["rps"] is not None and report["choice"]["rps"] is None
+    from mydecide.metrics import ordinal_summary
+
+    ordinal = ordinal_summary(
+        [np.array(list(p["probabilities"].values())) for p in scores],
+        [np.array(list(p["target"].values())) for p in scores],
+    )
+    assert report["score"]["ordinal"] == pytest.approx(ordinal) and "ordinal" not in report["choice"]
+    assert report["score"]["ordinal"]["rps"] == pytest.approx(report["score"]["rps"])
+    markdown = (out / "report.md").read_text()
+    assert "## Score questions" in markdown and "| task urgency |" in markdown
+    assert "score (ordinal)              MAE" in result.output
     assert report["set"]["n"] == 6 and report["set"]["questions"] == 3
 
     # baselines: the base model is the same weights with the adapter disabled; majority from train.jsonl

@@ -207,3 +207,76 @@ def test_the_ece_band_is_what_a_calibrated_model_reaches_on_that_many_rows() -> 
     many = ece_band([np.array([0.4, 0.3, 0.3])] * 1000)
     assert few > 2 * many > 0
     assert ece_band([np.array([1.0, 0.0])] * 10) == 0.0  # certain and calibrated: no room for an error
+
+
+# ------------------------------------------------------------------------------------------ ordinal (score) metrics
+
+
+def _one_hot(level: int, k: int) -> np.ndarray:
+    y = np.zeros(k)
+    y[level] = 1.0
+    return y
+
+
+def test_ordinal_summary_of_a_perfect_model_and_of_the_base_rate() -> None:
+    from mydecide.metrics import ordinal_summary
+
+    golds = [0, 1, 2, 2, 4, 3, 1, 0]
+    targets = [_one_hot(g, 5) for g in golds]
+    perfect = ordinal_summary(targets, targets)
+    assert perfect["mae"] == 0.0 and perfect["spearman"] == pytest.approx(1.0) and perfect["within_one"] == 1.0
+    assert perfect["rps"] == 0.0 and perfect["rps_skill"] == 1.0 and perfect["threshold_ece"] == 0.0
+    assert perfect["unimodal_share"] == 1.0 and perfect["n"] == 8
+    base_rate = np.mean(targets, axis=0)
+    flat = ordinal_summary([base_rate] * len(targets), targets)
+    assert flat["rps_skill"] == pytest.approx(0.0, abs=1e-12)
+    assert flat["spearman"] is None  # one expected level for every question: no ranking to correlate
+
+
+def test_ordinal_summary_by_hand() -> None:
+    from mydecide.metrics import ordinal_summary
+
+    # question 1: E = 0.5, gold 2 (MAE 1.5; argmax 0 is two levels off); question 2: E = 1.4, gold 1 (MAE 0.4)
+    probs = [np.array([0.5, 0.5, 0.0]), np.array([0.1, 0.4, 0.5])]
+    targets = [_one_hot(2, 3), _one_hot(1, 3)]
+    out = ordinal_summary(probs, targets)
+    assert out["mae"] == pytest.approx((1.5 + 0.4) / 2)
+    assert out["within_one"] == 0.5
+    assert out["spearman"] == pytest.approx(-1.0)  # the higher expected level has the lower gold level
+    # RPS: q1 cumulatives (0.5, 1) vs (0, 0) → (0.25 + 1) / 2; q2 (0.1, 0.5) vs (0, 1) → (0.01 + 0.25) / 2
+    assert out["rps"] == pytest.approx(((0.25 + 1.0) / 2 + (0.01 + 0.25) / 2) / 2)
+
+
+def test_threshold_ece_of_a_model_sure_of_the_top_level_when_levels_are_uniform() -> None:
+    from mydecide.metrics import ordinal_summary
+
+    targets = [_one_hot(g, 3) for g in (0, 1, 2) * 10]
+    sure = [np.array([0.0, 0.0, 1.0])] * 30
+    # P(Y ≥ 1) = 1 where 2/3 are ≥ 1 (ECE 1/3); P(Y ≥ 2) = 1 where 1/3 are (ECE 2/3): the mean is 1/2
+    assert ordinal_summary(sure, targets)["threshold_ece"] == pytest.approx(0.5)
+
+
+def test_threshold_ece_band_tells_a_calibrated_ordinal_model_from_an_overconfident_one() -> None:
+    from mydecide.metrics import ordinal_summary
+
+    rng = np.random.default_rng(3)
+    inside = {"calibrated": 0, "overconfident": 0}
+    for _trial in range(40):
+        probs = [rng.dirichlet(np.ones(5)) for _ in range(300)]
+        targets = [_one_hot(int(rng.choice(5, p=q)), 5) for q in probs]  # levels drawn from the model itself
+        sharp = [q**2 / np.sum(q**2) for q in probs]  # the same answers, said with more confidence
+        for name, predicted in (("calibrated", probs), ("overconfident", sharp)):
+            out = ordinal_summary(predicted, targets)
+            inside[name] += out["threshold_ece"] <= out["threshold_ece_band"]
+    assert inside["calibrated"] >= 32  # each threshold's band is a 90th percentile; their mean is inside more often
+    assert inside["overconfident"] <= 4
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [([0.1, 0.5, 0.4], True), ([0.4, 0.1, 0.5], False), ([0.3, 0.3, 0.4], True), ([0.5, 0.2, 0.2, 0.1], True)],
+)
+def test_unimodal(q: list[float], expected: bool) -> None:
+    from mydecide.metrics import unimodal
+
+    assert unimodal(np.array(q)) is expected

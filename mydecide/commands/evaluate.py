@@ -60,6 +60,14 @@ def summary(report: dict[str, Any]) -> list[str]:
     lines = ["overall"]
     names = ("all", "choice", "noul", "score", "set", "span")
     lines += [line(name, report[name]) for name in names if report.get(name, {}).get("n")]  # a type may be absent
+    ordinal = report.get("score", {}).get("ordinal")
+    if ordinal:
+        lines.append(
+            f"  score (ordinal)              MAE {_number(ordinal['mae'])}  ρ {_number(ordinal['spearman'])}  "
+            f"within one {_number(ordinal['within_one'])}  RPS skill {_number(ordinal['rps_skill'])}  "
+            f"threshold ECE {_number(ordinal['threshold_ece'])} (calibrated: up to "
+            f"{_number(ordinal['threshold_ece_band'])})"
+        )
     base = report.get("baselines", {}).get("base_model", {}).get("span", {})
     for name, spans in (("model", report.get("span", {}).get("spans")), ("base model", base.get("spans"))):
         if spans:

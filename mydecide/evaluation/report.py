@@ -111,6 +111,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
 
     lines += span_markdown(report)
+    lines += ordinal_markdown(report)
     lines += ["## Baselines", ""]
     side: dict[str, dict[str, Any]] = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""): report["all"]}
     if report.get("uncalibrated"):
@@ -317,6 +318,48 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str 
         if recipe_text is not None:
             atomic_write_text(staging / RECIPE_FILE, recipe_text)
     return {key: out / name for key, name in names.items()}
+
+
+ORDINAL_COLUMNS = (
+    ("n", "n"),
+    ("rps", "RPS"),
+    ("rps_skill", "RPS skill"),
+    ("mae", "MAE (levels)"),
+    ("spearman", "Spearman ρ"),
+    ("within_one", "within one"),
+    ("threshold_ece", "threshold ECE"),
+    ("threshold_ece_band", "if calibrated (p90)"),
+    ("unimodal_share", "unimodal"),
+)
+
+
+def ordinal_markdown(report: dict[str, Any]) -> list[str]:
+    """report.md's "Score questions" section: the ordinal metrics of the model beside T = 1, the base model and the
+    majority prior, then per task (nothing when the report has no score questions)."""
+    if not report.get("score", {}).get("ordinal"):
+        return []
+    baselines = report.get("baselines", {})
+    sides = {"model" + (" (calibrated)" if report.get("uncalibrated") else ""): report["score"]}
+    if report.get("uncalibrated"):
+        sides["model, T = 1"] = report["uncalibrated"]["score"]
+    if "base_model" in baselines:
+        sides["base model (no adapter)"] = baselines["base_model"]["score"]
+    if "majority" in baselines:
+        sides[f"majority ({baselines['majority']['source']})"] = baselines["majority"]["score"]
+    sides |= {f"task {task}": b for task, b in report["by_task"].items() if b.get("ordinal")}
+    header = ["", "accuracy", *(label for _, label in ORDINAL_COLUMNS)]
+    rows = [
+        [name, b.get("accuracy"), *(b["ordinal"].get(key) for key, _ in ORDINAL_COLUMNS)]
+        for name, b in sides.items()
+        if b.get("ordinal")
+    ]
+    lines = ["## Score questions", ""]
+    lines += [
+        "Levels lowest first, counted 0 … K−1. RPS skill is against each K's level frequencies in these questions; "
+        "threshold ECE is the ECE of every P(level ≥ k), averaged over k.",
+        "",
+    ]
+    return lines + _table(header, rows)
 
 
 def span_markdown(report: dict[str, Any]) -> list[str]:

@@ -140,6 +140,9 @@ def block(rows: Sequence[MetricRow]) -> dict[str, Any]:
     set_rows = [r for r in rows if r.qtype == "set"]
     if set_rows:
         out.update(set_metrics(set_rows))
+    score_rows = [r for r in rows if r.qtype == "score"]
+    if score_rows:
+        out["ordinal"] = metrics.ordinal_summary([r.probs for r in score_rows], [r.target for r in score_rows])
     return {key: out.get(key) for key in METRIC_KEYS} | {k: v for k, v in out.items() if k not in METRIC_KEYS}
 
 
