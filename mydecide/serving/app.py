@@ -33,7 +33,7 @@ from starlette.requests import ClientDisconnect
 
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, RequestError, decode_body, parse_request, shorten
+from mydecide.serving.wire import Limits, RequestError, check_span_floor, decode_body, parse_request, shorten
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel
@@ -274,8 +274,10 @@ def create_app(
             body = decode_body(raw)
         except RequestError as err:
             raise ApiError(400, str(err)) from None
+        renderer = request.app.state.scorer.model.renderer
         try:
-            parsed = parse_request(body, limits, request.app.state.scorer.model.renderer.form)
+            parsed = parse_request(body, limits, renderer.form)
+            check_span_floor(parsed, renderer.config.span, limits)  # here, so it never waits in the scorer's queue
         except RequestError as err:
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)

@@ -25,13 +25,13 @@ from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
 from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
-from mydecide.spans import merge_spans, state_part
+from mydecide.spans import merge_spans, state_part, words
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mydecide.modeling import LoadedModel
-    from mydecide.scoring.render import Prompt
+    from mydecide.scoring.render import Prompt, SpanWindows
 
 
 MAX_ERROR_CHARS = 300
@@ -361,8 +361,11 @@ def render_request(
 
     With ``limits``, raises :class:`RequestError` when one prompt holds more than ``max_prompt_tokens`` tokens, or
     all of them more than ``max_input_tokens`` (the state prefix once plus every prompt's suffix, whatever
-    ``shared_prefix``), naming the question.
+    ``shared_prefix``), naming the question; span questions that cannot fit are refused before their text is
+    tokenised (:func:`check_span_floor`).
     """
+    if limits is not None:
+        check_span_floor(request, model.renderer.config.span, limits)
     names = [name for name, q in request.questions.items() if q.type != "span"]
     items = [(request.state, request.questions[name]) for name in names]
     spans = {
@@ -455,6 +458,34 @@ def span_answer(part: str, question: Question, probs: np.ndarray) -> dict[str, A
         "noul": float(probs.max()) if len(probs) else 0.0,
         "spans": merge_spans(part, [float(p) for p in probs], question.options),
     }
+
+
+def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> None:
+    """Refuse span questions whose text alone cannot fit in ``max_input_tokens``, without tokenising anything.
+
+    :func:`span_layout` tokenises a span question's text word by word, each word on its own, and puts every word in
+    at least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
+    with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
+    so words × sequences is the fewest tokens :func:`_check_span_limits` can count, whatever the tokenizer and however
+    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the limit on that
+    count would be refused by the exact check anyway, after tokenising the whole text (a second or more of the
+    scorer's time for 100,000 characters); one under it is left to the exact check.
+    """
+    per_word = 2 if span.echo else 1
+    counts = {
+        name: (len(words(state_part(request.state, q.over))), 1 if span.read == "head" else q.k)
+        for name, q in request.questions.items()
+        if q.type == "span"
+    }
+    floor = sum(n_words * sequences * per_word for n_words, sequences in counts.values())
+    if floor > limits.max_input_tokens:
+        name = max(counts, key=lambda n: counts[n][0] * counts[n][1])
+        n_words, sequences = counts[name]
+        raise RequestError(
+            f"the request's span questions hold at least {floor} tokens, over the limit of {limits.max_input_tokens} "
+            f"input tokens (every word of a span question's text is at least one token in each sequence that reads "
+            f"it: question {name!r} has {n_words} words, read in {sequences * per_word} sequence(s) each)"
+        )
 
 
 def _check_span_limits(spans: dict[str, SpanLayout], limits: Limits) -> None:

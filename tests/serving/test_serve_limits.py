@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mydecide.scoring.render import SpanWindows
 from mydecide.serving.wire import Limits, RequestError, parse_request
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
@@ -41,8 +42,8 @@ def client(model):
 @pytest.fixture
 def work(model, monkeypatch) -> Iterator[Counter]:
     """Counts what the server does for a request: "encode" calls of the renderer (every tokenisation of prompt text
-    goes through ``Renderer._encode`` or ``encode_pieces``) and "forward" passes of the model (calls of its input
-    embedding)."""
+    goes through ``Renderer._encode`` or ``encode_pieces``), "tokenizer" calls (whoever makes them) and "forward"
+    passes of the model (calls of its input embedding)."""
     from mydecide.scoring.render import Renderer
 
     counts: Counter = Counter()
@@ -56,6 +57,8 @@ def work(model, monkeypatch) -> Iterator[Counter]:
 
     monkeypatch.setattr(Renderer, "_encode", counted("encode", Renderer._encode))
     monkeypatch.setattr(Renderer, "encode_pieces", counted("encode", Renderer.encode_pieces))
+    tokenizer = type(model.tokenizer)
+    monkeypatch.setattr(tokenizer, "__call__", counted("tokenizer", tokenizer.__call__))
     # every forward pass of the model, however the scorer calls it, runs the input embedding
     hook = model.lm.get_input_embeddings().register_forward_pre_hook(lambda *_: counts.update(["forward"]))
     yield counts
@@ -173,6 +176,63 @@ def test_one_prompt_is_bounded_in_tokens(model, work) -> None:
     assert r.status_code == 422, r.text
     assert "over the limit of 8000 tokens in one prompt" in r.json()["error"] and "question 'q'" in r.json()["error"]
     assert work["forward"] == before["forward"], work  # refused after tokenising, before any forward pass
+
+
+SPAN_TEXT = "The checkout page returns an error for every customer since this morning. "  # 12 words
+
+
+def span_request(text: str, labels: int, state: Any = None) -> dict[str, Any]:
+    question = {"type": "span", "instructions": "Which?", "criteria": {f"L{i}": "" for i in range(labels)}}
+    if state is not None:
+        question["over"] = "answer"
+    return request(question, name="pii", state=text if state is None else {**state, "answer": text})
+
+
+def test_span_questions_that_cannot_fit_are_refused_before_anything_is_tokenised(client, work) -> None:
+    """79,950 characters, 12,792 words, read once per label: 3 labels need at least 38,376 tokens, over the 32,000
+    input tokens, which is known without tokenising the text (a second or more of the scorer's time)."""
+    r = post(client, span_request(SPAN_TEXT * 1066, labels=3))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(
+        "the request's span questions hold at least 38376 tokens, over the limit of 32000 input tokens"
+    ), r.json()
+    assert "question 'pii' has 12792 words, read in 3 sequence(s) each" in r.json()["error"], r.json()
+    assert work["tokenizer"] == work["encode"] == work["forward"] == 0, work
+    assert post(client, span_request(SPAN_TEXT, labels=3)).status_code == 200
+    assert work["tokenizer"] > 0 and work["forward"] > 0, work  # the counters do see a span request that is scored
+
+
+SPAN_READS = [
+    SpanWindows(window_tokens=16, overlap_tokens=4, read="letters"),
+    SpanWindows(window_tokens=16, overlap_tokens=4, read="head"),
+    SpanWindows(window_tokens=16, overlap_tokens=8, read="letters", echo=True),
+    SpanWindows(read="head", echo=True),
+]
+SPAN_TEXTS = [
+    SPAN_TEXT * 5,
+    "a b c d e f g h i j k l m n o p",
+    "😀 😀😀 李小龙 anna.berg@example.se\n\tdone. , ; !",
+    "x" * 300 + " short " + "y" * 40,  # a word longer than a window keeps its last window's worth of tokens
+]
+
+
+@pytest.mark.parametrize("span", SPAN_READS, ids=lambda s: f"{s.read}-echo={s.echo}-{s.window_tokens}")
+@pytest.mark.parametrize("text", SPAN_TEXTS, ids=range(len(SPAN_TEXTS)))
+def test_the_span_floor_never_refuses_what_the_token_count_accepts(model, span: SpanWindows, text: str) -> None:
+    """The floor is at most the exact count (the tokens of every sequence): with the limit at the exact count it
+    passes, so it only ever refuses a request the exact check refuses too."""
+    from mydecide.scoring.render import RenderConfig, Renderer
+    from mydecide.scoring.spans import span_layout
+    from mydecide.serving.wire import check_span_floor
+
+    renderer = Renderer(model.tokenizer, RenderConfig(span=span))
+    for body in (span_request(text, labels=3), span_request(text, labels=2, state={"request": "Mail Anna"})):
+        parsed = parse_request(body)
+        layout = span_layout(renderer, parsed.state, parsed.questions["pii"])
+        exact = sum(len(s.ids) for s in layout.sequences)
+        check_span_floor(parsed, span, Limits(max_input_tokens=exact))
+        with pytest.raises(RequestError, match="at least"):  # and it is a floor: a limit under it refuses
+            check_span_floor(parsed, span, Limits(max_input_tokens=len(text.split()) - 1))
 
 
 def test_many_options_count_their_prompt_text_before_tokenising(client, work) -> None:
