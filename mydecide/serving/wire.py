@@ -467,9 +467,9 @@ def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> Non
     at least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
     with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
     so words × sequences is the fewest tokens :func:`_check_span_limits` can count, whatever the tokenizer and however
-    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the limit on that
-    count would be refused by the exact check anyway, after tokenising the whole text (a second or more of the
-    scorer's time for 100,000 characters); one under it is left to the exact check.
+    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the
+    limit on that count would be refused by the exact check anyway, after tokenising the whole text (a second or more
+    of the scorer's time for 100,000 characters); one under it is left to the exact check.
     """
     per_word = 2 if span.echo else 1
     counts = {
