@@ -1,5 +1,6 @@
 """JSON Lines, read and written one way everywhere: the one strict JSON rule (no repeated key, no NaN / Infinity,
-UTF-8 text only) and the one reader that prepare's converters, evaluation, calibration and training share.
+no integer too long to convert, UTF-8 text only) and the one reader that prepare's converters, evaluation,
+calibration and training share.
 
 A line comes out of :func:`iter_jsonl` as ``(where, object, error)``: ``where`` is ``"<file name>:<line>"``
 (1-based), ``error`` is None or why the line is not JSON (the raw line is then the object, printable). The
@@ -13,6 +14,7 @@ import gzip
 import io
 import json
 import math
+import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -54,9 +56,23 @@ def no_constant(name: str) -> Any:
     raise StrictJSONError(f"{name} is not a JSON number")
 
 
+def integer(digits: str) -> int:
+    """``parse_int`` for ``json.loads``: an integer longer than Python converts (``sys.get_int_max_str_digits()``,
+    4300 digits by default) is a :class:`StrictJSONError` like any other unreadable value, not a bare ValueError
+    that would stop a whole file."""
+    try:
+        return int(digits)
+    except ValueError:
+        length = len(digits.lstrip("-"))
+        raise StrictJSONError(
+            f"an integer of {length} digits; at most {sys.get_int_max_str_digits()} are read"
+        ) from None
+
+
 def loads_strict(text: str) -> Any:
-    """``json.loads`` that refuses a repeated key and NaN / Infinity (:class:`StrictJSONError`)."""
-    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant)
+    """``json.loads`` that refuses a repeated key, NaN / Infinity and an integer too long to convert
+    (:class:`StrictJSONError`)."""
+    return json.loads(text, object_pairs_hook=unique_keys, parse_constant=no_constant, parse_int=integer)
 
 
 def text_problem(text: str) -> str | None:

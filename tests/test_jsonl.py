@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from data_sources._files import iter_jsonl as converter_rows
 from mydecide.data.decontaminate import read_eval_jsonl
-from mydecide.jsonl import iter_jsonl, write_jsonl
+from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict, write_jsonl
 from mydecide.record_files import load_records, read_records
 from mydecide.records import RecordError
 from mydecide.serving.wire import RequestError, decode_body
@@ -56,3 +57,20 @@ def test_written_lines_read_back_the_same(tmp_path: Path) -> None:
     assert write_jsonl(tmp_path / "out.jsonl", rows) == 3
     assert [obj for _, obj, _ in iter_jsonl(tmp_path / "out.jsonl")] == rows
     assert [r.id for r in load_records(tmp_path / "out.jsonl")] == ["0", "1", "2"]
+
+
+def test_an_integer_too_long_to_convert_is_a_row_error_for_every_reader(tmp_path: Path) -> None:
+    reason = f"invalid JSON (an integer of 5000 digits; at most {sys.get_int_max_str_digits()} are read)"
+    path = tmp_path / "big.jsonl"
+    huge = json.dumps({**GOOD, "answer": True, "id": 7}).replace(": 7", ": -" + "9" * 5000)
+    path.write_text(json.dumps({**GOOD, "answer": True}) + "\n" + huge + "\n", encoding="utf-8")
+    assert [(where, error) for where, _, error in iter_jsonl(path)] == [("big.jsonl:1", None), ("big.jsonl:2", reason)]
+    assert [(where, error) for where, _, error in converter_rows(path)] == [
+        ("big.jsonl:1", None),
+        ("big.jsonl:2", reason),
+    ]
+    records, rejects = read_records(path)
+    assert len(records) == 1 and [(r.where, r.reason) for r in rejects] == [("big.jsonl:2", reason)]
+    with pytest.raises(StrictJSONError, match="an integer of 4301 digits"):
+        loads_strict("1" * 4301)
+    assert loads_strict("1" * 4300) == int("1" * 4300)  # the longest Python converts is still read
