@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from mydecide.recipe_parsing import RecipeError, describe_errors, merge, nest, parse_overrides, read_yaml
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS
-from mydecide.scoring.render import OptionForm, RenderConfig
+from mydecide.scoring.render import OptionForm, RenderConfig, ScoreForm
 
 
 class Strict(BaseModel):
@@ -90,6 +90,9 @@ class ScoringModel(ModelChoice):
     # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
     # contradicts the adapter's saved form)
     option_form: OptionForm | None = None
+    # how score levels are scored: letters | per_option | thresholds; unset = as the adapter was trained (an error if
+    # it contradicts the adapter's saved form)
+    score_form: ScoreForm | None = None
     # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
     # error); adapters saved before the fingerprint existed are never checked
     allow_other_base: bool = False

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide.io import atomic_write_text
-from mydecide.scoring.render import OPTION_FORMS, RenderConfig, Renderer
+from mydecide.scoring.render import OPTION_FORMS, SCORE_FORMS, RenderConfig, Renderer
 
 if TYPE_CHECKING:
     import torch
@@ -210,19 +210,28 @@ def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[Re
 
 
 def check_option_form(
-    model_path: str, adapter: str | Path | None, option_form: str | None
+    model_path: str, adapter: str | Path | None, option_form: str | None, score_form: str | None = None
 ) -> tuple[RenderConfig | None, Path | None]:
-    """The saved render config and its file (:func:`saved_render_config`), after checking that ``option_form`` (if
-    asked) is a form and the one it was trained with: scoring an adapter in a form it was not trained in would give
-    meaningless probabilities."""
+    """The saved render config and its file (:func:`saved_render_config`), after checking that ``option_form`` and
+    ``score_form`` (if asked) are forms and the ones it was trained with: scoring an adapter in a form it was not
+    trained in would give meaningless probabilities."""
     if option_form is not None and option_form not in OPTION_FORMS:
         raise ValueError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
+    if score_form is not None and score_form not in SCORE_FORMS:
+        raise ValueError(f"score form {score_form!r} is not one of {', '.join(SCORE_FORMS)}")
     saved, where = saved_render_config(model_path, adapter)
-    if option_form is not None and saved is not None and where is not None and saved.option_form != option_form:
-        raise ValueError(
-            f"{where.parent}: trained to score choice options with option_form={saved.option_form}; "
-            f"it cannot score with option_form={option_form} (leave it unset to score as trained)"
-        )
+    if saved is None or where is None:
+        return saved, where
+    for key, asked, what in (
+        ("option_form", option_form, "choice options"),
+        ("score_form", score_form, "score levels"),
+    ):
+        trained = getattr(saved, key)
+        if asked is not None and trained != asked:
+            raise ValueError(
+                f"{where.parent}: trained to score {what} with {key}={trained}; it cannot score with {key}={asked} "
+                "(leave it unset to score as trained)"
+            )
     return saved, where
 
 
@@ -346,6 +355,7 @@ def load_model(
     device: str | None = None,
     dtype: torch.dtype | None = None,
     option_form: str | None = None,
+    score_form: str | None = None,
     allow_other_base: bool = False,
 ) -> LoadedModel:
     """Load base model + tokenizer (+ adapter).
@@ -354,12 +364,12 @@ def load_model(
     was trained on after (:func:`check_base`; ``allow_other_base`` turns a mismatch into a warning).
 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
-    directory (``mydecide merge`` writes it there), then the defaults. ``option_form`` asks for a way of scoring
-    choice options: applied to a model without a saved config, and an error when it contradicts the form an
-    adapter (or a merged model) was trained with.
+    directory (``mydecide merge`` writes it there), then the defaults. ``option_form`` (``score_form``) asks for a
+    way of scoring choice options (score levels): applied to a model without a saved config, and an error when it
+    contradicts the form an adapter (or a merged model) was trained with.
     """
     path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
-    saved, where = check_option_form(path, adapter, option_form)  # and a form the adapter was not trained with
+    saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
     if adapter is not None:
         check_adapter(adapter)  # and a damaged adapter, before the base loads
     if saved is not None and (render is None or (adapter is not None and where == Path(adapter) / RENDER_CONFIG_FILE)):
@@ -388,8 +398,9 @@ def load_model(
         render = render.model_copy(update={"span": render.span.resolve(has_head)})
     if adapter is not None:
         lm = load_adapter(lm, Path(adapter), name)
-    if option_form is not None:
-        render = (render or RenderConfig()).model_copy(update={"option_form": option_form})
+    asked = {key: form for key, form in (("option_form", option_form), ("score_form", score_form)) if form}
+    if asked:
+        render = (render or RenderConfig()).model_copy(update=asked)
     lm.to(device).eval()
     renderer = Renderer(tokenizer, render)
     print(

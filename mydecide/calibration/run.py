@@ -195,7 +195,11 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     if recipe.limit is not None:
         records = records[: recipe.limit]
     model = load_model(
-        recipe.model, recipe.adapter, option_form=recipe.option_form, allow_other_base=recipe.allow_other_base
+        recipe.model,
+        recipe.adapter,
+        option_form=recipe.option_form,
+        score_form=recipe.score_form,
+        allow_other_base=recipe.allow_other_base,
     )
     fit = calibrate(
         model,

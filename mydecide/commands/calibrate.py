@@ -15,6 +15,7 @@ from mydecide.commands.options import (
     Out,
     Quiet,
     RecipeArgs,
+    ScoreFormOption,
     check_records_file,
     recipe_from_command_line,
 )
@@ -30,6 +31,7 @@ def register(app: typer.Typer) -> None:
         adapter: Adapter = None,
         allow_other_base: AllowOtherBase = False,
         option_form: OptionFormOption = None,
+        score_form: ScoreFormOption = None,
         data: str | None = typer.Option(None, "--data", "-d", help="Dev JSONL (never the training split)."),
         out: Out = None,
         by_bucket: bool | None = typer.Option(
@@ -61,6 +63,7 @@ def register(app: typer.Typer) -> None:
             "adapter": adapter,
             "allow_other_base": True if allow_other_base else None,
             "option_form": option_form,
+            "score_form": score_form,
             "data": data,
             "out": out,
             "by_bucket": by_bucket,

@@ -18,6 +18,7 @@ from mydecide.commands.options import (
     OptionFormOption,
     Out,
     Quiet,
+    ScoreFormOption,
     Temperatures,
     check_records_file,
     recipe_from_command_line,
@@ -114,6 +115,7 @@ def register(app: typer.Typer) -> None:
         allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
+        score_form: ScoreFormOption = None,
         data: list[str] | None = typer.Option(None, "--data", "-d", help="Decision-record JSONL file(s)."),
         out: Out = None,
         permutations: int | None = typer.Option(
@@ -141,6 +143,7 @@ def register(app: typer.Typer) -> None:
             "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
+            "score_form": score_form,
             "data": list(data) if data else None,
             "out": out,
             "permutations": permutations,

@@ -49,6 +49,13 @@ OptionFormOption = Annotated[
         help="How choice options are scored: letters or per_option (default: as the adapter was trained).",
     ),
 ]
+ScoreFormOption = Annotated[
+    str | None,
+    typer.Option(
+        "--score-form",
+        help="How score levels are scored: letters, per_option or thresholds (default: as the adapter was trained).",
+    ),
+]
 Out = Annotated[str | None, typer.Option("--out", "-o", help="Where to write (default: the recipe's `out`).")]
 Limit = Annotated[int | None, typer.Option("--limit", help="Only the first N records (of each file).")]
 BatchSize = Annotated[int | None, typer.Option("--batch-size", help="Prompts per forward pass (default 16).")]

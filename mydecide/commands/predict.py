@@ -14,6 +14,7 @@ from mydecide.commands.options import (
     Device,
     Model,
     OptionFormOption,
+    ScoreFormOption,
     Temperatures,
     recipe_from_command_line,
 )
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
         allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
+        score_form: ScoreFormOption = None,
         no_shared_prefix: bool = typer.Option(
             False, "--no-shared-prefix", help="Score each question with its own full prompt."
         ),
@@ -45,6 +47,7 @@ def register(app: typer.Typer) -> None:
             "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
+            "score_form": score_form,
             "shared_prefix": False if no_shared_prefix else None,
             "device": device,
         }
@@ -71,6 +74,7 @@ def register(app: typer.Typer) -> None:
             recipe.adapter,
             device=recipe.device,
             option_form=recipe.option_form,
+            score_form=recipe.score_form,
             allow_other_base=recipe.allow_other_base,
         )
         response = answer_request(loaded, parsed, temperature, shared_prefix=recipe.shared_prefix)

@@ -322,7 +322,11 @@ def _evaluate(
     train = split_beside(recipe.data, "train")
     prior = LabelPrior.from_file(train) if train is not None else None
     model = load_model(
-        recipe.model, recipe.adapter, option_form=recipe.option_form, allow_other_base=recipe.allow_other_base
+        recipe.model,
+        recipe.adapter,
+        option_form=recipe.option_form,
+        score_form=recipe.score_form,
+        allow_other_base=recipe.allow_other_base,
     )
     evaluation = run_evaluation(
         model,

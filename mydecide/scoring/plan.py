@@ -80,10 +80,12 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
 
 
 def prompt_count(question: Question, form: str = "letters") -> int:
-    """Prompts scored for one question: 1; a set or the per-option form: one per option; letters with K > 26
-    options: G groups + the final round."""
+    """Prompts scored for one question: 1; a set or the per-option form: one per option; the threshold form: K − 1;
+    letters with K > 26 options: G groups + the final round."""
     if question.type in ("set", "span") or form == "per_option":  # span: counted one per label (and window)
         return question.k
+    if form == "thresholds":
+        return question.k - 1
     if is_grouped(question, form):
         return len(option_groups(range(question.k))) + 1
     return 1
@@ -138,6 +140,7 @@ class _Item:
     order: tuple[int, ...] | None
     groups: list[tuple[int, ...]] = field(default_factory=list)  # canonical indices, grouped questions only
     yes_no: bool = False  # one yes/no prompt per option or label (set, per-option form): logits are yes − no
+    cumulative: bool = False  # threshold form: K − 1 yes/no reads, summed into the K level logits
     rows: list[np.ndarray] = field(default_factory=list)  # first-round logits, one per prompt of this item
     final: np.ndarray | None = None
 
@@ -177,6 +180,9 @@ class ScoringPlan:
             if question.type == "set":
                 units = [renderer.render(state, unit) for unit in question_units(question)]
                 item.yes_no = True
+            elif form == "thresholds":  # levels keep their order: the reads do not depend on a shown order
+                units = renderer.render_thresholds(state, question)
+                item.yes_no = item.cumulative = True
             elif form == "per_option":  # the shown order does not matter: every option is judged on its own
                 units = renderer.render_per_option(state, question)
                 item.yes_no = True
@@ -231,13 +237,15 @@ class ScoringPlan:
         self._read = 0
 
     def logits(self) -> list[np.ndarray]:
-        """Per item: (K,) logits in canonical option order; set and per-option form: (K,) yes − no; letters with
-        K > 26: log P(o)."""
+        """Per item: (K,) logits in canonical option order; set and per-option form: (K,) yes − no; threshold form:
+        the reads' running sums (:func:`threshold_logits`); letters with K > 26: log P(o)."""
         if self.pending:
             raise ValueError(f"{len(self.pending)} prompts are still to be scored")
         out = []
         for item in self.items:
-            if item.yes_no:
+            if item.cumulative:
+                out.append(threshold_logits(yes_minus_no(item.rows)))
+            elif item.yes_no:
                 out.append(yes_minus_no(item.rows))
             elif item.groups:
                 assert item.final is not None
@@ -264,6 +272,14 @@ def yes_minus_no(rows: Sequence[np.ndarray]) -> np.ndarray:
     import numpy as np
 
     return np.array([row[0] - row[1] for row in rows], dtype=np.float64)
+
+
+def threshold_logits(reads: np.ndarray) -> np.ndarray:
+    """(K,) level logits from the K − 1 threshold log-odds: z_0 = 0, z_j = d_1 + … + d_j (the adjacent-category
+    model: d_j is the log-odds of level j against level j − 1). softmax(z / T) then tempers every read alike."""
+    import numpy as np
+
+    return np.concatenate([[0.0], np.cumsum(np.asarray(reads, dtype=np.float64))])
 
 
 def _argmax(z: np.ndarray) -> int:

@@ -35,6 +35,8 @@ _QUESTION_SLOT = "\x00QUESTION\x00"
 
 OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
+ScoreForm = Literal["letters", "per_option", "thresholds"]
+SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds")
 
 
 class SpanWindows(BaseModel):
@@ -90,7 +92,11 @@ class RenderConfig(BaseModel):
     # (order-invariant by construction; what small models can learn; the default). Score questions have their own
     # key. A render config saved before these keys existed means letters (modeling.read_render_config).
     option_form: OptionForm = "per_option"
-    score_form: OptionForm = "letters"
+    # Score questions: "letters" and "per_option" as for choices (nominal reads of the levels), or "thresholds": the
+    # levels listed lowest first, then K − 1 yes / no reads "is the right level this one or a higher one?" whose
+    # log-odds d_k sum into the level logits z_j = d_1 + … + d_j (z_0 = 0), so every read learns from every example
+    # and the levels' order is in the model (docs/scoring-forms.md)
+    score_form: ScoreForm = "letters"
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
@@ -165,6 +171,14 @@ def per_option_question_text(question: Question, show_ids: bool, list_options: b
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
+    return "\n".join(lines)
+
+
+def threshold_question_text(question: Question) -> str:
+    """The shared part of every threshold read of a score question: the question and its levels, lowest first."""
+    lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
+    lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
+    lines.append("Is the right level the level below or a higher one?")
     return "\n".join(lines)
 
 
@@ -315,7 +329,8 @@ class Renderer:
         return result
 
     def form(self, question: Question) -> str:
-        """How this renderer scores the options of ``question``: ``letters`` or ``per_option``.
+        """How this renderer scores the options of ``question``: ``letters``, ``per_option`` or (score questions)
+        ``thresholds``.
 
         Choice and score questions follow the config; yes / no questions (and each label of a set) are one
         yes / no read either way.
@@ -347,6 +362,23 @@ class Renderer:
                 truncated,
             )
             for i in indices
+        ]
+
+    def render_thresholds(self, state: Any, question: Question) -> list[Prompt]:
+        """The K − 1 threshold reads of a score question, for levels 1 … K − 1 ("is the right level this one or
+        higher?", A = yes, B = no), all continuing one prefix that holds the state, the question and every level."""
+        if question.type != "score":
+            raise ValueError(f"a {question.type} question has no threshold form")
+        state_ids, truncated = self.encode_state(state)
+        prefix = state_ids + tuple(self._encode_user(threshold_question_text(question)))
+        return [
+            Prompt(
+                prefix,
+                tuple(self._encode_user(per_option_suffix_text(question, i, False), self.tail)),
+                (0, 1),
+                truncated,
+            )
+            for i in range(1, question.k)
         ]
 
     def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:

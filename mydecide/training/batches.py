@@ -43,7 +43,8 @@ class Unit:
     """One single-answer question to train on, with its target in shown order.
 
     Letters form: one prompt whose K label logits are the answer. Per-option form (``yes_no``): one yes / no prompt
-    per option, all continuing one prefix; the K yes − no logits are the answer.
+    per option, all continuing one prefix; the K yes − no logits are the answer. Threshold form (``cumulative``, score
+    questions): K − 1 yes / no prompts, level j's logit the sum of the first j reads' log-odds.
     """
 
     prompts: tuple[Prompt, ...]
@@ -52,6 +53,7 @@ class Unit:
     record_index: int
     yes_no: bool = False
     state: int = 0  # how many leading prefix tokens are the state (template head + state); 0: the whole prefix
+    cumulative: bool = False  # threshold form: K − 1 yes / no reads whose running sums are the K level logits
 
     @property
     def prompt(self) -> Prompt:
@@ -120,6 +122,7 @@ class TrainBatch:
     index: torch.Tensor | None = None  # (B, K) long; None when every unit is one letters prompt (rows = units)
     option_mask: torch.Tensor | None = None  # (B, K) bool; None: the batch's own option mask
     spans: SpanBatch | None = None  # the batch's span questions (``batch`` is None when it has only those)
+    cumulative: torch.Tensor | None = None  # (B,) bool: threshold units, whose gathered reads are summed
 
     @property
     def questions(self) -> int:
@@ -146,23 +149,32 @@ class TrainBatch:
             move(self.index),
             move(self.option_mask),
             self.spans.to(device) if self.spans is not None else None,
+            move(self.cumulative),
         )
 
     def logits(self, prompt_logits: torch.Tensor) -> torch.Tensor:
         """(B, K) unit logits from the (R, Kp) prompt logits of the forward pass."""
         if self.index is None:
             return prompt_logits
-        return question_logits(prompt_logits, self.index, self.mask)
+        return question_logits(prompt_logits, self.index, self.mask, self.cumulative)
 
 
-def question_logits(prompt_logits: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def question_logits(
+    prompt_logits: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, cumulative: torch.Tensor | None = None
+) -> torch.Tensor:
     """Gather (B, K) option logits from (R, Kp) prompt logits: a letters unit takes its row, a per-option unit the
-    yes − no log-odds (column 0 − column 1) of its K prompts. Positions outside ``mask`` are −inf."""
+    yes − no log-odds (column 0 − column 1) of its K prompts, a threshold unit (``cumulative``) 0 then its K − 1
+    reads' log-odds, summed along the levels (as ``scoring.plan.threshold_logits``). Positions outside ``mask``
+    are −inf."""
     import torch
 
     finite = prompt_logits.masked_fill(~torch.isfinite(prompt_logits), 0.0)
-    flat = torch.cat([finite.reshape(-1), finite[:, 0] - finite[:, 1]])  # (R·Kp + R,)
-    return flat[index.clamp(min=0)].masked_fill(~mask, float("-inf"))
+    zero = finite.new_zeros(1)  # the last slot: level 0 of a threshold unit
+    flat = torch.cat([finite.reshape(-1), finite[:, 0] - finite[:, 1], zero])  # (R·Kp + R + 1,)
+    gathered = flat[index.clamp(min=0)]
+    if cumulative is not None:
+        gathered = torch.where(cumulative[:, None], gathered.cumsum(dim=1), gathered)
+    return gathered.masked_fill(~mask, float("-inf"))
 
 
 def _rng(seed: int, epoch: int, key: str) -> random.Random:
@@ -222,7 +234,8 @@ def record_units(
 ) -> list[Unit]:
     """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
     more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
-    per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order)."""
+    per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order); the
+    threshold form → one unit of K − 1 yes / no prompts."""
     q = record.question
     if q.type == "span":
         return [span_unit(renderer, record, index)]
@@ -231,6 +244,10 @@ def record_units(
             Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
             for unit, p in zip(question_units(q), record.target, strict=True)
         ]
+    if renderer.form(q) == "thresholds":
+        prompts = tuple(renderer.render_thresholds(record.state, q))
+        state = len(renderer.encode_state(record.state)[0])
+        return [Unit(prompts, tuple(record.target), True, index, True, state, cumulative=True)]
     per_option = renderer.form(q) == "per_option"
     if q.k > GROUP_SIZE:
         shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
@@ -392,10 +409,14 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
     mask = torch.zeros(len(units), k, dtype=torch.bool)
     row = 0
     for i, unit in enumerate(units):
-        if unit.yes_no:  # option j's logit is the yes − no value of the unit's j-th prompt
+        if unit.cumulative:  # level 0: the zero slot; level j: the yes − no value of the unit's j-th read
+            index[i, 0] = rows * width + rows
+            index[i, 1 : unit.k] = rows * width + torch.arange(row, row + unit.k - 1)
+        elif unit.yes_no:  # option j's logit is the yes − no value of the unit's j-th prompt
             index[i, : unit.k] = rows * width + torch.arange(row, row + unit.k)
         else:  # the letters logits of the unit's one prompt
             index[i, : unit.k] = row * width + torch.arange(unit.k)
         mask[i, : unit.k] = True
         row += len(unit.prompts)
-    return TrainBatch(batch, targets, is_score, list(units), index, mask, spans)
+    cumulative = torch.tensor([u.cumulative for u in units]) if any(u.cumulative for u in units) else None
+    return TrainBatch(batch, targets, is_score, list(units), index, mask, spans, cumulative)

@@ -20,7 +20,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
     ``log_loss`` as one question, so the best adapter is picked with every question weighing the same, as in
     training (``span_log_loss``: their mean alone). The collapse check looks at single-answer
-    questions only (letters: for more than 26 options, the letter an option has in its group).
+    questions read by letter only (for more than 26 options, the letter an option has in its group).
     """
     import numpy as np
 
@@ -66,11 +66,13 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(spans))
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
+        if r.question.type == "choice":
+            flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
+        if model.renderer.form(r.question) != "letters":
+            continue  # read option by option or level by level: no answer letter to collapse onto
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
         predicted_pos.append(position_of[int(np.argmax(zs))])
         gold_pos.append(position_of[r.gold_index])
-        if r.question.type == "choice":
-            flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
     majority_acc = majority_accuracy(single, majority)
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
     if spans:

@@ -43,15 +43,15 @@ def collapse_report(
     *,
     check_majority: bool = True,
 ) -> CollapseReport:
-    """Positions are shown-order indices (0 = "A") of the predicted and gold options under shuffled order."""
-    if not predicted_positions:
-        raise ValueError("collapse_report needs at least one prediction")
-    letters = Counter(predicted_positions)
-    top, count = letters.most_common(1)[0]
-    share = count / len(predicted_positions)
-    gold_share = sum(1 for g in gold_positions if g == top) / len(gold_positions)
+    """Positions are shown-order indices (0 = "A") of the predicted and gold options under shuffled order, of the
+    questions read by letter only (none: no letter to collapse onto, and the letter check is skipped)."""
+    top_letter, share, gold_share = "-", 0.0, 0.0
+    if predicted_positions:
+        top, count = Counter(predicted_positions).most_common(1)[0]
+        top_letter, share = chr(ord("A") + top), count / len(predicted_positions)
+        gold_share = sum(1 for g in gold_positions if g == top) / len(gold_positions)
     flip_rate = sum(flips) / len(flips) if flips else 0.0
-    report = CollapseReport(chr(ord("A") + top), share, gold_share, flip_rate, accuracy, majority_accuracy)
+    report = CollapseReport(top_letter, share, gold_share, flip_rate, accuracy, majority_accuracy)
     if share > LETTER_SHARE_LIMIT and share - gold_share > LETTER_EXCESS_LIMIT:
         report.warnings.append(
             f"{share:.0%} of dev answers are letter {report.top_letter} (gold: {gold_share:.0%}): the model is "
