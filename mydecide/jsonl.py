@@ -5,6 +5,11 @@ calibration and training share.
 A line comes out of :func:`iter_jsonl` as ``(where, object, error)``: ``where`` is ``"<file name>:<line>"``
 (1-based), ``error`` is None or why the line is not JSON (the raw line is then the object, printable). The
 server's request bodies go through :func:`unique_keys` too, so no path accepts a line another path refuses.
+
+Lines are read at most :data:`MAX_LINE_CHARS` at a time, whatever reads them (:class:`BoundedText`): a longer line
+is a row reject in :func:`iter_jsonl` and an error naming the file and line for every other reader, and a file
+with no end of line in sight (``/dev/zero``) is given up after :data:`MAX_SKIP_CHARS`, so no file can make a reader
+hold an endless line in memory.
 """
 
 from __future__ import annotations
@@ -17,13 +22,18 @@ import math
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from mydecide.io import atomic_write_text
 
 MAX_DEPTH = 64  # nested objects and lists in a row (a record nested deeper is refused, never recursed into)
 COMPRESSIONS = (".gz", ".bz2")
+MAX_LINE_CHARS = 16 * 2**20  # characters of one line a reader holds; a longer line is rejected, not read whole
+MAX_SKIP_CHARS = 256 * 2**20  # characters of one line skipped, at most, looking for its end; then the file is refused
+SKIP_CHUNK_CHARS = 2**20  # characters read at a time while a too-long line is skipped
+RAW_HEAD_CHARS = 200  # of a too-long line, kept as its raw content in rejects.jsonl
 
 Line = tuple[str, Any, str | None]  # (where, object or raw line, error)
 
@@ -137,12 +147,12 @@ def value_problem(obj: dict[str, Any]) -> str | None:
 # ----------------------------------------------------------------------------------------------------- reading
 
 
-def open_text(path: str | Path) -> TextIO:
+def open_text(path: str | Path) -> BoundedText:
     """Open a (possibly .gz / .bz2 compressed) UTF-8 text file; FileNotFoundError names the path.
 
     Bytes that are not UTF-8 come through as lone surrogates (``errors="surrogateescape"``), so the row holding
     them is rejected (:func:`text_problem`), not the whole file; a corrupt or truncated compressed file is a
-    ValueError naming it.
+    ValueError naming it. Its lines are bounded (:class:`BoundedText`).
     """
     p = Path(path)
     if not p.exists():
@@ -151,10 +161,62 @@ def open_text(path: str | Path) -> TextIO:
         raise ValueError(f"{p}: is a directory, expected a file")
     if p.suffix in COMPRESSIONS:
         packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
-        return io.TextIOWrapper(
-            io.BufferedReader(_Decompressed(packed, p)), encoding="utf-8", errors="surrogateescape", newline=""
+        return BoundedText(io.BufferedReader(_Decompressed(packed, p)), p)
+    return BoundedText(open(p, "rb"), p)
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than :data:`MAX_LINE_CHARS`, skipped: its length (without the end of line) and its start."""
+
+    length: int
+    head: str
+
+    def reason(self) -> str:
+        return f"line of {self.length} characters; at most {MAX_LINE_CHARS} are read (mydecide.jsonl.MAX_LINE_CHARS)"
+
+
+class BoundedText(io.TextIOWrapper):
+    """A UTF-8 text file (``newline=""``: line ends kept as they are) that never holds more than
+    :data:`MAX_LINE_CHARS` characters of a line. Iterating it, as the CSV and text converters do, raises ValueError
+    naming ``file:line`` on a longer line; :meth:`next_line` gives a :class:`LongLine` instead, so that JSON Lines
+    can reject that one row and go on. ``lines`` counts the lines read so far."""
+
+    def __init__(self, raw: Any, path: Path):
+        super().__init__(raw, encoding="utf-8", errors="surrogateescape", newline="")
+        self.path = path
+        self.lines = 0
+
+    def __next__(self) -> str:  # type: ignore[override]  # (typeshed: as TextIOWrapper itself)
+        line = self.next_line()
+        if isinstance(line, LongLine):
+            raise ValueError(f"{self.path}:{self.lines}: {line.reason()}")
+        if not line:
+            raise StopIteration
+        return line
+
+    def next_line(self) -> str | LongLine:
+        """The next line with its end of line ("" at the end of the file), or the :class:`LongLine` it was: read
+        :data:`SKIP_CHUNK_CHARS` at a time to its end, never held whole. A line still without an end after
+        :data:`MAX_SKIP_CHARS` is a ValueError naming the file: there may be no end at all (``/dev/zero``)."""
+        line = self.readline(MAX_LINE_CHARS + 1)
+        if not line:
+            return ""
+        self.lines += 1
+        if len(line) <= MAX_LINE_CHARS or line.endswith(("\n", "\r")):
+            return line
+        head, length = line[:RAW_HEAD_CHARS], len(line)
+        del line
+        while length <= MAX_SKIP_CHARS:
+            chunk = self.readline(SKIP_CHUNK_CHARS)
+            text = chunk.rstrip("\r\n")
+            length += len(text)
+            if not chunk or text != chunk:  # the end of the file, or of the line
+                return LongLine(length, head)
+        raise ValueError(
+            f"{self.path}:{self.lines}: no end of line in the first {MAX_SKIP_CHARS} characters of this line "
+            "(mydecide.jsonl.MAX_SKIP_CHARS); the file is given up: is it a text file?"
         )
-    return open(p, encoding="utf-8", errors="surrogateescape", newline="")
 
 
 class _Decompressed(io.RawIOBase):
@@ -179,14 +241,16 @@ class _Decompressed(io.RawIOBase):
 
 def iter_jsonl(path: str | Path) -> Iterator[Line]:
     """``(where, object, error)`` for each non-blank line of a (possibly compressed) JSON Lines file; a line that
-    is not strict JSON gives ``(where, printable raw line, reason)``."""
+    is not strict JSON, or longer than :data:`MAX_LINE_CHARS`, gives ``(where, printable raw line, reason)``."""
     name = Path(path).name
     with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            obj, error = parse_json_line(line)
-            yield f"{name}:{number}", obj, error
+        while line := handle.next_line():
+            where = f"{name}:{handle.lines}"
+            if isinstance(line, LongLine):
+                yield where, printable(line.head) + "…", line.reason()
+            elif line.strip():
+                obj, error = parse_json_line(line)
+                yield where, obj, error
 
 
 # ----------------------------------------------------------------------------------------------------- writing

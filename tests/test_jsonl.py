@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import mydecide.jsonl as jsonl
 from data_sources._files import iter_jsonl as converter_rows
 from mydecide.data.decontaminate import read_eval_jsonl
-from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict, write_jsonl
+from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict, open_text, write_jsonl
 from mydecide.record_files import load_records, read_records
 from mydecide.records import RecordError
 from mydecide.serving.wire import RequestError, decode_body
@@ -74,3 +75,27 @@ def test_an_integer_too_long_to_convert_is_a_row_error_for_every_reader(tmp_path
     with pytest.raises(StrictJSONError, match="an integer of 4301 digits"):
         loads_strict("1" * 4301)
     assert loads_strict("1" * 4300) == int("1" * 4300)  # the longest Python converts is still read
+
+
+def test_lines_are_read_in_bounded_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonl, "MAX_LINE_CHARS", 40)
+    monkeypatch.setattr(jsonl, "SKIP_CHUNK_CHARS", 16)
+    row = '{"a": 1}'
+    path = tmp_path / "long.jsonl"
+    path.write_text(f"{row}\n{'x' * 100}\r\n{row}\n\n{'y' * 41}", encoding="utf-8", newline="")
+    lines = list(iter_jsonl(path))
+    assert [(where, error) for where, _, error in lines] == [
+        ("long.jsonl:1", None),
+        ("long.jsonl:2", "line of 100 characters; at most 40 are read (mydecide.jsonl.MAX_LINE_CHARS)"),
+        ("long.jsonl:3", None),
+        ("long.jsonl:5", "line of 41 characters; at most 40 are read (mydecide.jsonl.MAX_LINE_CHARS)"),
+    ]
+    assert lines[1][1] == "x" * 41 + "…"  # the start of the line (its first bounded piece) as its raw content
+    packed = tmp_path / "long.jsonl.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    assert [(w, e) for w, _, e in iter_jsonl(packed)] == [(w.replace(".jsonl", ".jsonl.gz"), e) for w, _, e in lines]
+    with open_text(path) as handle, pytest.raises(ValueError, match=r"long\.jsonl:2: line of 100 characters"):
+        list(handle)  # every other reader: a too-long line is an error naming the file and line
+    monkeypatch.setattr(jsonl, "MAX_SKIP_CHARS", 64)
+    with pytest.raises(ValueError, match=r"long\.jsonl:2: no end of line in the first 64 characters"):
+        list(iter_jsonl(path))

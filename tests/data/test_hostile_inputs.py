@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from prepare_builders import make, sentence
 from typer.testing import CliRunner
 
+import mydecide.jsonl as jsonl
 from mydecide.cli import app
 
 GOOD = 12
@@ -78,3 +80,85 @@ def test_a_5000_digit_integer_id_is_a_row_reject_and_prepare_goes_on(tmp_path: P
     assert (
         reject["reason"] == f"invalid JSON (an integer of 5000 digits; at most {sys.get_int_max_str_digits()} are read)"
     )
+
+
+# ------------------------------------------------------------------------------------ 2. a line without a bound
+
+
+class CountedReads:
+    """Counts what every bounded reader reads: the characters, and the longest piece held at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.chars = self.longest = 0
+        readline = jsonl.BoundedText.readline
+
+        def counted(handle: jsonl.BoundedText, size: int = -1) -> str:
+            assert size > 0, "a bounded reader asks for a bounded read"
+            piece = readline(handle, size)
+            self.chars += len(piece)
+            self.longest = max(self.longest, len(piece))
+            return piece
+
+        monkeypatch.setattr(jsonl.BoundedText, "readline", counted)
+
+
+def test_a_too_long_line_is_a_row_reject_with_its_length_and_prepare_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = good_rows()
+    long_row = json.dumps(make(99, state="x" * (jsonl.MAX_LINE_CHARS + 5000)))
+    lines.insert(6, long_row)
+    reads = CountedReads(monkeypatch)
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", lines)])
+    assert run.exit_code == 0, run.output
+    c = run.manifest["conservation"]
+    assert c["kept"] == GOOD and c["rejected"] == 1
+    [reject] = run.rejects
+    assert reject["where"] == "rows.jsonl:7"
+    assert reject["reason"] == (
+        f"line of {len(long_row)} characters; at most {jsonl.MAX_LINE_CHARS} are read (mydecide.jsonl.MAX_LINE_CHARS)"
+    )
+    assert reject["raw"] == long_row[: jsonl.RAW_HEAD_CHARS] + "…"
+    assert reads.longest == jsonl.MAX_LINE_CHARS + 1  # the long line was never held whole
+    assert run.ids["train"] + run.ids["dev"]  # the rows after it were read
+
+
+def test_a_too_long_line_in_a_csv_source_is_one_error_naming_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jsonl, "MAX_LINE_CHARS", 1000)
+    rows = ["text,label", *(f"{sentence(i, 20)},pos" for i in range(5)), "y" * 5000 + ",neg", "last row,pos"]
+    source = tmp_path / "rows.csv"
+    source.write_text("\n".join(rows) + "\n")
+    data = {
+        "sources": [
+            {
+                "kind": "csv",
+                "path": str(source),
+                "options": {"type": "choice", "instructions": "Which?", "criteria": ["pos", "neg"], "task": "t"},
+            }
+        ]
+    }
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["prepare", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip() == (
+        f"error: sources[0] (kind csv): {source}:7: line of 5004 characters; at most 1000 are read "
+        "(mydecide.jsonl.MAX_LINE_CHARS)"
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero (Linux)")
+def test_dev_zero_as_a_source_is_given_up_with_one_line_after_a_bounded_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = CountedReads(monkeypatch)
+    run = prepare_cli(tmp_path, ["/dev/zero"])
+    assert one_error_line(run) == (
+        f"error: sources[0] (kind jsonl): /dev/zero:1: no end of line in the first {jsonl.MAX_SKIP_CHARS} characters "
+        "of this line (mydecide.jsonl.MAX_SKIP_CHARS); the file is given up: is it a text file?"
+    )
+    # the work is bounded: one line's worth of characters read, never more than one bounded piece held
+    assert jsonl.MAX_SKIP_CHARS < reads.chars <= jsonl.MAX_SKIP_CHARS + jsonl.SKIP_CHUNK_CHARS
+    assert reads.longest == jsonl.MAX_LINE_CHARS + 1
+    assert not (tmp_path / "out").exists()
