@@ -34,21 +34,37 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+HEADER_TIMEOUT_S = 10.0  # seconds a client has to send a request's line and headers (docs/wire.md, Connections)
+BODY_TIMEOUT_S = 30.0  # seconds it then has to send the body
+
+
 def server_config(
-    app: Any, host: str, port: int, *, request_timeout_s: float, body_timeout_s: float = 30.0, log_level: str = "info"
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    request_timeout_s: float,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+    log_level: str = "info",
 ) -> Any:
     """The uvicorn settings ``serve`` runs with.
 
-    On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the requests in flight; it cancels them
-    (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within its body timeout plus its
-    request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains every one of them.
+    uvicorn bounds no read of a request (only the idle time between two), so its h11 protocol runs with the header
+    and body deadlines of :class:`~mydecide.serving.app.RequestDeadlines`; ``body_timeout_s`` must be the app's own,
+    whose 408 comes first. On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the requests in
+    flight; it cancels them (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within its body
+    timeout plus its request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains every one.
     """
     import uvicorn
+
+    from mydecide.serving.app import RequestDeadlines
 
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=RequestDeadlines.with_timeouts(header_timeout_s, body_timeout_s),
         log_level=log_level.lower(),
         access_log=False,
         timeout_keep_alive=5,
@@ -162,6 +178,17 @@ def register(app: typer.Typer) -> None:
             min=0.1,
             help=f"Seconds a request may wait for its answer before a 503 (default {DEFAULT.request_timeout_s:g}).",
         ),
+        header_timeout: float = typer.Option(
+            HEADER_TIMEOUT_S,
+            min=0.1,
+            help="Seconds a client has to send a request's line and headers, from the connection opening or the "
+            "previous answer; then the connection is closed (a 408 when part of a request came).",
+        ),
+        body_timeout: float = typer.Option(
+            BODY_TIMEOUT_S,
+            min=0.1,
+            help="Seconds a client then has to send the request body; then a 408 and the connection is closed.",
+        ),
         baseline: bool = typer.Option(
             False,
             "--baseline",
@@ -244,6 +271,7 @@ def register(app: typer.Typer) -> None:
             batching=BatchOptions.baseline() if baseline else recipe.batching,
             model_name=recipe.name or public_name(recipe.model),
             request_timeout_s=recipe.request_timeout_s,
+            body_timeout_s=body_timeout,
             allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
         )
         typer.echo(
@@ -255,7 +283,13 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         config = server_config(
-            server, recipe.host, recipe.port, request_timeout_s=recipe.request_timeout_s, log_level=recipe.log_level
+            server,
+            recipe.host,
+            recipe.port,
+            request_timeout_s=recipe.request_timeout_s,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            log_level=recipe.log_level,
         )
         # once the loader has refused, uvicorn's startup-failure log (a traceback) says nothing the one line does not
         logging.getLogger("uvicorn.error").addFilter(lambda record: not refused)

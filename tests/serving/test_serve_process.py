@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,12 +28,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A `mydecide serve` subprocess with an API key; yields its base URL."""
+@contextmanager
+def serving(model_dir: Path, log: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A `mydecide serve` subprocess on a free local port, once /health answers; yields its base URL and stops it
+    with SIGINT."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    env = {**os.environ, "MYDECIDE_API_KEY": API_KEY, "TOKENIZERS_PARALLELISM": "false"}
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [
@@ -41,15 +41,16 @@ def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
                 "mydecide.cli",
                 "serve",
                 "--model",
-                str(tiny_llama_dir),
+                str(model_dir),
                 "--port",
                 str(port),
                 "--device",
                 "cpu",
+                *options,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})},
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -73,6 +74,14 @@ def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `mydecide serve` subprocess with an API key; yields its base URL."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with serving(tiny_llama_dir, log, env={"MYDECIDE_API_KEY": API_KEY}) as url:
+        yield url
 
 
 def test_real_server_answers_checks_auth_and_refuses_bad_input(server: str) -> None:
@@ -171,3 +180,89 @@ def test_predict_answers_a_request_file_like_the_server(tiny_llama_dir: Path, tm
     request.write_text('{"state": "x", "questions": {"q": {"type": "noul", "instructions": "y?"}, "q": {}}}')
     result = CliRunner().invoke(app, ["predict", "--model", str(tiny_llama_dir), str(request)])
     assert result.exit_code == 2 and "request.json: invalid JSON: duplicate key 'q'" in result.output
+
+
+# ------------------------------------------------------------------------------------------------ slow clients
+
+
+@pytest.fixture(scope="module")
+def slow_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `mydecide serve` subprocess with one-second header and body timeouts."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with serving(tiny_llama_dir, log, "--header-timeout", "1", "--body-timeout", "1") as url:
+        yield url
+
+
+def drip(url: str, first: bytes, piece: bytes, pieces: int = 100) -> bytes:
+    """Send ``first``, then ``piece`` whenever the server has said nothing for 0.2 s, until it closes the connection;
+    return all it answered. Fails when the connection is still open after ``pieces`` pieces (20 s or more: twenty
+    times the timeouts)."""
+    host, port = url.removeprefix("http://").split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(first)
+        conn.settimeout(0.2)
+        sent = 0
+        while sent < pieces:
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                try:
+                    conn.sendall(piece)
+                except (BrokenPipeError, ConnectionResetError):
+                    return received
+                sent += 1
+                continue
+            except ConnectionResetError:
+                return received
+            if not chunk:
+                return received
+            received += chunk
+    pytest.fail(f"the connection is still open after {pieces} pieces; the server answered {received[:300]!r}")
+
+
+HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+def test_a_client_dripping_header_lines_gets_a_408_and_is_disconnected(slow_server: str) -> None:
+    answer = drip(slow_server, HEAD, b"X-Slow: one more line\r\n")
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert (
+        b"connection: close" in answer.lower() and b"the request line and headers did not arrive within 1 s" in answer
+    )
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(slow_server: str) -> None:
+    assert drip(slow_server, b"", b"") == b""
+
+
+def test_a_client_dripping_the_body_gets_a_408_and_is_disconnected(slow_server: str) -> None:
+    answer = drip(slow_server, HEAD + b"Content-Length: 1000\r\n\r\n{", b" ")
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"connection: close" in answer.lower() and b"the body did not arrive within 1 s" in answer
+
+
+def test_a_body_still_dripping_after_an_early_answer_is_cut_off(slow_server: str) -> None:
+    """The app answers a wrong path without reading the body; the client goes on sending it: the connection closes."""
+    answer = drip(slow_server, HEAD.replace(b"/v1/systemone", b"/v1/other") + b"Content-Length: 1000\r\n\r\n{", b" ")
+    assert answer.startswith(b"HTTP/1.1 404 "), answer
+
+
+def test_a_prompt_client_is_answered_on_the_slow_server_and_may_keep_its_connection(slow_server: str) -> None:
+    body = {"state": "The checkout page fails.", "questions": {"q": {"type": "noul", "instructions": "Down?"}}}
+    with httpx.Client(base_url=slow_server, timeout=30) as client:
+        for _ in range(2):  # the second request on the kept-alive connection
+            r = client.post("/v1/systemone", json=body)
+            assert r.status_code == 200 and 0 < r.json()["answers"]["q"]["noul"] < 1
+        assert client.post("/v1/systemone/", json=body).status_code == 200
+
+
+def test_serve_runs_uvicorn_with_the_request_deadlines() -> None:
+    from mydecide.commands.serve import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, server_config
+    from mydecide.serving.app import RequestDeadlines
+
+    protocol = server_config(object(), "127.0.0.1", 0, request_timeout_s=5.0).http
+    assert issubclass(protocol, RequestDeadlines)
+    assert (protocol.header_timeout_s, protocol.body_timeout_s) == (HEADER_TIMEOUT_S, BODY_TIMEOUT_S) == (10.0, 30.0)
+    protocol = server_config(object(), "127.0.0.1", 0, request_timeout_s=5.0, header_timeout_s=2, body_timeout_s=3).http
+    assert (protocol.header_timeout_s, protocol.body_timeout_s) == (2, 3)
