@@ -324,11 +324,38 @@ def parse_record(obj: Any) -> list[Record]:
     question = parse_question(obj.get("question"))
     spans = span_gold(obj, state, question, RecordError) if question.type == "span" else ()
     target, soft = (grid_target(state, question, spans), False) if question.type == "span" else _gold(obj, question)
-    rid = obj.get("id")
-    if rid is not None and not isinstance(rid, (str, int)):
-        raise RecordError("id must be a string or an integer")
-    rid = str(rid) if rid not in (None, "") else stable_id({k: obj.get(k) for k in ("task", "state", "question")})
+    rid = given_id(obj) or stable_id({k: obj.get(k) for k in ("task", "state", "question")})
     return [Record(task, state, question, target, rid, lang, soft, meta, spans)]
+
+
+def given_id(obj: dict[str, Any]) -> str | None:
+    """The id a row gives itself, as records carry it (a string; an integer as its decimal digits, so ``7`` and
+    ``"7"`` are one id), or None when the row has no ``id`` key.
+
+    Only a string or an integer is an id: ``true`` is not 1 and would come out as ``"True"``, and a number with a
+    fraction, null, a list or an object would come out as their Python text. An empty or blank string is refused
+    too: it is a missing value (a blank cell), and a made-up id would hide that.
+    """
+    if "id" not in obj:
+        return None
+    rid = obj["id"]
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise RecordError(f"id must be a string or an integer, not {json_type(rid)}")
+    if isinstance(rid, str) and not rid.strip():
+        raise RecordError("id must not be empty (leave the key out and an id is made from task, state and question)")
+    return str(rid)
+
+
+def json_type(value: Any) -> str:
+    """How JSON names the type of a parsed value (for messages: ``true`` is a boolean, not a bool)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, float):
+        return f"a number with a fraction or an exponent ({value!r})"
+    names = {list: "a list", dict: "an object"}
+    return next((name for kind, name in names.items() if isinstance(value, kind)), type(value).__name__)
 
 
 def _gold(obj: dict[str, Any], question: Question) -> tuple[tuple[float, ...], bool]:
@@ -362,9 +389,7 @@ def _parse_wire_record(obj: dict[str, Any]) -> list[Record]:
         raise RecordError("target must be a map question name → soft target")
     if not isinstance(obj.get("meta") or {}, dict):
         raise RecordError("meta must be an object")
-    if obj.get("id") is not None and (isinstance(obj["id"], bool) or not isinstance(obj["id"], (str, int))):
-        raise RecordError("id must be a string or an integer")
-    base_id = obj.get("id") or stable_id({k: obj.get(k) for k in ("task", "state", "questions")})
+    base_id = given_id(obj) or stable_id({k: obj.get(k) for k in ("task", "state", "questions")})
     records = []
     for name, qobj in questions.items():
         inner: dict[str, Any] = {

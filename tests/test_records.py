@@ -155,7 +155,14 @@ BAD_RECORDS = [
     (rec(state=["line one", 2]), "state given as a list must be a non-empty list of strings"),
     (rec(lang=""), "lang must be a non-empty string such as 'en'"),
     (rec(meta=["x"]), "meta must be an object"),
-    (rec(id=1.5), "id must be a string or an integer"),
+    (rec(id=1.5), "id must be a string or an integer, not a number with a fraction or an exponent (1.5)"),
+    (rec(id=7.0), "id must be a string or an integer, not a number with a fraction or an exponent (7.0)"),
+    (rec(id=True), "id must be a string or an integer, not a boolean (true)"),
+    (rec(id=None), "id must be a string or an integer, not null"),
+    (rec(id=["t-1"]), "id must be a string or an integer, not a list"),
+    (rec(id={"n": 1}), "id must be a string or an integer, not an object"),
+    (rec(id=""), "id must not be empty (leave the key out and an id is made from task, state and question)"),
+    (rec(id=" \t"), "id must not be empty (leave the key out and an id is made from task, state and question)"),
     ([rec()], "a record must be a JSON object, not list"),
 ]
 
@@ -229,7 +236,9 @@ def test_soft_targets() -> None:
 
 
 def test_ids_are_kept_or_stable_hashes() -> None:
-    assert parse_record(rec(id=7))[0].id == "7"
+    assert parse_record(rec(id=7))[0].id == "7" == parse_record(rec(id="7"))[0].id  # one id, however written
+    assert parse_record(rec(id=0))[0].id == "0"
+    assert parse_record({**WIRE, "id": 0})[0].id == "0:team"  # 0 is an id, not a missing one
     first, second = parse_record(rec())[0].id, parse_record(rec(answer="billing"))[0].id
     assert first == second and len(first) == 16  # the hash covers task, state and question, not the answer
     assert parse_record(rec(state="another"))[0].id != first
@@ -281,6 +290,7 @@ BAD_WIRE = [
         {**WIRE, "questions": {**WIRE["questions"], "urgency": q(SCORE, criteria=["x"])}},
         "question 'urgency': question: score needs 2 to 10 levels, got 1",
     ),
+    ({**WIRE, "id": True}, "id must be a string or an integer, not a boolean (true)"),
     ({k: v for k, v in WIRE.items() if k != "expected"}, "multi-question record has no expected answers"),
     ({**WIRE, "questions": {}}, "questions must be a non-empty map name → question"),
     ({**WIRE, "expected": ["engineering"]}, "expected must be a map question name → answer"),

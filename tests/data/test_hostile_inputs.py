@@ -162,3 +162,20 @@ def test_dev_zero_as_a_source_is_given_up_with_one_line_after_a_bounded_read(
     assert jsonl.MAX_SKIP_CHARS < reads.chars <= jsonl.MAX_SKIP_CHARS + jsonl.SKIP_CHUNK_CHARS
     assert reads.longest == jsonl.MAX_LINE_CHARS + 1
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------- 4. ids that are not ids
+
+
+def test_an_id_that_is_not_a_string_or_an_integer_is_a_row_reject_naming_the_key(tmp_path: Path) -> None:
+    bad_ids: list[Any] = [True, 1.5, None, "", ["x"], {"n": 1}]
+    lines = good_rows()
+    for n, bad in enumerate(bad_ids):
+        lines.insert(2 * n + 1, json.dumps(make(50 + n, state=sentence(50 + n, 30), id=bad)))
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", lines)])
+    assert run.exit_code == 0, run.output
+    assert run.manifest["conservation"]["kept"] == GOOD
+    assert [r["where"] for r in run.rejects] == [f"rows.jsonl:{2 * n + 2}" for n in range(len(bad_ids))]
+    assert all(r["reason"].startswith("id must ") for r in run.rejects), run.rejects
+    assert run.rejects[0]["reason"] == "id must be a string or an integer, not a boolean (true)"
+    assert "True" not in run.ids["train"] + run.ids["dev"]
