@@ -184,6 +184,7 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
             raise RecordError(
                 f"{label}: score needs {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}"
             )
+        _check_distinct_levels(criteria, label)
         return Question("score", instructions, tuple(str(i) for i in range(len(criteria))), tuple(criteria))
 
     # choice, set and span: a map id -> description, or (choice, span) a list of ids
@@ -215,6 +216,19 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
     if qtype == "span" and not 1 <= len(ids) <= MAX_SPAN_LABELS:
         raise RecordError(f"{label}: span needs 1 to {MAX_SPAN_LABELS} labels, got {len(ids)}")
     return Question(qtype, instructions, tuple(ids), tuple(descriptions), obj.get("over"))  # type: ignore[arg-type]
+
+
+def _check_distinct_levels(levels: list[str], label: str) -> None:
+    """Two score levels that read the same (ignoring case and spacing) are one level shown twice: the model cannot
+    tell them apart, and a soft target keyed by the level's text would name both."""
+    first: dict[str, int] = {}
+    for index, level in enumerate(levels):
+        seen = first.setdefault(" ".join(level.split()).casefold(), index)
+        if seen != index:
+            raise RecordError(
+                f"{label}: score levels {seen} and {index} are the same text ({levels[seen]!r}, {level!r}); "
+                "each level must read differently"
+            )
 
 
 def _probability(value: Any, what: str) -> float:

@@ -85,6 +85,10 @@ def parse_gold_spans(answer: Any, part: str, labels: Sequence[str]) -> tuple[Spa
             raise ValueError(
                 f"{where}: offsets {start}..{end} are outside the text (need 0 <= start < end <= {len(part)})"
             )
+        if not part[start:end].strip():
+            raise ValueError(
+                f"{where}: offsets {start}..{end} hold only whitespace ({part[start:end]!r}), no word to mark"
+            )
         if "text" in item and item["text"] != part[start:end]:
             raise ValueError(f"{where}: text {item['text']!r} is not the text at {start}..{end} ({part[start:end]!r})")
         spans.append(Span(start, end, label))

@@ -100,6 +100,14 @@ BAD_RECORDS = [
         "question: score criteria must be a list of level descriptions, lowest first",
     ),
     (
+        rec(q(SCORE, criteria=["1", "1", "2"]), answer=0),
+        "question: score levels 0 and 1 are the same text ('1', '1'); each level must read differently",
+    ),
+    (
+        rec(q(SCORE, criteria=["low", "medium", " Low  "]), answer=0),
+        "question: score levels 0 and 2 are the same text ('low', ' Low  '); each level must read differently",
+    ),
+    (
         rec(q(NOUL, criteria={"yes": "down", "no": "up"})),
         'question: noul criteria must be absent, null or {"true": ..., "false": ...}',
     ),
@@ -289,6 +297,11 @@ BAD_WIRE = [
     (
         {**WIRE, "questions": {**WIRE["questions"], "urgency": q(SCORE, criteria=["x"])}},
         "question 'urgency': question: score needs 2 to 10 levels, got 1",
+    ),
+    (
+        {**WIRE, "questions": {**WIRE["questions"], "urgency": q(SCORE, criteria=["x", "y", "x"])}},
+        "question 'urgency': question: score levels 0 and 2 are the same text ('x', 'x'); each level must read "
+        "differently",
     ),
     ({**WIRE, "id": True}, "id must be a string or an integer, not a boolean (true)"),
     ({k: v for k, v in WIRE.items() if k != "expected"}, "multi-question record has no expected answers"),

@@ -83,6 +83,10 @@ BAD = [
     ({"answer": [{"label": "PERSON", "start": -1, "end": 4}]}, "outside the text"),
     ({"answer": [{"label": "PERSON", "start": 4, "end": 4}]}, "need 0 <= start < end"),
     (
+        {"answer": [{"label": "PERSON", "start": 4, "end": 5}]},
+        "span answer[0]: offsets 4..5 hold only whitespace (' '), no word to mark",
+    ),
+    (
         {"answer": [{"label": "PERSON", "start": 5, "end": 14}, {"label": "PERSON", "start": 10, "end": 20}]},
         "gold spans 5..14 and 10..20 of label 'PERSON' overlap",
     ),
@@ -126,6 +130,11 @@ def test_every_span_rule_has_a_one_line_reject(changes: dict, rule: str) -> None
     with pytest.raises(RecordError) as err:
         parse_record(span_record(**changes))
     assert rule in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_span_with_whitespace_around_its_word_is_kept() -> None:
+    (record,) = parse_record(span_record(answer=[{"label": "PERSON", "start": 4, "end": 10}]))  # " Anna "
+    assert [(s.start, s.end) for s in record.spans] == [(4, 10)] and sum(record.target) == 1.0
 
 
 def test_different_labels_may_overlap() -> None:

@@ -179,3 +179,50 @@ def test_an_id_that_is_not_a_string_or_an_integer_is_a_row_reject_naming_the_key
     assert all(r["reason"].startswith("id must ") for r in run.rejects), run.rejects
     assert run.rejects[0]["reason"] == "id must be a string or an integer, not a boolean (true)"
     assert "True" not in run.ids["train"] + run.ids["dev"]
+
+
+# ------------------------------------------------------------------- 6. golds and levels that cannot be told apart
+
+
+def test_a_whitespace_span_and_repeated_score_levels_are_row_rejects_naming_the_question(tmp_path: Path) -> None:
+    state = "Call Anna Berg at noon."
+    span = {"type": "span", "instructions": "Which words are a name?", "criteria": ["PERSON"]}
+    levels = {"type": "score", "instructions": "How urgent is it?", "criteria": ["1", "1", "2"]}
+    spaced = {**levels, "criteria": ["low", " low ", "high"]}
+    lines = good_rows()
+    lines[2:2] = [
+        json.dumps(
+            {
+                "id": "s",
+                "task": "names",
+                "state": state,
+                "question": span,
+                "answer": [{"label": "PERSON", "start": 4, "end": 5}],
+            }
+        ),
+        json.dumps({**make(60, state=sentence(60, 30), question=levels), "answer": 0}),
+        json.dumps(
+            {
+                "id": "w",
+                "task": "triage",
+                "state": sentence(61, 30),
+                "questions": {"urgency": spaced},
+                "expected": {"urgency": 2},
+            }
+        ),
+    ]
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", lines)])
+    assert run.exit_code == 0, run.output
+    assert [(r["where"], r["reason"]) for r in run.rejects] == [
+        ("rows.jsonl:3", "span answer[0]: offsets 4..5 hold only whitespace (' '), no word to mark"),
+        (
+            "rows.jsonl:4",
+            "question: score levels 0 and 1 are the same text ('1', '1'); each level must read differently",
+        ),
+        (
+            "rows.jsonl:5",
+            "question 'urgency': question: score levels 0 and 1 are the same text ('low', ' low '); each level must "
+            "read differently",
+        ),
+    ]
+    assert run.manifest["conservation"]["kept"] == GOOD
