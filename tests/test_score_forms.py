@@ -220,3 +220,21 @@ def test_training_in_the_threshold_form_learns_saves_the_form_and_every_command_
         assert result.exit_code == 2, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and "score levels with score_form=thresholds" in errors[0], result.output
+
+
+def test_serve_answers_a_score_question_with_its_threshold_reads(tiny_qwen_dir: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from mydecide.modeling import load_model
+    from mydecide.scoring.engine import score_questions
+    from mydecide.serving.app import create_app
+
+    model = load_model(str(tiny_qwen_dir), render=THRESHOLDS, device="cpu")
+    expected = softmax(score_questions(model, [(STATE, score_question())])[0])
+    body = {"state": STATE, "questions": {"urgency": score_question().to_json()}}
+    with TestClient(create_app(model, model_name="tiny")) as client:
+        response = client.post("/v1/systemone", json=body)
+    assert response.status_code == 200, response.text
+    got = response.json()["answers"]["urgency"]["probabilities"]
+    assert list(got) == ["0", "1", "2", "3", "4"]  # score levels are keyed by index
+    assert np.abs(np.array(list(got.values())) - expected).max() <= 1e-5

@@ -17,6 +17,7 @@ from mydecide.commands.options import (
     Model,
     OptionFormOption,
     RecipeArgs,
+    ScoreFormOption,
     Temperatures,
     recipe_from_command_line,
 )
@@ -109,6 +110,7 @@ def register(app: typer.Typer) -> None:
         allow_other_base: AllowOtherBase = False,
         temperatures: Temperatures = None,
         option_form: OptionFormOption = None,
+        score_form: ScoreFormOption = None,
         host: str | None = typer.Option(None, help=f"Interface to bind (default {DEFAULT.host}, loopback)."),
         port: int | None = typer.Option(None, min=0, max=65535, help=f"TCP port (default {DEFAULT.port})."),
         api_key: str | None = typer.Option(
@@ -205,6 +207,7 @@ def register(app: typer.Typer) -> None:
             "allow_other_base": True if allow_other_base else None,
             "temperatures": temperatures,
             "option_form": option_form,
+            "score_form": score_form,
             "host": host,
             "port": port,
             "name": name,
@@ -235,7 +238,7 @@ def register(app: typer.Typer) -> None:
         adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
         if adapter_dir is not None:
             check_adapter(adapter_dir)  # a damaged adapter too
-        check_option_form(path, adapter_dir, recipe.option_form)  # so does a form the adapter was not trained with
+        check_option_form(path, adapter_dir, recipe.option_form, recipe.score_form)  # and forms it was not trained with
         temperature = None
         if recipe.temperatures is not None:
             from mydecide.calibration.temperatures import load_temperatures
@@ -257,6 +260,7 @@ def register(app: typer.Typer) -> None:
                     adapter_dir,
                     device=recipe.device,
                     option_form=recipe.option_form,
+                    score_form=recipe.score_form,
                     allow_other_base=recipe.allow_other_base,
                 )
             except (FileNotFoundError, ValueError) as err:
