@@ -73,6 +73,15 @@ def package_file(package: str, relative: str) -> Path | None:
     return path if path.exists() else None
 
 
+def row_key(where: str, stem: str) -> str:
+    """The generated id's tail for the row at ``where`` (``file:n``) of the source named ``stem``: ``stem-n`` for a
+    single file, ``stem-part-n`` for a part file of a directory or pattern, whose row numbers restart in each part
+    (without the part the ids of a partitioned source would repeat)."""
+    file, number = where.rsplit(":", 1)
+    part = file_stem(file)
+    return f"{stem}-{number}" if part == stem else f"{stem}-{part}-{number}"
+
+
 def base_suffix(path: str | Path) -> str:
     """The format suffix of ``path`` without a compression suffix: ``train.csv.bz2`` → ``.csv``."""
     p = Path(path)

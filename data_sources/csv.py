@@ -4,8 +4,8 @@ Options: ``type`` (choice | noul | score | set) and ``instructions`` are require
 ``text``; a list of columns makes the state a JSON object ``{column: value}``), ``answer_column`` (default
 ``label``), ``criteria`` (choice: a map option id → description or a list of option ids; score: the level
 texts, lowest first; set: a map label → description; noul: none or ``{"true": ..., "false": ...}``), ``task``
-(default: the file's stem), ``id_column`` (default: ids are ``<task>-<file stem>-<line>``) and ``lang``
-(default ``en``).
+(default: the file's stem), ``id_column`` (default: ids are ``<task>-<file stem>-<line>``; for a part file of a
+directory or pattern ``<task>-<stem>-<part's stem>-<row>``) and ``lang`` (default ``en``).
 
 Answers are read per type: choice → an option id; noul → true/false, yes/no or 1/0; score → a level index or
 the level's text; set → a JSON list or ``;``-separated labels. A column missing from the header is a recipe
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from data_sources._files import Row, capped, csv_columns, error_row, existing, file_stem, iter_csv
+from data_sources._files import Row, capped, csv_columns, error_row, existing, file_stem, iter_csv, row_key
 
 QUESTION_TYPES = ("choice", "noul", "score", "set")
 TRUE_WORDS = ("true", "yes", "1")
@@ -210,7 +210,7 @@ def layout_records(rows: Iterable[Row], layout: ColumnLayout, stem: str) -> Iter
             yield error_row(where, error, row)
             continue
         try:
-            yield layout_record(row, where, layout, f"{stem}-{where.rsplit(':', 1)[1]}")
+            yield layout_record(row, where, layout, row_key(where, stem))
         except RowError as err:
             yield error_row(where, str(err), row)
 

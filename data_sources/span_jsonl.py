@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_sources._files import capped, error_row, existing, file_stem, iter_jsonl
+from data_sources._files import capped, error_row, existing, file_stem, iter_jsonl, row_key
 from data_sources._spans import (
     DEFAULT_INSTRUCTIONS,
     Span,
@@ -131,7 +131,7 @@ def _records(
         line_task = line.get("task")
         source_id = line.get("id")
         yield span_record(
-            id=str(source_id) if source_id not in (None, "") else f"{stem}-{where.rsplit(':', 1)[1]}",
+            id=str(source_id) if source_id not in (None, "") else row_key(where, stem),
             task=task or (line_task if isinstance(line_task, str) and line_task.strip() else stem),
             lang=lang,
             state=text,

@@ -1,10 +1,10 @@
 """The ``prepare`` pipeline: sources → validated, deduplicated, decontaminated, split, augmented JSONL.
 
-:func:`prepare` reads as the table of contents: convert → validate → exact dedup → near dedup → decontaminate →
-cap per task → split → augment → write. Every step counts rows in and out (per source and per question type)
-and says why each removed row left; each removed or rejected row goes to ``rejects.jsonl`` with its step, its
-reason, its source location and (for duplicates and contamination) the row or eval item it matched. Before
-anything is written the conservation law is checked: input rows = kept + rejected + removed, exactly.
+:func:`prepare` reads as the table of contents: convert → validate → exact dedup → unique ids → near dedup →
+decontaminate → cap per task → split → augment → write. Every step counts rows in and out (per source and per
+question type) and says why each removed row left; each removed or rejected row goes to ``rejects.jsonl`` with its
+step, its reason, its source location and (for duplicates and contamination) the row or eval item it matched.
+Before anything is written the conservation law is checked: input rows = kept + rejected + removed, exactly.
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ def prepare(
 
         rows = convert_and_validate(recipe.sources, ledger, progress)
         rows = exact_dedup(rows, recipe, ledger)
+        rows = unique_ids(rows, ledger)
         rows = near_dedup(rows, recipe, ledger, progress, engine)
         rows = decontaminate(rows, recipe, ledger, progress, engine)
         rows = cap_per_task(rows, recipe, ledger)
@@ -216,6 +217,24 @@ def exact_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row
     removed = [(rows[i], "exact duplicate", rows[k].ref()) for i, k in duplicates.items()]
     kept = [row for i, row in enumerate(rows) if i not in duplicates]
     return ledger.step("exact_dedup", rows, kept, removed, label_conflicts=conflicts)
+
+
+def unique_ids(rows: list[Row], ledger: Ledger) -> list[Row]:
+    """Keep the first record of each id, in source order then line order; a later one is removed, naming where the
+    first is (ids are the strings records carry, so ``7`` and ``"7"`` are one id).
+
+    It runs after exact dedup, whose keep rule is the same (the first): an exact copy is counted once, as an exact
+    duplicate, and what reaches this step under one id is two different records (or, with ``dedup.exact: false``,
+    copies, which an id cannot tell apart either)."""
+    first: dict[str, Row] = {}
+    kept, removed = [], []
+    for row in rows:
+        seen = first.setdefault(row.record.id, row)
+        if seen is row:
+            kept.append(row)
+        else:
+            removed.append((row, "duplicate id", seen.ref()))
+    return ledger.step("duplicate_ids", rows, kept, removed)
 
 
 def near_dedup(

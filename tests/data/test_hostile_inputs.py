@@ -20,8 +20,9 @@ from mydecide.cli import app
 GOOD = 12
 
 
-def good_rows(n: int = GOOD, prefix: str = "r") -> list[str]:
-    return [json.dumps(make(i, state=sentence(i + 100 * len(prefix), 30), id=f"{prefix}{i}")) for i in range(n)]
+def good_rows(n: int = GOOD, prefix: str = "r", start: int = 0) -> list[str]:
+    """``n`` valid, distinct rows with ids ``prefix0``, ``prefix1``, … (states from ``start`` on)."""
+    return [json.dumps(make(i, state=sentence(start + i, 30), id=f"{prefix}{i}")) for i in range(n)]
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:
@@ -226,3 +227,48 @@ def test_a_whitespace_span_and_repeated_score_levels_are_row_rejects_naming_the_
         ),
     ]
     assert run.manifest["conservation"]["kept"] == GOOD
+
+
+# --------------------------------------------------------------------------------------------- 3. duplicate ids
+
+
+def row_with_id(rid: Any, seed: int) -> str:
+    return json.dumps({**make(seed, state=sentence(seed, 30)), "id": rid})
+
+
+def test_a_repeated_id_keeps_the_first_and_rejects_the_later_ones_naming_both_lines(tmp_path: Path) -> None:
+    a = write_lines(tmp_path / "a.jsonl", [*good_rows(6, "a"), row_with_id(7, 70), row_with_id("a1", 71)])
+    b = write_lines(tmp_path / "b.jsonl", [row_with_id("7", 72), *good_rows(6, "b", start=20), row_with_id(7, 73)])
+    run = prepare_cli(tmp_path, [a, b])
+    assert run.exit_code == 0, run.output
+    duplicates = [r for r in run.rejects if r["step"] == "duplicate_ids"]
+    assert [(r["where"], r["reason"], r["matched"]) for r in duplicates] == [
+        ("a.jsonl:8", "duplicate id", {"id": "a1", "source": "jsonl#0", "where": "a.jsonl:2"}),  # within a file
+        ("b.jsonl:1", "duplicate id", {"id": "7", "source": "jsonl#0", "where": "a.jsonl:7"}),  # "7" meets 7
+        ("b.jsonl:8", "duplicate id", {"id": "7", "source": "jsonl#0", "where": "a.jsonl:7"}),  # across sources
+    ]
+    step = next(s for s in run.manifest["steps"] if s["step"] == "duplicate_ids")
+    assert step["removed"] == 3 and step["reasons"] == {"duplicate id": 3}
+    kept = run.ids["train"] + run.ids["dev"]
+    assert len(kept) == len(set(kept)) == 13 and kept.count("7") == 1
+    c = run.manifest["conservation"]
+    assert c["input"] == c["kept"] + c["rejected"] + c["removed"] and c["removed"] == 3
+
+
+def test_an_exact_copy_is_counted_once_as_an_exact_duplicate_not_as_a_duplicate_id(tmp_path: Path) -> None:
+    lines = good_rows(8)
+    source = write_lines(tmp_path / "rows.jsonl", [*lines, lines[2], lines[5]])  # the file's rows 3 and 6 again
+    run = prepare_cli(tmp_path, [source])
+    assert run.exit_code == 0, run.output
+    assert [(r["step"], r["where"], r["matched"]["where"]) for r in run.rejects] == [
+        ("exact_dedup", "rows.jsonl:9", "rows.jsonl:3"),
+        ("exact_dedup", "rows.jsonl:10", "rows.jsonl:6"),
+    ]
+    assert run.manifest["conservation"]["removed"] == 2
+    # with exact dedup off the copies keep their id, so the id rule removes them, still once each
+    run = prepare_cli(tmp_path, [source], "dedup.exact=false", "dedup.near.enabled=false")
+    assert run.exit_code == 0, run.output
+    assert [(r["step"], r["where"], r["matched"]["where"]) for r in run.rejects] == [
+        ("duplicate_ids", "rows.jsonl:9", "rows.jsonl:3"),
+        ("duplicate_ids", "rows.jsonl:10", "rows.jsonl:6"),
+    ]

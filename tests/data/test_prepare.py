@@ -78,13 +78,14 @@ def test_every_row_is_accounted_for(fixture: dict[str, Any]) -> None:
     assert [s["step"] for s in manifest["steps"]] == [
         "validate",
         "exact_dedup",
+        "duplicate_ids",
         "near_dedup",
         "decontaminate",
         "cap_per_task",
         "split",
         "augment",
     ]
-    for name in ("exact_dedup", "near_dedup", "decontaminate", "cap_per_task"):
+    for name in ("exact_dedup", "duplicate_ids", "near_dedup", "decontaminate", "cap_per_task"):
         assert steps[name]["in"] == steps[name]["out"] + steps[name]["removed"]
         assert sum(v["in"] for v in steps[name]["by_type"].values()) == steps[name]["in"]
     assert steps["near_dedup"]["by_source"] == {"jsonl": {"in": 48, "out": 47}}
