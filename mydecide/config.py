@@ -8,6 +8,7 @@ text and telling errors in one line is :mod:`mydecide.recipe_parsing`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,7 +23,10 @@ from mydecide.scoring.render import OptionForm, RenderConfig, ScoreForm
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
+    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -246,9 +250,13 @@ class DecontaminationConfig(Strict):
 
 
 class SplitConfig(Strict):
-    heldout_tasks: list[str] = Field(default_factory=list)  # whole tasks → heldout_tasks.jsonl
-    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)  # share of each trained task's rows in dev.jsonl
-    test_fraction: float = Field(0.0, ge=0.0, lt=1.0)  # > 0 also writes test.jsonl (trained tasks only)
+    # whole tasks → heldout_tasks.jsonl; holding out every task, which leaves train empty, is an error
+    heldout_tasks: list[str] = Field(default_factory=list)
+    # share of each trained task's rows in dev.jsonl; 0: no dev split (said in the summary line). A share > 0 that
+    # leaves dev empty (too few rows) is an error, and so is an empty train split, whatever emptied it
+    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    # > 0 also writes test.jsonl (trained tasks only); a share > 0 that leaves test empty is an error
+    test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     seed: int = 13  # of the stable hash that assigns rows to splits
 
     @model_validator(mode="after")
@@ -317,13 +325,27 @@ class DataRecipe(Strict):
     decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
     decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)  # duplicate removal within the sources
-    cap_per_task: int | dict[str, int] | None = None  # one cap for every task, or {task: cap}
+    cap_per_task: int | dict[str, int] | None = None  # one cap for every task, or {task: cap}; each cap ≥ 1
     split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
     engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
     ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
     output: OutputConfig = Field(default_factory=OutputConfig)  # single files (train.jsonl) or part files
+
+    @field_validator("cap_per_task", mode="before")
+    @classmethod
+    def _caps(cls, value: Any) -> Any:
+        """A cap is a whole number of rows, at least 1: a cap of 0 (or false) keeps no row of its task, and true is
+        not a number of rows."""
+        caps = dict(value) if isinstance(value, dict) else {} if value is None else {None: value}
+        for task, cap in caps.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                shown = json.dumps(cap, default=str) + ("" if task is None else f" (task {task})")
+                raise PydanticCustomError(
+                    "cap", "a cap is a whole number of rows, at least 1, not {cap}", {"cap": shown}
+                )
+        return value
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
@@ -70,6 +72,16 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.1 (PyYAML) reads 1e-4 and 1.5e3 as strings: it wants a dot and a signed exponent. Recipes are strictly
+# typed, so such a string would be refused where a number belongs; a number with an exponent is a float, as in
+# YAML 1.2.
+UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
 def load_yaml(text: str) -> Any:
     """Safe YAML (no tags that build objects) with duplicate keys refused."""
     return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
@@ -110,6 +122,10 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
+# validation errors of a value of the wrong type, whose message gains the value given
+WRONG_TYPE = {"int_type", "float_type", "bool_type", "string_type", "literal_error"}
+
+
 def describe_errors(
     err: ValidationError,
     model: type[BaseModel],
@@ -126,6 +142,9 @@ def describe_errors(
         loc = tuple(e["loc"])
         keys, parent = section_keys(model, loc[:-1])
         message = e["msg"]
+        if e["type"] in WRONG_TYPE and isinstance(e.get("input"), (bool, int, float, str)):
+            given = json.dumps(e["input"], ensure_ascii=False)  # strict types: say what was given (true is not 1)
+            message += f", not {given if len(given) <= 60 else given[:59] + '…'}"
         if e["type"] == "extra_forbidden":
             message = "unknown key"
             close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)

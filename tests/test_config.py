@@ -99,7 +99,7 @@ def test_parse_overrides_nests_and_parses_yaml_scalars() -> None:
     ) == {
         "lora": {"r": 16, "alpha": 32.5},
         "objective": {"kind": "rlcd"},
-        "optim": {"lr": "1e-3"},
+        "optim": {"lr": 1e-3},  # a number with an exponent is a float (YAML 1.1 would keep the string "1e-3")
         "prompt": {"system_prompt": None},
         "out": "runs/a=b",
     }
@@ -139,6 +139,45 @@ def test_bad_values_name_the_key(tmp_path: Path) -> None:
         load_recipe(path, ["optim.lr=fast"], model=TrainRecipe)
     with pytest.raises(RecipeError, match=r"objective: Input tag 'sgd' found using 'kind' does not match"):
         load_recipe(path, ["objective.kind=sgd"], model=TrainRecipe)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("lora.r=true", "lora.r: Input should be a valid integer, not true"),
+        ("lora.r=8.0", "lora.r: Input should be a valid integer, not 8.0"),
+        ('seed="13"', 'seed: Input should be a valid integer, not "13"'),
+        ("gradient_checkpointing=1", "gradient_checkpointing: Input should be a valid boolean, not 1"),
+        ("optim.lr=true", "optim.lr: Input should be a valid number, not true"),
+        ("out=7", "out: Input should be a valid string, not 7"),
+    ],
+)
+def test_a_value_of_another_type_is_refused_not_converted(override: str, message: str) -> None:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, [override], model=TrainRecipe)
+    assert str(info.value) == f"command-line override {override}: {message}"
+
+
+def test_numbers_with_an_exponent_are_numbers_in_a_file_too(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, "optim: {lr: 3e-4, weight_decay: 1.5e-2, epochs: 2}\n"), model=TrainRecipe)
+    assert (recipe.optim.lr, recipe.optim.weight_decay, recipe.optim.epochs) == (3e-4, 1.5e-2, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sources=[{kind: jsonl, limit: true}]", "sources.0.limit: Input should be a valid integer, not true"),
+        ("cap_per_task=0", "cap_per_task: a cap is a whole number of rows, at least 1, not 0"),
+        ("cap_per_task=true", "cap_per_task: a cap is a whole number of rows, at least 1, not true"),
+        ("cap_per_task={spam: 0}", "cap_per_task: a cap is a whole number of rows, at least 1, not 0 (task spam)"),
+        ("split.dev_fraction=true", "split.dev_fraction: Input should be a valid number, not true"),
+    ],
+)
+def test_nonsense_data_recipe_values_name_the_key(override: str, message: str) -> None:
+    base = [] if override.startswith("sources") else ["sources=[{kind: jsonl}]"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, [*base, override], model=DataRecipe)
+    assert str(info.value) == f"command-line override {override}: {message}"
 
 
 def test_file_errors(tmp_path: Path) -> None:

@@ -52,7 +52,11 @@ def register(app: typer.Typer) -> None:
             log=lambda line: typer.echo(line, err=True),
         )
         c = manifest["conservation"]
-        splits = ", ".join(f"{name} {info['rows']}" for name, info in manifest["splits"].items())
+        empty = next(step for step in manifest["steps"] if step["step"] == "split")["empty_by_recipe"]
+        splits = ", ".join(
+            f"{name} {info['rows']}" + (f" ({empty[name]})" if name in empty else "")
+            for name, info in manifest["splits"].items()
+        )
         typer.echo(
             f"{recipe.out}: {splits}; input {c['input']} = kept {c['kept']} + rejected "
             f"{c['rejected']} + removed {c['removed']} (+{c['augmented_copies']} augmented in train)"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from mydecide.config import DataRecipe, RecipeError, SourceSpec
+from mydecide.config import DataRecipe, RecipeError, SourceSpec, SplitConfig
 from mydecide.data import augment as augmenting
 from mydecide.data import dedup, split
 from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, read_eval_jsonl
@@ -416,6 +416,7 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
     except ValueError as err:
         raise RecipeError(str(err)) from None
     splits = {name: [rows[i] for i in idx] for name, idx in indices.items()}
+    empty = empty_by_recipe(splits, rows, recipe, ledger)
     ledger.steps.append(
         {
             "step": "split",
@@ -423,6 +424,7 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
             "out": len(rows),
             "removed": 0,
             "splits": {name: len(part) for name, part in splits.items()},
+            "empty_by_recipe": empty,
             "by_task": {
                 name: dict(sorted(Counter(r.record.task for r in part).items())) for name, part in splits.items()
             },
@@ -430,6 +432,44 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
         }
     )
     return splits
+
+
+def empty_by_recipe(
+    splits: dict[str, list[Row]], rows: list[Row], recipe: DataRecipe, ledger: Ledger
+) -> dict[str, str]:
+    """``{split: why}`` for each empty split the recipe asked to be empty (a fraction of 0, no held-out task); a
+    split it asked for that came out empty is a RecipeError naming the cause, so prepare never writes an empty
+    train.jsonl, dev.jsonl or test.jsonl and ends as if all were well."""
+    cfg = recipe.split
+    trained = len(rows) - len(splits["heldout"])
+    if not splits["train"]:
+        raise RecipeError(f"split: train would be empty: {empty_train_cause(rows, trained, cfg, ledger)}")
+    empty = {}
+    for name, fraction in (("dev", cfg.dev_fraction), ("test", cfg.test_fraction)):
+        if splits[name]:
+            continue
+        if fraction > 0:
+            raise RecipeError(
+                f"split: {name} would be empty: split.{name}_fraction {fraction} of the {trained} rows of trained "
+                f"tasks gave none; add rows, raise it, or set split.{name}_fraction: 0 to prepare without {name}"
+            )
+        empty[name] = f"split.{name}_fraction is 0"
+    if not cfg.heldout_tasks:
+        empty["heldout"] = "no split.heldout_tasks"
+    return empty
+
+
+def empty_train_cause(rows: list[Row], trained: int, cfg: SplitConfig, ledger: Ledger) -> str:
+    """Why no row went to train: none was left, every task left is held out, or the hash sent all to dev / test."""
+    if not rows:
+        gone = [f"{s['step']} {n}" for s in ledger.steps if (n := s.get("removed") or s.get("rejected"))]
+        return "no row is left to split" + (f" (rows out: {', '.join(gone)})" if gone else "")
+    if not trained:
+        return f"every task left is held out (split.heldout_tasks: {cfg.heldout_tasks})"
+    return (
+        f"the {trained} rows of trained tasks all went to dev or test (split.dev_fraction {cfg.dev_fraction}, "
+        f"split.test_fraction {cfg.test_fraction}); add rows or lower the fractions"
+    )
 
 
 def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:

@@ -272,3 +272,67 @@ def test_an_exact_copy_is_counted_once_as_an_exact_duplicate_not_as_a_duplicate_
         ("duplicate_ids", "rows.jsonl:9", "rows.jsonl:3"),
         ("duplicate_ids", "rows.jsonl:10", "rows.jsonl:6"),
     ]
+
+
+# ----------------------------------------------------------------------------------- 5. splits the recipe emptied
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "sources=[{kind: jsonl, path: rows.jsonl, limit: true}]",
+            "sources.0.limit: Input should be a valid integer, not true",
+        ),
+        ("cap_per_task=0", "cap_per_task: a cap is a whole number of rows, at least 1, not 0"),
+    ],
+)
+def test_a_nonsense_recipe_value_is_one_line_naming_the_key_before_any_row_is_read(
+    override: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    reads = CountedReads(monkeypatch)
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", good_rows())], override)
+    assert one_error_line(run) == f"error: command-line override {override}: {message}"
+    assert reads.chars == 0
+
+
+def test_dev_fraction_0_is_an_empty_dev_split_that_is_said(tmp_path: Path) -> None:
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", good_rows())], "split.dev_fraction=0")
+    assert run.exit_code == 0, run.output
+    assert run.ids["dev"] == [] and len(run.ids["train"]) == GOOD
+    assert f"train {GOOD}, dev 0 (split.dev_fraction is 0), heldout 0 (no split.heldout_tasks);" in run.output
+
+
+@pytest.mark.parametrize(
+    ("args", "cause"),
+    [
+        (
+            ["split.heldout_tasks=[tickets]"],
+            "train would be empty: every task left is held out (split.heldout_tasks: ['tickets'])",
+        ),
+        (["sources=[{kind: jsonl, path: rows.jsonl, limit: 0}]"], "train would be empty: no row is left to split"),
+        (
+            ["split.dev_fraction=0.99"],
+            f"train would be empty: the {GOOD} rows of trained tasks all went to dev or test (split.dev_fraction 0.99, "
+            "split.test_fraction 0.0); add rows or lower the fractions",
+        ),
+        (
+            ["split.dev_fraction=0.001"],
+            f"dev would be empty: split.dev_fraction 0.001 of the {GOOD} rows of trained tasks gave none; add rows, "
+            "raise it, or set split.dev_fraction: 0 to prepare without dev",
+        ),
+        (
+            ["split.test_fraction=0.001"],
+            f"test would be empty: split.test_fraction 0.001 of the {GOOD} rows of trained tasks gave none; add rows, "
+            "raise it, or set split.test_fraction: 0 to prepare without test",
+        ),
+    ],
+)
+def test_a_split_the_recipe_asked_for_that_comes_out_empty_is_an_error_naming_the_cause(
+    args: list[str], cause: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", good_rows())], *args, split={"dev_fraction": 0.3})
+    assert one_error_line(run) == f"error: split: {cause}"
+    assert not (tmp_path / "out").exists()  # nothing written

@@ -214,7 +214,11 @@ def test_a_short_eval_item_with_a_sign_off_is_decontaminated_unless_short_edits_
     rows.append(make(50, state=f"{item}\n\nKind regards,\nPriya Shah"))  # line 5: the item with a sign-off
     source = write_jsonl(tmp_path / "records.jsonl", rows)
     evals = write_jsonl(tmp_path / "eval.jsonl", [{"id": "review", "state": item}])
-    base = {"sources": [{"kind": "jsonl", "path": str(source)}], "decontaminate_against": [str(evals)]}
+    base = {
+        "sources": [{"kind": "jsonl", "path": str(source)}],
+        "decontaminate_against": [str(evals)],
+        "split": {"dev_fraction": 0},  # 4 rows: no dev split
+    }
     for short_edits, out in ((True, tmp_path / "on"), (False, tmp_path / "off")):
         recipe = DataRecipe.model_validate({**base, "decontamination": {"short_edits": short_edits}})
         manifest = prepare(recipe, out)
