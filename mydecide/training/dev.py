@@ -68,7 +68,8 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         if r.question.type == "choice":
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
-        if model.renderer.form(r.question) != "letters":
+        renderer = getattr(model, "renderer", None)
+        if renderer is not None and renderer.form(r.question) != "letters":
             continue  # read option by option or level by level: no answer letter to collapse onto
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
         predicted_pos.append(position_of[int(np.argmax(zs))])
