@@ -137,6 +137,9 @@ def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
     a process that opened it just before is told apart by the inode check below and tries again.
     """
     target = Path(os.path.realpath(directory))
+    above = next(p for p in target.parents if p.exists())
+    if not above.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"not a directory, so {target} cannot be made there", str(above))
     target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.lock"
     while True:
@@ -161,8 +164,10 @@ def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
         os.pwrite(fd, f"mydecide {command}, pid {os.getpid()}".encode(), 0)
         yield
     finally:
-        path.unlink(missing_ok=True)  # while still locked, so no one else can hold this inode by then
-        os.close(fd)
+        try:
+            path.unlink(missing_ok=True)  # while still locked, so no one else can hold this inode by then
+        finally:
+            os.close(fd)  # even when an interrupt lands in the unlink: the lock never outlives the block
 
 
 def sha256_file(path: str | Path) -> str:
