@@ -122,6 +122,13 @@ def _swap(new: Path, target: Path) -> None:
     aside.rmdir()
 
 
+def holds(directory: str | Path, path: str | Path) -> bool:
+    """Whether ``path`` is ``directory`` or lies inside it, symlinks and ``..`` resolved: what a command that
+    replaces ``directory`` whole would take with it (an input, the working directory)."""
+    outer, inner = Path(os.path.realpath(directory)), Path(os.path.realpath(path))
+    return inner == outer or outer in inner.parents
+
+
 class DirectoryBusy(RuntimeError):
     """Another process holds the lock of a run or output directory."""
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mydecide.io import atomic_write_json, directory_lock, foreign_entries, provenance
+from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
 from mydecide.modeling import (
     ADAPTER_CONFIG,
     RENDER_CONFIG_FILE,
@@ -201,26 +201,23 @@ def check_merge_out(out: Path, inputs: Sequence[tuple[str, str]], overwrite: boo
     (MergeError, one line): the working directory or above it, a directory that holds or sits inside an input (the
     adapter, a local base model), and a non-empty directory without --overwrite or, with it, without an earlier
     merge's merge_report.json. --overwrite replaces an earlier merge only, and says so."""
-    target = Path(os.path.realpath(out))
-    here = Path(os.path.realpath(Path.cwd()))
-    if target == here or target in here.parents:
+    if holds(out, Path.cwd()):
         raise MergeError(f"--out {out}: is the working directory or above it, which merge would replace; choose --out")
     for option, path in inputs:
-        if not Path(path).exists():
-            continue  # a hub name
-        source = Path(os.path.realpath(path))
-        if source == target or target in source.parents or source in target.parents:
+        if Path(path).exists() and (holds(out, path) or holds(path, out)):  # (not there: a hub name)
             raise MergeError(f"--out {out}: holds or lies inside {option} {path}, which merge must not change")
+    target = Path(os.path.realpath(out))
     for candidate in (target, target.with_name(target.name + ".unverified")):
         if not candidate.exists():
             continue
         if not candidate.is_dir():
             raise MergeError(f"{candidate}: exists and is not a directory; choose another --out")
-        if not foreign_entries(candidate):
+        present = foreign_entries(candidate)
+        if not present:
             continue
         if not (candidate / REPORT_FILE).is_file():
             raise MergeError(
-                f"{candidate}: holds {', '.join(foreign_entries(candidate)[:5])} but no {REPORT_FILE} of an earlier "
+                f"{candidate}: holds {', '.join(present[:5])} but no {REPORT_FILE} of an earlier "
                 "merge: not merge's to replace; choose an empty or new --out"
             )
         if candidate == target and not overwrite:

@@ -12,7 +12,7 @@ from typing import Any
 from mydecide.config import DataRecipe, OutputConfig, dump_recipe
 from mydecide.data import dedup
 from mydecide.data.ledger import Ledger, Row
-from mydecide.io import atomic_write_text, foreign_entries, provenance, staged_directory
+from mydecide.io import atomic_write_text, foreign_entries, holds, provenance, staged_directory
 from mydecide.jsonl import json_line, write_jsonl
 from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, read_manifest, split_dir, write_manifest
 
@@ -107,8 +107,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
     * one that holds a file prepare does not write (checked again when the outputs are swapped in);
     * one that holds a source or a ``decontaminate_against`` file of the recipe."""
     target = Path(os.path.realpath(out))
-    here = Path(os.path.realpath(Path.cwd()))
-    if target == here or target in here.parents:
+    if holds(out, Path.cwd()):
         raise ValueError(f"{out}: is the working directory or above it, which prepare would replace; choose --out")
     inputs = [("sources", i, spec.path) for i, spec in enumerate(recipe.sources)]
     for i, entry in enumerate(recipe.decontaminate_against):
@@ -116,8 +115,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
     for section, i, path in inputs:
         if path is None:
             continue
-        source = Path(os.path.realpath(path))
-        if source == target or target in source.parents:
+        if holds(out, path):
             raise ValueError(
                 f"{section}[{i}]: {path} is inside --out {out}, which prepare replaces whole; move it out or choose "
                 "another --out"

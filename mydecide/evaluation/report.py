@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide import metrics
-from mydecide.io import atomic_write_bytes, atomic_write_json, atomic_write_text, foreign_entries, staged_directory
+from mydecide.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    foreign_entries,
+    holds,
+    staged_directory,
+)
 from mydecide.jsonl import write_jsonl
 from mydecide.records import QUESTION_TYPES
 
@@ -254,16 +261,12 @@ def check_report_dir(out: str | Path, inputs: Sequence[tuple[str, str | None]]) 
     * one that holds any of ``inputs`` (``(option, path)`` pairs: the data files, the adapter, the temperatures);
     * one that holds files but no report.json of an earlier evaluate (a prepare output, an adapter, your files);
     * one that holds a file evaluate does not write (checked again when the outputs are swapped in)."""
-    target = Path(os.path.realpath(out))
-    here = Path(os.path.realpath(Path.cwd()))
-    if target == here or target in here.parents:
+    if holds(out, Path.cwd()):
         raise ValueError(f"--out {out}: is the working directory or above it, which evaluate replaces; choose --out")
     for option, path in inputs:
-        if path is None:
-            continue
-        source = Path(os.path.realpath(path))
-        if source == target or target in source.parents:
+        if path is not None and holds(out, path):
             raise ValueError(f"--out {out}: holds {option} {path}, and evaluate replaces it whole; choose --out")
+    target = Path(os.path.realpath(out))
     if not target.exists():
         return
     if not target.is_dir():
