@@ -244,11 +244,12 @@ def record_units(
             Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
             for unit, p in zip(question_units(q), record.target, strict=True)
         ]
-    if renderer.form(q) == "thresholds":
+    form = renderer.form(q)
+    if form == "thresholds":
         prompts = tuple(renderer.render_thresholds(record.state, q))
         state = len(renderer.encode_state(record.state)[0])
         return [Unit(prompts, tuple(record.target), True, index, True, state, cumulative=True)]
-    per_option = renderer.form(q) == "per_option"
+    per_option = form == "per_option"
     if q.k > GROUP_SIZE:
         shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
         mass = sum(record.target[i] for i in shown)  # < 1 only when more than 26 options carry mass
