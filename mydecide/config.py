@@ -169,6 +169,14 @@ def load_recipe(
         return model.model_validate(data)
     except ValidationError as err:
         where = str(path) if path is not None else "recipe"
+        needed = [str(e["loc"][0]) for e in err.errors() if e["type"] == "missing" and len(e["loc"]) == 1]
+        if path is not None and not from_file and len(needed) == len(err.errors()):
+            # an empty file (or comments only) names no kind: every recipe but the data recipe is valid empty
+            kind = RECIPE_COMMANDS.get(model.__name__, ("this", ""))[0]
+            article = "" if kind == "this" else "an " if kind[0] in "aeiou" else "a "
+            raise RecipeError(
+                f"{where}: the recipe is empty; {article}{kind} recipe needs {', '.join(needed)}"
+            ) from None
         other = recipe_kind(from_file, exclude=model) if path is not None else None
         if other is not None and any(
             len(e["loc"]) == 1 and e["type"] in ("extra_forbidden", "missing") for e in err.errors()
@@ -184,7 +192,10 @@ RECIPE_COMMANDS: dict[str, tuple[str, str]] = {}
 
 
 def recipe_kind(data: dict[str, Any], *, exclude: type[BaseModel]) -> tuple[str, str] | None:
-    """(kind, command) of the first other recipe model that ``data`` is valid for, or None."""
+    """(kind, command) of the one other recipe model that ``data`` is valid for, or None: None too when several
+    are (``adapter: DIR`` alone is a calibration, evaluation, serving or merge recipe), since naming one would be
+    a guess."""
+    kinds = []
     for name, kind in RECIPE_COMMANDS.items():
         other = globals()[name]
         if other is exclude:
@@ -193,8 +204,8 @@ def recipe_kind(data: dict[str, Any], *, exclude: type[BaseModel]) -> tuple[str,
             other.model_validate(data)
         except ValidationError:
             continue
-        return kind
-    return None
+        kinds.append(kind)
+    return kinds[0] if len(kinds) == 1 else None
 
 
 def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:

@@ -288,6 +288,28 @@ def test_a_recipe_for_another_command(tmp_path: Path) -> None:
     assert one_line_error(back) == f"error: {SMOKE}: this is a training recipe: use `mydecide train`"
 
 
+def test_an_empty_recipe_is_called_empty_not_a_recipe_for_another_command(tmp_path: Path) -> None:
+    for text in ("", "# nothing but a comment\n", "{}\n"):
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(text)
+        result = CliRunner().invoke(app, ["prepare", str(recipe), "--out", str(tmp_path / "out")])
+        assert one_line_error(result) == f"error: {recipe}: the recipe is empty; a data recipe needs sources"
+    assert not (tmp_path / "out").exists()
+    # an empty training recipe is all defaults (as the shipped serve recipe, comments only): train asks for data
+    empty = CliRunner().invoke(app, ["train", str(recipe)])
+    assert one_line_error(empty).startswith("error: no training data: give --data DIR")
+
+
+def test_a_recipe_valid_for_several_other_commands_names_none_of_them(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("adapter: runs/x/adapter\n")  # calibrate, evaluate, serve and merge all take it
+    result = CliRunner().invoke(app, ["train", str(recipe), "--data", str(prepared(tmp_path / "data"))])
+    assert one_line_error(result) == f"error: {recipe}: adapter: unknown key"
+    recipe.write_text("out: runs/x\n")
+    result = CliRunner().invoke(app, ["prepare", str(recipe)])
+    assert one_line_error(result) == f"error: {recipe}: sources: Field required"
+
+
 def test_an_override_is_blamed_on_the_command_line_with_a_did_you_mean(tmp_path: Path) -> None:
     data = str(prepared(tmp_path / "data"))
     typed = CliRunner().invoke(app, ["train", str(SMOKE), "lora.rr=8", "--data", data])
