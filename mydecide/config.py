@@ -9,6 +9,7 @@ text and telling errors in one line is :mod:`mydecide.recipe_parsing`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -228,6 +229,16 @@ class SourceSpec(Strict):
     limit: int | None = Field(None, ge=0)  # read at most this many rows of the source
     seed: int = 13  # for converters that sample
     options: dict[str, Any] = Field(default_factory=dict)  # converter-specific keyword arguments
+
+    @field_validator("limit")
+    @classmethod
+    def _countable(cls, value: int | None) -> int | None:
+        """A converter counts rows up to ``limit`` (itertools.islice), which takes no number above sys.maxsize."""
+        if value is not None and value > sys.maxsize:
+            raise PydanticCustomError(
+                "limit", "a limit is at most {most} rows; leave it out to read every row", {"most": sys.maxsize}
+            )
+        return value
 
 
 class NearDedupConfig(Strict):

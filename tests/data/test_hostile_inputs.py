@@ -285,6 +285,10 @@ def test_an_exact_copy_is_counted_once_as_an_exact_duplicate_not_as_a_duplicate_
             "sources.0.limit: Input should be a valid integer, not true",
         ),
         ("cap_per_task=0", "cap_per_task: a cap is a whole number of rows, at least 1, not 0"),
+        (
+            f"sources=[{{kind: jsonl, path: rows.jsonl, limit: {10**30}}}]",
+            f"sources.0.limit: a limit is at most {sys.maxsize} rows; leave it out to read every row",
+        ),
     ],
 )
 def test_a_nonsense_recipe_value_is_one_line_naming_the_key_before_any_row_is_read(
