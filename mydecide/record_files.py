@@ -14,6 +14,8 @@ from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict
 from mydecide.manifest import check_against_manifest, part_files
 from mydecide.records import Record, RecordError, parse_record
 
+NO_RECORDS = "file holds no records"  # the rule of a file with no row at all (train says what an empty dev means)
+
 
 @dataclass
 class Reject:
@@ -58,7 +60,7 @@ def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record
         if strict and rejects:
             raise RecordError(rejects[0].reason, rejects[0].where)
     if not records and not rejects:
-        raise RecordError("file holds no records", str(path))
+        raise RecordError(NO_RECORDS, str(path))
     return records, rejects
 
 

@@ -209,6 +209,12 @@ def test_train_data_given_as_a_file_or_a_missing_directory(tmp_path: Path) -> No
     )
     missing = CliRunner().invoke(app, [*base, "--data", str(tmp_path / "nope")])
     assert "no such directory" in one_line_error(missing)
+    (data / "dev.jsonl").write_text("")  # prepared with split.dev_fraction 0: the best adapter would be update 0's
+    empty_dev = CliRunner().invoke(app, [*base, "--data", str(data)])
+    assert one_line_error(empty_dev) == (
+        f"error: {data / 'dev.jsonl'}: file holds no records; train keeps the adapter that is best on dev, so it "
+        f"needs dev records (prepare {data} with split.dev_fraction > 0)"
+    )
     (data / "dev.jsonl").unlink()
     no_dev = CliRunner().invoke(app, [*base, "--data", str(data)])
     assert one_line_error(no_dev).endswith("no dev.jsonl in it; it is not an output directory of `mydecide prepare`")

@@ -53,6 +53,12 @@ def register(app: typer.Typer) -> None:
         )
         c = manifest["conservation"]
         empty = next(step for step in manifest["steps"] if step["step"] == "split")["empty_by_recipe"]
+        if "dev" in empty:
+            typer.echo(
+                f"[mydecide] warning: no dev split ({empty['dev']}): `mydecide train` refuses {recipe.out}, since "
+                "it keeps the adapter that is best on dev; set split.dev_fraction > 0 to train on it",
+                err=True,
+            )
         splits = ", ".join(
             f"{name} {info['rows']}" + (f" ({empty[name]})" if name in empty else "")
             for name, info in manifest["splits"].items()

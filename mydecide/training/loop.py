@@ -27,8 +27,8 @@ from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior
 from mydecide.io import atomic_write_text, directory_lock, provenance
 from mydecide.manifest import SPLIT_FILES, check_against_manifest, split_digest, split_path
-from mydecide.record_files import load_records
-from mydecide.records import Record
+from mydecide.record_files import NO_RECORDS, load_records
+from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
 from mydecide.training.diagnostics import span_log_odds, span_prior_note
@@ -84,7 +84,26 @@ def select_tasks(
             f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; its tasks are {sorted(present)}"
         )
     wanted = set(tasks)
-    return [r for r in train_records if r.task in wanted], [r for r in dev_records if r.task in wanted]
+    dev = [r for r in dev_records if r.task in wanted]
+    if dev_records and not dev:
+        raise ValueError(f"tasks: {tasks} have no records in {split_path(data_dir, 'dev')}; {DEV_NEEDED}")
+    return [r for r in train_records if r.task in wanted], dev
+
+
+DEV_NEEDED = "train keeps the adapter that is best on dev, so it needs dev records"
+
+
+def dev_split(data_dir: Path) -> list[Record]:
+    """The dev records; an empty dev split (prepared with split.dev_fraction 0) is an error that says why train needs
+    one (with none, the first dev evaluation's untrained adapter would stay the best: an empty dev's log loss is 0)."""
+    try:
+        return load_records(split_path(data_dir, "dev"))
+    except RecordError as err:
+        if err.rule != NO_RECORDS:
+            raise
+        raise ValueError(
+            f"{err.where}: {NO_RECORDS}; {DEV_NEEDED} (prepare {data_dir} with split.dev_fraction > 0)"
+        ) from None
 
 
 # ------------------------------------------------------------------------------------------------ model pieces
@@ -175,7 +194,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
 
     data_dir = prepared_data(recipe.data)
     train_records = load_records(split_path(data_dir, "train"))
-    dev_records = load_records(split_path(data_dir, "dev"))
+    dev_records = dev_split(data_dir)
     trackers = check_trackers(recipe.report_to)
     data_sha256 = {split_path(data_dir, s).name: split_digest(split_path(data_dir, s)) for s in ("train", "dev")}
     if resume:

@@ -306,6 +306,11 @@ def test_dev_fraction_0_is_an_empty_dev_split_that_is_said(tmp_path: Path) -> No
     assert run.exit_code == 0, run.output
     assert run.ids["dev"] == [] and len(run.ids["train"]) == GOOD
     assert f"train {GOOD}, dev 0 (split.dev_fraction is 0), heldout 0 (no split.heldout_tasks);" in run.output
+    warning = [line for line in run.errors if "warning" in line]
+    assert warning == [
+        f"[mydecide] warning: no dev split (split.dev_fraction is 0): `mydecide train` refuses {tmp_path / 'out'}, "
+        "since it keeps the adapter that is best on dev; set split.dev_fraction > 0 to train on it"
+    ]
 
 
 @pytest.mark.parametrize(

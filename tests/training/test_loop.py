@@ -245,3 +245,7 @@ def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path
     expected = r"\['routing'\] have no records in .*train.jsonl; its tasks are \['route', 'spam'\]"
     with pytest.raises(ValueError, match=expected):
         select_tasks(train_records, dev_records, ["route", "routing"], data)
+    # a task with training records but none in dev: the best adapter could not be chosen
+    no_dev = [r for r in dev_records if r.task != "spam"]
+    with pytest.raises(ValueError, match=r"\['spam'\] have no records in .*dev.jsonl; train keeps the adapter that"):
+        select_tasks(train_records, no_dev, ["spam"], data)
