@@ -97,7 +97,7 @@ def test_forms_follow_the_question_type(renderer: Renderer) -> None:
     with pytest.raises(ValueError, match="no per-option form"):
         renderer.render_per_option(STATE, noul)
     assert Renderer(renderer.tokenizer).form(choice(CRITERIA)) == "per_option"  # the default for choice
-    assert Renderer(renderer.tokenizer).form(score) == "letters"  # score levels: one read over their letters
+    assert Renderer(renderer.tokenizer).form(score) == "per_option"  # score levels: one yes / no read per level
 
 
 def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> None:

@@ -92,11 +92,12 @@ class RenderConfig(BaseModel):
     # (order-invariant by construction; what small models can learn; the default). Score questions have their own
     # key. A render config saved before these keys existed means letters (modeling.read_render_config).
     option_form: OptionForm = "per_option"
-    # Score questions: "letters" and "per_option" as for choices (nominal reads of the levels), or "thresholds": the
-    # levels listed lowest first, then K − 1 yes / no reads "is the right level this one or a higher one?" whose
-    # log-odds d_k sum into the level logits z_j = d_1 + … + d_j (z_0 = 0), so every read learns from every example
-    # and the levels' order is in the model (docs/scoring-forms.md)
-    score_form: ScoreForm = "letters"
+    # Score questions: "letters" and "per_option" as for choices (nominal reads of the levels; per_option is the
+    # default: it ranked and scored the demo's 5-level task best of the three, docs/scoring-forms.md), or
+    # "thresholds": the levels listed lowest first, then K − 1 yes / no reads "is the right level this one or a higher
+    # one?" whose log-odds d_k sum into the level logits z_j = d_1 + … + d_j (z_0 = 0), so every read learns from
+    # every example and the levels' order is in the model
+    score_form: ScoreForm = "per_option"
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
