@@ -254,6 +254,22 @@ def saved_training(run: Path) -> tuple[dict[str, Any], dict[str, str], str]:
     )
 
 
+def recipe_file_problem(run: Path) -> str | None:
+    """What is wrong with the run's recipe.yaml (missing, not text, not YAML, not a mapping), or None when it reads.
+    Resuming does not need it (every checkpoint carries its recipe), but a run whose record of its recipe is gone
+    should say so."""
+    path = run / "recipe.yaml"
+    if not path.is_file():
+        return f"{path} is missing"
+    try:
+        read_yaml(path)
+    except RecipeError as err:
+        return f"{path} is unreadable ({str(err).removeprefix(f'{path}: ')})"
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path} is unreadable ({getattr(err, 'reason', None) or getattr(err, 'strerror', None) or err})"
+    return None
+
+
 def legacy_training(run: Path, checkpoint: Path) -> tuple[dict[str, Any], dict[str, str], str]:
     """What a checkpoint saved before checkpoints carried their recipe was trained with: the run's recipe.yaml and
     its ``_provenance.data_sha256``. Without either nothing can be checked, and resuming is refused."""
@@ -302,10 +318,10 @@ def recipe_changes(
     return changes
 
 
-def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str], allow_change: Collection[str]) -> None:
+def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str], allow_change: Collection[str]) -> str:
     """Refuse to resume a run that has no checkpoint, or with another recipe or other data than its newest readable
     checkpoint was trained with, listing every difference; the keys in ``allow_change`` (only ``SAFE_CHANGES``) may
-    differ."""
+    differ. Returns what the recipe was checked against (``checkpoint update-N``, or a legacy run's recipe.yaml)."""
     unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
     if unsafe:
         raise ValueError(
@@ -315,7 +331,7 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
     saved, trained_on, where = saved_training(run)
     changes = [c for c in recipe_changes(saved, trained_on, recipe, data_sha256) if c[0] not in allow_change]
     if not changes:
-        return
+        return where
     listed = "; ".join(f"{key}: {old} → {new}" for key, old, new in changes)
     if all(key in SAFE_CHANGES for key, _, _ in changes):
         hint = "to continue with it, pass " + " ".join(f"--allow-change {key}" for key, _, _ in changes)

@@ -255,7 +255,12 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main:
         held.enter_context(directory_lock(run, "train"))
         if resume:  # checked again under the lock: another run may have written a checkpoint since
-            check_resumable(run, recipe, data_sha256, allow_change)
+            against = check_resumable(run, recipe, data_sha256, allow_change)
+            if problem := checkpoints.recipe_file_problem(run):
+                log(
+                    f"WARNING: {problem}; resuming against the recipe {against} was trained with (every checkpoint "
+                    f"carries it), and writing {run / 'recipe.yaml'} again"
+                )
         if run.exists() and not resume and any(run.iterdir()):
             raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)

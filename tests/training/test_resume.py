@@ -271,7 +271,9 @@ def one_error_line(output: str) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("lost", ["recipe.yaml removed", "provenance removed", "recipe.yaml broken"])
+@pytest.mark.parametrize(
+    "lost", ["recipe.yaml removed", "provenance removed", "recipe.yaml broken", "recipe.yaml a list"]
+)
 def test_resume_checks_the_checkpoint_whatever_became_of_recipe_yaml(
     lost: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,8 +290,10 @@ def test_resume_checks_the_checkpoint_whatever_became_of_recipe_yaml(
         tree = yaml.safe_load(saved.read_text())
         del tree["_provenance"]
         saved.write_text(yaml.safe_dump(tree))
-    else:
+    elif lost == "recipe.yaml broken":
         saved.write_text("model: [unclosed\n  lora: {r: 4\n")
+    else:
+        saved.write_text("- model\n- lora\n")
     before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
 
     def resume(*overrides: str, data_dir: Path = data) -> Path:
@@ -305,13 +309,27 @@ def test_resume_checks_the_checkpoint_whatever_became_of_recipe_yaml(
     with pytest.raises(ValueError, match=r"data train\.jsonl \(sha256\)"):
         resume(data_dir=other)
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # a refused resume writes nothing
-    if lost == "recipe.yaml broken":  # on the command line: one line, no YAML traceback; the same recipe resumes
+    if lost == "recipe.yaml broken":  # on the command line: one line, no YAML traceback
         code, output = cli_train(tiny_llama_dir, data, run, "--resume", "optim.lr=1e-3")
         assert code == 2 and "optim.lr: 0.005 → 0.001" in one_error_line(output)
-        code, output = cli_train(tiny_llama_dir, data, run, "--resume")
-        assert code == 0, output
-        assert json.loads((run / "summary.json").read_text())["updates"] == 10
-        assert "_provenance" in yaml.safe_load(saved.read_text())  # the resumed run wrote its recipe.yaml again
+    code, output = cli_train(tiny_llama_dir, data, run, "--resume")  # the same recipe resumes, saying what it lost
+    assert code == 0, output
+    problem = {
+        "recipe.yaml removed": "is missing",
+        "recipe.yaml broken": "is unreadable (not valid YAML (line 2: ",
+        "recipe.yaml a list": "is unreadable (a recipe must be a YAML mapping)",
+    }.get(lost)
+    warnings = [line for line in output.splitlines() if "recipe.yaml" in line and "WARNING" in line]
+    if problem is None:  # readable, if without its data hashes: nothing to say
+        assert warnings == [], output
+    else:
+        assert len(warnings) == 1 and warnings[0].startswith(f"[train] WARNING: {saved} {problem}"), output
+        assert warnings[0].endswith(
+            "; resuming against the recipe checkpoint update-000004 was trained with (every checkpoint carries it), "
+            f"and writing {saved} again"
+        ), output
+    assert json.loads((run / "summary.json").read_text())["updates"] == 10
+    assert "_provenance" in yaml.safe_load(saved.read_text())  # the resumed run wrote its recipe.yaml again
 
 
 def test_a_checkpoint_carries_the_recipe_and_data_hashes(
