@@ -373,6 +373,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if found is not None:
         update, best = found[1]["update"], found[1]["best"]
         log(f"resumed from {found[0].name} at update {update}/{total_updates}")
+        if is_main:
+            forget_updates_after(run, update, best)
 
     def save_adapter(name: str) -> None:
         def beside_the_weights(folder: Path) -> None:
@@ -500,6 +502,46 @@ class _null:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def forget_updates_after(run: Path, update: int, best: dict[str, Any]) -> None:
+    """Before a run resumed from update N trains N + 1, N + 2 … again: metrics.jsonl loses its lines of later
+    updates, and a half-written line a killed run left (rewritten atomically), so that each (kind, update) is there
+    once. A best adapter saved at one of those updates is named: it stays RUN/adapter until a dev evaluation beats
+    the checkpoint's best."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return
+    kept, dropped, later_dev = [], [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("update"), int):
+            dropped.append(line)  # not a line this loop wrote whole
+        elif row["update"] > update:
+            dropped.append(line)
+            if row.get("kind") == "dev" and isinstance(row.get("log_loss"), (int, float)):
+                later_dev.append(row)
+        else:
+            kept.append(line + "\n")
+    if not dropped:
+        return
+    atomic_write_text(path, "".join(kept))
+    log(f"{path}: {len(dropped)} line(s) of updates after {update} dropped; they are trained again")
+    beaten = [row for row in later_dev if row["log_loss"] < best["log_loss"]]
+    if beaten and (run / "adapter").is_dir():
+        saved_at = min(beaten, key=lambda row: row["log_loss"])["update"]
+        until = (
+            f"a dev log loss below {best['log_loss']:.4f} (update {best['update']}'s, the best up to update {update})"
+            if best["update"] is not None
+            else "the next dev evaluation"
+        )
+        log(
+            f"WARNING: {run / 'adapter'} is the best adapter of update {saved_at}, after update {update} that this "
+            f"run resumes from; it stays until {until} replaces it"
+        )
 
 
 def write_metrics(run: Path, row: dict[str, Any]) -> None:

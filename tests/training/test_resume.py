@@ -105,6 +105,9 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
         (checkpoints / "update-000009.tmp" / PICKLED).write_bytes(b"PK\x03\x04half")
         shutil.rmtree(newest)
     assert not marker.exists()
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lost = sum(row["update"] > 4 for row in logged)  # train 5..8 or 5..9, and dev at the epoch's end (8)
+    assert lost >= 5
     capsys.readouterr()
     resumed = loop.train(recipe_for(tiny_llama_dir, data, run, *ARGS), resume=True)
     err = capsys.readouterr().err
@@ -118,6 +121,47 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
         torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6)
     names = sorted(p.name for p in checkpoints.iterdir() if not p.name.endswith(".tmp"))
     assert names[-1] == "update-000010" and all(CHECKPOINT.fullmatch(n) for n in names)
+    # the updates after 4 that the killed run logged are trained again, and logged once
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    keys = [(row["kind"], row["update"]) for row in rows]
+    assert len(keys) == len(set(keys)), keys
+    assert [u for kind, u in keys if kind == "train"] == list(range(1, 11))
+    assert f"metrics.jsonl: {lost} line(s) of updates after 4 dropped; they are trained again" in err, err
+
+
+def test_resuming_forgets_the_metrics_of_later_updates_and_names_a_later_best_adapter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mydecide.training.loop import forget_updates_after
+
+    run = tmp_path / "run"
+    (run / "adapter").mkdir(parents=True)
+
+    def line(kind: str, update: int, **more: Any) -> str:
+        return json.dumps({"kind": kind, "update": update, **more})
+
+    kept = [
+        line("dev", 0, log_loss=0.9),
+        *(line("train", u, loss=1.0) for u in range(1, 5)),
+        line("dev", 4, log_loss=0.8),
+    ]
+    later = [line("train", 5, loss=1.0), line("dev", 6, log_loss=0.7), line("dev", 8, log_loss=0.75)]
+    (run / "metrics.jsonl").write_text("\n".join([*kept, *later]) + '\n{"kind": "train", "upd')  # killed mid-line
+    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    assert (run / "metrics.jsonl").read_text() == "".join(f"{row}\n" for row in kept)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"[train] {run / 'metrics.jsonl'}: 4 line(s) of updates after 4 dropped; they are trained again",
+        f"[train] WARNING: {run / 'adapter'} is the best adapter of update 6, after update 4 that this run resumes "
+        "from; it stays until a dev log loss below 0.8000 (update 4's, the best up to update 4) replaces it",
+    ]
+    # nothing after the checkpoint: the file is left as it is, and so is an adapter no later dev row beat
+    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.85)]) + "\n")
+    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    assert capsys.readouterr().err.splitlines() == [
+        f"[train] {run / 'metrics.jsonl'}: 1 line(s) of updates after 4 dropped; they are trained again"
+    ]
 
 
 def test_a_changed_recipe_or_data_is_refused_on_resume(
