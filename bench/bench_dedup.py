@@ -760,7 +760,8 @@ def main() -> None:
     parser.add_argument(
         "--study",
         action="store_true",
-        help="only print the exact-Jaccard comparison of shingle kinds (docs/dedup.md) and exit",
+        help="only print the exact-Jaccard comparison of shingle kinds and exit"
+        " (docs/LOG.md#dedup-character-5-grams-and-short-edits)",
     )
     args = parser.parse_args()
 

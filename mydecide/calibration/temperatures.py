@@ -69,7 +69,8 @@ def platt_targets(z_pad: np.ndarray, y_pad: np.ndarray) -> np.ndarray:
     this reason: one pseudo-count for "right" and one for "wrong". Here that pair is kept for any K, so the smoothing
     is 1/(n + 2) whatever the number of options (an earlier pseudo-count per option moved K / (n + K) of every
     target, 16% at n = 36 and K = 7, and calibrated such a dev set towards a much less confident model than its
-    data showed). docs/calibration.md compares this fit with the raw fit, a prior on log T and that earlier one.
+    data showed). docs/calibration.md says why this fit; docs/LOG.md#calibration-seven-temperature-fits-compared
+    compares it with the raw fit, a prior on log T and that earlier one.
     """
     n = len(y_pad)
     valid = np.isfinite(z_pad)

@@ -3,9 +3,10 @@ character n-grams near dedup and decontamination compare.
 
 The default shingles are the character 5-grams of the normalised text (case-folded words, punctuation and quotes
 dropped, single spaces): one changed word in a 12-word text removes 5 of its 8 word 5-grams but only about a
-fifth of its character 5-grams, so character shingles keep short texts comparable (docs/dedup.md has the
-benchmark behind the choice). Shingles are hashed for the whole corpus at once with numpy (characters as UTF-32
-code points, words hashed once per distinct word; n-grams combined as a polynomial).
+fifth of its character 5-grams, so character shingles keep short texts comparable (docs/dedup.md says why;
+docs/LOG.md#dedup-character-5-grams-and-short-edits has the benchmark behind the choice). Shingles are hashed for
+the whole corpus at once with numpy (characters as UTF-32 code points, words hashed once per distinct word; n-grams
+combined as a polynomial).
 """
 
 from __future__ import annotations
