@@ -196,7 +196,13 @@ def read_render_config(path: Path) -> RenderConfig:
         raise ValueError(f"{path}: not a readable render config ({err})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a render config is a JSON object")
+    if isinstance(data.get("span", {}), dict):  # a span head trained before these keys read labels as it was trained
+        data = {**data, "span": {**SPAN_KEYS_BEFORE, **data.get("span", {})}}
     return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
+
+
+SPAN_KEYS_BEFORE = {"label_read": "last"}
+"""What a render config saved before a ``prompt.span`` key existed was scored with."""
 
 
 def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[RenderConfig | None, Path | None]:

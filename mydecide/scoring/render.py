@@ -57,6 +57,10 @@ class SpanWindows(BaseModel):
     # (no) at the word, one sequence per label, no new parameters; "auto" = a head is trained when the training data
     # has span questions and used when the model has one, the letters otherwise (docs/spans.md)
     read: Literal["auto", "head", "letters"] = "auto"
+    # the span head's read of a label: "line" = the mean of the final hidden states over its line's tokens (name and
+    # description), "last" = the line's last token only. A render config saved before the key existed means "last"
+    # (modeling.read_render_config)
+    label_read: Literal["line", "last"] = "line"
 
     def resolve(self, head: bool) -> SpanWindows:
         """``auto`` made concrete: ``head`` when the model has (or training will give it) a span head, else

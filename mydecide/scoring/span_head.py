@@ -1,9 +1,10 @@
 """The span head (``prompt.span.read: head``): a small trained layer that scores every word against every label.
 
 A span question's sequence lists its labels, one line each, before the text (``scoring.spans``). The head projects
-the last hidden state at each word's last token (``word``) and at each label line's last token (``label``) to
-``SPAN_HEAD_DIM`` dimensions; a cell's log-odds is their scaled dot product plus one ``bias``. It reads any label
-set, named at request time, without label-specific weights, and all labels from one sequence.
+the last hidden state at each word's last token (``word``) and each label's read (``label``: the mean of the last
+hidden states over the label's line, name and description, ``scoring.spans.pooled``) to ``SPAN_HEAD_DIM``
+dimensions; a cell's log-odds is their scaled dot product plus one ``bias``. It reads any label set, named at
+request time, without label-specific weights, and all labels from one sequence.
 
 ``word`` starts at zero, so an untrained head answers ``bias`` everywhere and sends no gradient into the model until
 it has learnt something; ``bias`` starts at the log-odds of the training split's share of span cells. The head is

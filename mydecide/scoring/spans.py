@@ -7,8 +7,9 @@ A span question (docs/spans.md) is decided as a word × label grid, read one of 
   asked. At the last token of each word the output head's rows of the answer letters ``A`` (yes) and ``B`` (no) are
   read; yes − no is the word's log-odds. No new parameters.
 - ``head``: one sequence lists every label on its own line before the text, and the trained span head
-  (``scoring.span_head``) scores each word's last token against each label line's last token: a third of the
-  sequences for three labels, and no answer letters shared with the other question types.
+  (``scoring.span_head``) scores each word's last token against each label's line, pooled over the line's tokens
+  (name and description; ``label_read: last``: its last token): a third of the sequences for three labels, and no
+  answer letters shared with the other question types.
 
 Either way the log-odds of ``prompt.span.prior`` (when one is set) is added to every read.
 
@@ -46,13 +47,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class SpanSequence:
     """One label's sequence over one window: ``ids`` ends with the window's text; ``reads`` are the positions (in
-    ``ids``) of the last token of the words this window owns, ``words`` their word indices."""
+    ``ids``) of the last token of the words this window owns, ``words`` their word indices.
+
+    A span head's sequence (``label`` −1) lists every label: ``label_lines`` are the token ranges [start, stop) the
+    head pools each label's read over (its whole line, or its last token with ``label_read: last``), in the order the
+    lines are shown."""
 
     ids: tuple[int, ...]
     reads: tuple[int, ...]
     words: tuple[int, ...]
-    label: int  # −1: every label (the span head's sequences, whose ``label_reads`` are the labels' lines)
-    label_reads: tuple[int, ...] = ()
+    label: int  # −1: every label (the span head's sequences)
+    label_lines: tuple[tuple[int, int], ...] = ()
 
     def cells(self, n_labels: int) -> list[int]:
         """The flat grid index of each of this sequence's values, in the order they are read (word-major)."""
@@ -62,7 +67,7 @@ class SpanSequence:
 
     @property
     def n_values(self) -> int:
-        return len(self.reads) * max(1, len(self.label_reads))
+        return len(self.reads) * max(1, len(self.label_lines))
 
 
 @dataclass(frozen=True)
@@ -159,12 +164,12 @@ def span_prompt(state: Any, question: Question, label: int) -> str:
 
 
 def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
-    """The span head's user text before the text, in pieces: context and question, one line per label (its last
-    token is where the head reads the label), how it is answered."""
+    """The span head's user text before the text, in pieces: context and question, one line per label (each after a
+    newline; the head reads the label over it), how it is answered."""
     lines = context_lines(state, question)
     lines += [f"Question: {question.instructions}", "Labels:"]
     labels = [
-        f"\n{name}" + (f" — {description}" if description else "")
+        f"{name}" + (f" — {description}" if description else "")
         for name, description in zip(question.options, question.descriptions, strict=True)
     ]
     outro = "\nFor every word of the text below: which of these labels is it part of?\n\nText:\n"
@@ -173,16 +178,24 @@ def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
 
 def head_prefix(
     renderer: Renderer, head: list[int], state: Any, question: Question
-) -> tuple[list[int], tuple[int, ...]]:
-    """The span head's sequence before the text (after the template's ``head`` ids), and the positions of its label
-    lines' last tokens; a long context keeps its last ``max_state_tokens`` + 200 tokens."""
+) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+    """The span head's sequence before the text (after the template's ``head`` ids), and the token range of each
+    label's read: its line's tokens (``label_read: line``, the newline before it left out) or its last token
+    (``last``). A long context keeps its last ``max_state_tokens`` + 200 tokens."""
     intro, labels, outro = head_prompt(state, question)
-    pieces = renderer.encode_pieces([intro, *labels, outro])
+    if renderer.config.span.label_read == "last":  # as trained before lines were pooled: newline and line one piece
+        pieces = renderer.encode_pieces([intro, *("\n" + line for line in labels), outro])
+        lines: list[tuple[list[int], list[int]]] = [([], piece) for piece in pieces[1:-1]]
+    else:  # the newline on its own, so the line's tokens are exactly its name and description
+        pieces = renderer.encode_pieces([intro, *(p for line in labels for p in ("\n", line)), outro])
+        lines = [(pieces[1 + 2 * j], pieces[2 + 2 * j]) for j in range(len(labels))]
     ids = head + pieces[0][-(renderer.config.max_state_tokens + 200) :]
     reads = []
-    for piece in pieces[1:-1]:
-        ids += piece
-        reads.append(len(ids) - 1)
+    for newline, line in lines:
+        ids += newline
+        start = len(ids)
+        ids += line
+        reads.append((start, len(ids)) if renderer.config.span.label_read == "line" else (len(ids) - 1, len(ids)))
     return ids + pieces[-1], tuple(reads)
 
 
@@ -203,14 +216,14 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
     max_context = renderer.config.max_state_tokens
     echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
     sequences = []
-    prefixes: list[tuple[int, list[int], tuple[int, ...]]] = []  # (label, or −1 for all; ids; label reads)
+    prefixes: list[tuple[int, list[int], tuple[tuple[int, int], ...]]] = []  # (label, −1 for all; ids; lines)
     if renderer.config.span.read == "head":
         prefixes.append((-1, *head_prefix(renderer, head, state, question)))
     else:
         for label in range(question.k):
             prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
             prefixes.append((label, head + prefix[-(max_context + 200) :], ()))
-    for label, prefix, label_reads in prefixes:
+    for label, prefix, label_lines in prefixes:
         for w, (a, b) in enumerate(cuts):
             ids, reads, owned = list(prefix), [], []
             if echo is not None:  # the window once in full, then again with the reads: every read has seen it all
@@ -221,8 +234,25 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
                     reads.append(len(ids) - 1)
                     owned.append(i)
             if owned:
-                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_reads))
+                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines))
     return SpanLayout(tuple(sequences), len(offsets), question.k)
+
+
+def pooled(hidden: torch.Tensor, rows: Sequence[int], ranges: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """(len(rows), H): the mean of ``hidden[row, start:stop]`` for each row and [start, stop) range, summed in
+    float32 (a one-token range is that token's state, unchanged); gradients flow."""
+    import torch
+
+    device = hidden.device
+    if all(stop - start == 1 for start, stop in ranges):
+        return hidden[torch.tensor(list(rows), device=device), torch.tensor([b - 1 for _, b in ranges], device=device)]
+    slot = [i for i, (a, b) in enumerate(ranges) for _ in range(a, b)]
+    at_rows = torch.tensor([r for r, (a, b) in zip(rows, ranges, strict=True) for _ in range(a, b)], device=device)
+    at_cols = torch.tensor([t for a, b in ranges for t in range(a, b)], device=device)
+    sums = torch.zeros(len(ranges), hidden.shape[-1], dtype=torch.float32, device=device)
+    sums = sums.index_add(0, torch.tensor(slot, device=device), hidden[at_rows, at_cols].float())
+    counts = torch.tensor([b - a for a, b in ranges], dtype=torch.float32, device=device)
+    return sums / counts.unsqueeze(1)
 
 
 def span_read_logits(
@@ -263,10 +293,12 @@ def span_read_logits(
                 "prompt.span.read is 'head', but the model has no span head: it comes with an adapter (or a merged "
                 "model) trained with it; an untrained model reads span questions with prompt.span.read=letters"
             )
-        n = max(len(s.label_reads) for s in sequences)
-        at = torch.tensor([s.label_reads + s.label_reads[-1:] * (n - len(s.label_reads)) for s in sequences])
-        shown = torch.tensor([[j < len(s.label_reads) for j in range(n)] for s in sequences], device=device)
-        labels = out.last_hidden_state[torch.arange(len(sequences)).unsqueeze(1).to(device), at.to(device)]
+        n = max(len(s.label_lines) for s in sequences)
+        padded = [s.label_lines + s.label_lines[-1:] * (n - len(s.label_lines)) for s in sequences]
+        shown = torch.tensor([[j < len(s.label_lines) for j in range(n)] for s in sequences], device=device)
+        at = [r for r, lines in enumerate(padded) for _ in lines]
+        labels = pooled(out.last_hidden_state, at, [line for lines in padded for line in lines])
+        labels = labels.reshape(len(sequences), n, -1)  # (N, L, H)
         return head(hidden, labels, index)[shown[index]] + offset  # (M · L,) word-major per sequence
     weight, bias, softcap = output_head(lm)
     shown = torch.ones(len(rows), 2, dtype=torch.bool, device=device)

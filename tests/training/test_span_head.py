@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -68,9 +69,10 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     assert len(layout.sequences) > 1 and {s.label for s in layout.sequences} == {-1}
     decode = model.tokenizer.decode
     for seq in layout.sequences:
-        assert len(seq.label_reads) == 2
-        before = [decode(list(seq.ids[: at + 1])) for at in seq.label_reads]
-        assert before[0].endswith("PERSON — a person's name") and before[1].endswith("EMAIL — an e-mail address")
+        assert len(seq.label_lines) == 2  # each label read over its whole line, exactly its tokens
+        lines = [decode(list(seq.ids[a:b])) for a, b in seq.label_lines]
+        assert lines == ["PERSON — a person's name", "EMAIL — an e-mail address"]
+        assert [decode([seq.ids[a - 1]]) for a, _ in seq.label_lines] == ["\n", "\n"]
         assert seq.cells(2) == [w * 2 + j for w in seq.words for j in (0, 1)]
         assert seq.n_values == 2 * len(seq.reads)
     # every cell once: the letters layout reads the same words, one sequence per label
@@ -81,6 +83,89 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     letters_config = RenderConfig(span={"read": "letters", "window_tokens": 16, "overlap_tokens": 4})
     letters = span_layout(load_model(str(tiny_llama_dir), render=letters_config, device="cpu").renderer, text, question)
     assert len(letters.sequences) == 2 * len(layout.sequences)
+
+
+def random_head(model: object, seed: int = 0) -> object:
+    """A span head on ``model`` with random weights (as if trained: the word projection is not zero)."""
+    import torch
+
+    from mydecide.scoring.span_head import attach_span_head
+
+    head = attach_span_head(model.lm, bias=-1.0)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.copy_(0.1 * torch.randn_like(parameter))
+    return head
+
+
+def by_hand(model: object, head: object, layout: object) -> object:
+    """A layout's grid computed step by step: each sequence alone through the decoder, each word's last token and
+    each label's range mean-pooled, projected, q·k/√d + the label's bias."""
+    import numpy as np
+    import torch
+
+    from mydecide.scoring.forward import decoder_of
+
+    grid = np.full(layout.n_words * layout.n_labels, np.nan)
+    with torch.no_grad():
+        for seq in layout.sequences:
+            h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
+            q = head.word(h[list(seq.reads)])
+            k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
+            bias = head.bias + (k @ head.label_bias if hasattr(head, "label_bias") else 0.0)
+            grid[seq.cells(layout.n_labels)] = (q @ k.T / math.sqrt(q.shape[-1]) + bias).flatten().double().numpy()
+    return grid
+
+
+@pytest.mark.parametrize("label_read", ["line", "last"])
+def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_llama_dir: Path, label_read: str) -> None:
+    """label_read: line pools the label's whole line (name and description); last reads its last token, with the
+    ids an adapter trained before lines were pooled was trained on. Training's module reads what scoring reads."""
+    import numpy as np
+    import torch
+
+    from mydecide.modeling import load_model
+    from mydecide.scoring.spans import head_prompt, score_span_questions, span_head, span_layout
+    from mydecide.training.batches import epoch_units, make_batch
+    from mydecide.training.loop import build_module
+
+    model = load_model(str(tiny_llama_dir), render=head_config(label_read=label_read), device="cpu")
+    head = random_head(model)
+    record = parse_record(span_row(3, random.Random(5)))[0]
+    layout = span_layout(model.renderer, record.state, record.question)
+    lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
+    assert lengths == {1} if label_read == "last" else min(lengths) > 3
+    if label_read == "last":  # the sequence as it was before: each label's newline and line encoded as one piece
+        intro, lines, outro = head_prompt(record.state, record.question)
+        pieces = model.renderer.encode_pieces([intro, *("\n" + line for line in lines), outro])
+        before = model.tokenizer(span_head(model.renderer), add_special_tokens=False)["input_ids"]
+        before += [t for piece in pieces for t in piece]
+        assert all(seq.ids[: len(before)] == tuple(before) for seq in layout.sequences)
+        start = len(before) - sum(len(piece) for piece in pieces)  # the template's head
+        ends = [start + end for end in itertools.accumulate(len(piece) for piece in pieces)][1:-1]  # the label lines'
+        assert all([b for _, b in seq.label_lines] == ends for seq in layout.sequences)
+    (grid,) = score_span_questions(model, [(record.state, record.question)])
+    np.testing.assert_allclose(grid, by_hand(model, head, layout), rtol=1e-5, atol=1e-5)
+    (unit,) = epoch_units(model.renderer, [record], 0, 0, False)
+    module = build_module(model.lm, model.renderer.label_ids).eval()
+    with torch.no_grad():
+        _, reads = module(None, make_batch([unit], model.tokenizer.pad_token_id, True).spans)
+    cells = [c for seq in unit.sequences for c in seq.cells(2)]
+    np.testing.assert_allclose(reads.double().numpy(), grid[cells], atol=1e-5)
+
+
+def test_a_render_config_saved_before_lines_were_pooled_reads_labels_at_their_last_token(tmp_path: Path) -> None:
+    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
+    from mydecide.scoring.render import RenderConfig
+
+    old = tmp_path / RENDER_CONFIG_FILE
+    for saved in ({"span": {"read": "head", "window_tokens": 64, "overlap_tokens": 8}}, {}):
+        old.write_text(json.dumps({"max_state_tokens": 64, **saved}))
+        assert read_render_config(old).span.label_read == "last"
+    assert RenderConfig().span.label_read == "line"  # the default
+    save_render_config(tmp_path, RenderConfig())
+    assert read_render_config(old).span.label_read == "line"
 
 
 def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:

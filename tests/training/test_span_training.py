@@ -120,7 +120,14 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
     trained = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
     assert all(r["loss"] == r["loss"] for r in trained)  # no NaN
     saved = json.loads((run / "adapter" / "mydecide_render.json").read_text())
-    assert saved["span"] == {"window_tokens": 16, "overlap_tokens": 4, "echo": False, "prior": None, "read": "letters"}
+    assert saved["span"] == {
+        "window_tokens": 16,
+        "overlap_tokens": 4,
+        "echo": False,
+        "prior": None,
+        "read": "letters",
+        "label_read": "line",
+    }
 
 
 def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monkeypatch: pytest.MonkeyPatch) -> None:
