@@ -87,3 +87,49 @@ def test_calibrate_refuses_a_concatenated_training_split_in_one_line_before_load
     assert result.exit_code == 2 and len(errors) == 1, result.output
     assert "6 of its 9 rows are rows of the training split" in errors[0] and "--force" in errors[0]
     assert not out.exists()
+
+
+@pytest.fixture
+def run_of(prepared: Path, tmp_path: Path) -> Path:
+    """A training run on ``prepared``: RUN/recipe.yaml names its data, RUN/adapter is the adapter calibrated."""
+    (tmp_path / "run" / "adapter").mkdir(parents=True)
+    (tmp_path / "run" / "recipe.yaml").write_text(f"data: {prepared}\nout: {tmp_path / 'run'}\n")
+    return tmp_path / "run" / "adapter"
+
+
+@pytest.mark.parametrize("copy", ["the training split", "dev + train"])
+def test_a_copy_of_the_adapters_training_split_placed_elsewhere_is_refused(
+    copy: str, prepared: Path, run_of: Path, tmp_path: Path
+) -> None:
+    """Away from its prepare output no training split is beside the file: the adapter's run names the one to check."""
+    mine = write(
+        tmp_path / "elsewhere" / "mydev.jsonl",
+        rows(0, 6) if copy == "the training split" else rows(100, 3) + rows(0, 6),
+    )
+    assert protected_split(mine) is None  # nothing beside it to compare with
+    reason = protected_split(mine, run_of) or ""
+    n = "6 of its 6" if copy == "the training split" else "6 of its 9"
+    assert reason.startswith(
+        f"{n} rows are rows of the training split that {run_of} was trained on, {prepared / 'train.jsonl'} "
+        "(6 by row id and state, 0 by state alone"
+    ), reason
+    assert protected_split(write(tmp_path / "elsewhere" / "fresh.jsonl", rows(300, 3)), run_of) is None
+    assert protected_split(prepared / "dev.jsonl", run_of) is None  # its own dev split, beside the training split
+    out = tmp_path / "t.json"
+    args = ["calibrate", "--model", str(tmp_path / "no-model"), "--adapter", str(run_of), "--data", str(mine)]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert errors[0].startswith(f"error: refusing to calibrate on {mine}: {n} rows are rows of the training split")
+    assert "--force" in errors[0] and not out.exists()
+
+
+def test_an_adapter_whose_run_recipe_is_gone_or_names_no_data_leaves_the_content_guard_to_the_file_beside(
+    prepared: Path, run_of: Path, tmp_path: Path
+) -> None:
+    mine = write(tmp_path / "elsewhere" / "mydev.jsonl", rows(0, 6))
+    for text in ("out: x\n", "data: [1, 2]\n", "data: [unclosed\n", f"data: {tmp_path / 'moved'}\n"):
+        (run_of.parent / "recipe.yaml").write_text(text)
+        assert protected_split(mine, run_of) is None, text
+    (run_of.parent / "recipe.yaml").unlink()
+    assert protected_split(mine, run_of) is None

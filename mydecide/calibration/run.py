@@ -21,6 +21,7 @@ from mydecide.data.dedup import normalise, state_text
 from mydecide.io import atomic_write_json, atomic_write_text, provenance
 from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
 from mydecide.modeling import load_model
+from mydecide.recipe_parsing import RecipeError, read_yaml
 from mydecide.record_files import load_records, read_records
 from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
@@ -57,34 +58,55 @@ def train_split_of(path: Path) -> Path | None:
     return train
 
 
-def training_rows_in(path: Path) -> str | None:
+def adapter_train_split(adapter: str | Path | None) -> Path | None:
+    """The training split ``adapter`` was trained on, read from its run's recipe.yaml (``RUN/adapter`` and
+    ``RUN/last`` sit beside it, whose ``data`` is the prepare output), or None when that is not known or not there:
+    a copy of the training split placed away from it is then still told apart by its content."""
+    if adapter is None:
+        return None
+    try:
+        data = read_yaml(Path(adapter).parent / "recipe.yaml").get("data")
+    except (RecipeError, OSError, UnicodeDecodeError):  # no run recipe beside it (a copied adapter), or unreadable
+        return None
+    if not isinstance(data, str):
+        return None
+    train = split_path(data, "train")
+    return train if train.exists() else None
+
+
+def training_rows_in(path: Path, adapter: str | Path | None = None) -> str | None:
     """How many rows of ``path`` are training rows, when any are: rows whose state (by :func:`state_digest`) is a
-    state of the training split beside it, with or without its row id (a copied row keeps both; prepare keeps every
-    question on one state in one split, so a shared state is one the model saw in training). A row that shares
-    only an id with a training row is not counted: hand-written files reuse ids such as 1, 2, 3."""
-    train = train_split_of(path)
-    if train is None:
-        return None
-    trained, _ = read_records(train)  # lenient: a training row prepare would have rejected is not one
-    states = {state_digest(r): r.id for r in trained}
-    ids = {r.id for r in trained}
-    rows = load_records(path)
-    shared = [r for r in rows if state_digest(r) in states]
-    if not shared:
-        return None
-    with_id = sum(r.id in ids for r in shared)
-    return (
-        f"{len(shared)} of its {len(rows)} rows are rows of the training split {train} ({with_id} by row id and "
-        f"state, {len(shared) - with_id} by state alone: the sha256 of the normalised state)"
-    )
+    state of the training split beside it or of the one ``adapter`` was trained on (:func:`adapter_train_split`),
+    with or without its row id (a copied row keeps both; prepare keeps every question on one state in one split, so
+    a shared state is one the model saw in training). A row that shares only an id with a training row is not
+    counted: hand-written files reuse ids such as 1, 2, 3."""
+    beside, trained_on = train_split_of(path), adapter_train_split(adapter)
+    splits = [(beside, "the training split")] if beside is not None else []
+    if trained_on is not None and (beside is None or trained_on.resolve() != beside.resolve()):
+        splits.append((trained_on, f"the training split that {adapter} was trained on,"))
+    rows: list[Record] | None = None
+    for train, what in splits:
+        trained, _ = read_records(train)  # lenient: a training row prepare would have rejected is not one
+        states = {state_digest(r): r.id for r in trained}
+        ids = {r.id for r in trained}
+        rows = load_records(path) if rows is None else rows
+        shared = [r for r in rows if state_digest(r) in states]
+        if shared:
+            with_id = sum(r.id in ids for r in shared)
+            return (
+                f"{len(shared)} of its {len(rows)} rows are rows of {what} {train} ({with_id} by row id and "
+                f"state, {len(shared) - with_id} by state alone: the sha256 of the normalised state)"
+            )
+    return None
 
 
-def protected_split(path: str | Path) -> str | None:
-    """Why ``path`` must not be used for calibration, or None.
+def protected_split(path: str | Path, adapter: str | Path | None = None) -> str | None:
+    """Why ``path`` must not be used for calibration (of ``adapter``), or None.
 
     Refused: a file named like prepare's train, test or held-out split, a renamed copy of one (a file with the
     sha256 that the ``manifest.json`` beside it records for one of those splits), and a file that holds rows of the
-    training split beside it (a copy with changes, a concatenation: :func:`training_rows_in`).
+    training split beside it or of the adapter's own (a copy with changes, a concatenation, wherever it is placed:
+    :func:`training_rows_in`).
     """
     path = Path(path)
     if path.name in PROTECTED_SPLITS:
@@ -93,17 +115,17 @@ def protected_split(path: str | Path) -> str | None:
         named = f"{path.name}.jsonl"
         if named in PROTECTED_SPLITS:
             return f"{path} is named like the {PROTECTED_SPLITS[named][1]} split written by prepare"
-        return training_rows_in(path)
+        return training_rows_in(path, adapter)
     copied = recorded_as(path, list(PROTECTED_SPLITS))
     if copied is not None:
         role = PROTECTED_SPLITS[copied][1]
         return f"{path} has the sha256 that {path.parent / MANIFEST} records for {copied}, the {role} split"
-    return training_rows_in(path)
+    return training_rows_in(path, adapter)
 
 
-def check_calibration_data(path: str | Path, force: bool = False) -> None:
-    """Raise ValueError when ``path`` is a training or held-out split, unless ``force``."""
-    reason = protected_split(path)
+def check_calibration_data(path: str | Path, force: bool = False, adapter: str | Path | None = None) -> None:
+    """Raise ValueError when ``path`` is a training or held-out split (of ``adapter`` too), unless ``force``."""
+    reason = protected_split(path, adapter)
     if reason and not force:
         raise ValueError(
             f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
@@ -189,7 +211,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     data = Path(recipe.data)
     if not data.exists():
         raise FileNotFoundError(f"{data}: no such data file or split directory")
-    check_calibration_data(data, force)
+    check_calibration_data(data, force, recipe.adapter)
     check_temperatures_out(Path(recipe.out), data, recipe.adapter)
     records = load_records(data)
     if recipe.limit is not None:
@@ -218,7 +240,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         "data": str(data),
         "data_sha256": split_digest(data),
         "records": len(records),
-        "forced": bool(force and protected_split(data)),
+        "forced": bool(force and protected_split(data, recipe.adapter)),
         **fit,
         "recipe": recipe.model_dump(mode="json"),
         "provenance": provenance(),

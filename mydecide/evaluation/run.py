@@ -305,7 +305,7 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
             loaded = loaded[: recipe.limit]
         records += loaded
         files += [path.name] * len(loaded)
-        reason = protected_split(path)
+        reason = protected_split(path, recipe.adapter)
         if reason and "training" in reason:
             warnings.append(f"{reason}: these numbers are in-sample")
     for warning in warnings:
