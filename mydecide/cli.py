@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import typer
@@ -49,6 +49,7 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        cls=one_line_usage_errors(),
     )
 
     def show_version(value: bool) -> None:
@@ -67,6 +68,53 @@ def build_app() -> typer.Typer:
     for module in (prepare, train, calibrate, evaluate, predict, serve, merge):
         module.register(app)
     return app
+
+
+def one_line_usage_errors() -> type:
+    """The app's command group: a usage error (a bad option value, an unknown option or command, a missing
+    argument) is one line on stderr, ``error: MESSAGE; see `mydecide VERB --help```, and exit status 2, as every
+    other user error is, instead of click's usage lines and typer's box. ``--help``, ``--version`` and the help
+    that no arguments show are as typer makes them. The console script, ``python -m mydecide.cli`` and a test's
+    ``CliRunner().invoke(app, ...)`` all go through it."""
+    import typer
+    from typer.core import TyperGroup
+
+    try:  # typer 0.22 and later carry their own copy of click
+        from typer._click import exceptions as errors
+    except ImportError:
+        from click import exceptions as errors  # type: ignore[no-redef]
+
+    no_args_help = getattr(errors, "NoArgsIsHelpError", ())  # click 8.2 and later
+
+    class OneLineUsageErrors(TyperGroup):
+        def main(
+            self,
+            args: Any = None,
+            prog_name: str | None = None,
+            complete_var: str | None = None,
+            standalone_mode: bool = True,
+            windows_expand_args: bool = True,
+            **extra: Any,
+        ) -> Any:
+            run = functools.partial(super().main, args, prog_name, complete_var, False, windows_expand_args, **extra)
+            if not standalone_mode:
+                return run()
+            try:
+                code = run()
+            except no_args_help as err:  # the help is shown already
+                sys.exit(err.exit_code)
+            except errors.ClickException as err:
+                where = err.ctx.command_path if isinstance(err, errors.UsageError) and err.ctx else None
+                hint = f"; see `{where} --help`" if where else ""
+                message = " ".join(err.format_message().split())
+                print(f"error: {message.removesuffix('.') if hint else message}{hint}", file=sys.stderr)
+                sys.exit(err.exit_code)
+            except typer.Abort:
+                print("Aborted!", file=sys.stderr)
+                sys.exit(1)
+            sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)  # typer.Exit(code)'s
+
+    return OneLineUsageErrors
 
 
 def __getattr__(name: str) -> typer.Typer:

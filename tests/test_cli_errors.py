@@ -294,6 +294,56 @@ def test_a_recipe_for_another_command(tmp_path: Path) -> None:
     assert one_line_error(back) == f"error: {SMOKE}: this is a training recipe: use `mydecide train`"
 
 
+USAGE_ERRORS: list[tuple[list[str], str, str | None]] = [
+    (["serve", "--port", "70000"], "Invalid value for '--port': Input should be less than or equal to 65535", "serve"),
+    (["serve", "--max-questions", "0"], "Invalid value for '--max-questions': Input should be greater than", "serve"),
+    (["serve", "--request-timeout", "0"], "Invalid value for '--request-timeout': Input should be greater", "serve"),
+    (["serve", "--port", "abc"], "Invalid value for '--port': Input should be a valid integer", "serve"),
+    (["prepare", "--engine"], "Option '--engine' requires an argument.", None),  # click gives no command here
+    (["train", "--nope"], "No such option: --nope", "train"),
+    (["--nope"], "No such option: --nope", ""),
+    (["predict"], "Missing argument 'request'", "predict"),
+    (["bogus"], "No such command 'bogus'", ""),
+]
+
+
+@pytest.mark.parametrize(("args", "message", "verb"), USAGE_ERRORS, ids=[" ".join(a) for a, _, _ in USAGE_ERRORS])
+def test_a_usage_error_is_one_line_naming_the_option(args: list[str], message: str, verb: str) -> None:
+    result = CliRunner().invoke(app, args, prog_name="mydecide")
+    line = one_line_error(result)
+    assert line.startswith(f"error: {message}"), line
+    if verb is None:
+        assert line == f"error: {message}"
+    else:
+        assert line.endswith(f"; see `{' '.join(['mydecide', verb]).strip()} --help`"), line
+    assert result.stdout == ""
+
+
+def test_usage_errors_help_and_version_from_the_command_line(tmp_path: Path) -> None:
+    """Through main() (python -m mydecide.cli, as the console script): usage errors are one line and 2; --help,
+    --version and no arguments at all are as before."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "mydecide.cli", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    port = run("serve", "--port", "70000")
+    assert (port.returncode, port.stdout) == (2, "")
+    assert port.stderr == (
+        "error: Invalid value for '--port': Input should be less than or equal to 65535; "
+        "see `python -m mydecide.cli serve --help`\n"
+    )
+    unknown = run("prepare", "--bogus")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: No such option: --bogus")
+    assert len(unknown.stderr.splitlines()) == 1
+    version = run("--version")
+    assert (version.returncode, version.stderr) == (0, "") and version.stdout.startswith("mydecide ")
+    helped = run("serve", "--help")
+    assert helped.returncode == 0 and "Usage: python -m mydecide.cli serve" in helped.stdout
+    bare = run()  # no arguments: the help, and exit 2 (click's no_args_is_help)
+    assert bare.returncode == 2 and "Usage: python -m mydecide.cli" in bare.stdout and bare.stderr == ""
+
+
 def test_an_empty_recipe_is_called_empty_not_a_recipe_for_another_command(tmp_path: Path) -> None:
     for text in ("", "# nothing but a comment\n", "{}\n"):
         recipe = tmp_path / "recipe.yaml"
