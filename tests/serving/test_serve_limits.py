@@ -303,6 +303,12 @@ HOSTILE: list[tuple[str, bytes, int, str]] = [
         422,
         "option ids must be non-empty",
     ),
+    (  # the rule prepare applies to records (records.parse_question, shared): one level shown twice
+        "score levels repeated",
+        json.dumps(request({"type": "score", "instructions": "x", "criteria": ["bad", "Bad ", "good"]})).encode(),
+        422,
+        "question 'q': score levels 0 and 1 are the same text ('bad', 'Bad '); each level must read differently",
+    ),
     (
         "255 options of 1000 characters",
         json.dumps(
