@@ -400,10 +400,15 @@ def load_model(
         check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model
     render = render or RenderConfig()
     if render.span.read != "letters":  # a span head's weights: in the adapter, or beside a merged model
-        from mydecide.scoring.span_head import adapter_has_head, attach_span_head, load_merged_head
+        from mydecide.scoring.span_head import (
+            adapter_has_head,
+            adapter_head_has_label_bias,
+            attach_span_head,
+            load_merged_head,
+        )
 
         if adapter is not None and adapter_has_head(Path(adapter)):  # peft loads its weights into the new head
-            attach_span_head(lm)
+            attach_span_head(lm, label_bias=adapter_head_has_label_bias(Path(adapter)))
             has_head = True
         else:
             has_head = adapter is None and load_merged_head(lm, Path(path))

@@ -178,7 +178,8 @@ def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_e
     model = load_model(str(tiny_llama_dir), render=head_config(prior=0.1), device="cpu")
     with pytest.raises(ValueError, match=r"has no span head.*prompt.span.read=letters"):
         score_span_questions(model, [(text, question)])
-    attach_span_head(model.lm, bias=-1.5)
+    head = attach_span_head(model.lm, bias=-1.5)
+    assert float(head.label_bias.abs().max()) == 0.0 and head.label_bias.requires_grad  # u · k starts at zero
     (grid,) = score_span_questions(model, [(text, question)])
     assert grid.shape == (7 * 2,)
     assert grid == pytest.approx(-1.5 + math.log(0.1 / 0.9))  # word weights start at zero: bias + the prior's offset
@@ -190,7 +191,8 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     from mydecide.config import TrainRecipe, load_recipe
     from mydecide.merging import merge_adapter
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import score_span_questions
+    from mydecide.scoring.forward import decoder_of
+    from mydecide.scoring.spans import score_span_questions, span_layout
     from mydecide.training.loop import train
 
     data = tmp_path / "data"
@@ -229,6 +231,62 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     assert report.ok and (out / "span_head.safetensors").is_file()
     merged = load_model(str(out), device="cpu")
     for a, b in zip(grids, score_span_questions(merged, items), strict=True):
+        assert b == pytest.approx(a, abs=1e-4)
+    # the label-conditioned bias is trained, saved with the adapter and beside a merged model, and loaded back
+    from safetensors.torch import load_file, save_file
+
+    from mydecide.scoring.span_head import span_head_of
+
+    weights = load_file(run / "adapter" / "adapter_model.safetensors")
+    (u_key,) = [k for k in weights if k.endswith("span_head.label_bias")]
+    u = weights[u_key]
+    assert u.shape == (64,) and float(u.abs().max()) > 0  # trained from zero
+    assert bool((span_head_of(adapter.lm).label_bias.detach() == u).all())
+    assert bool((load_file(out / "span_head.safetensors")["label_bias"] == u).all())
+    assert bool((span_head_of(merged.lm).label_bias.detach() == u).all())
+    # a label never seen in training gets its own bias from its read: u · k + b0
+    unseen = parse_question({**QUESTION, "criteria": {"PHONE": "a phone number", "PERSON": "a person's name"}})
+    text = items[0][0]
+    (grid,) = score_span_questions(adapter, [(text, unseen)])
+    np.testing.assert_allclose(
+        grid,
+        by_hand(adapter, span_head_of(adapter.lm), span_layout(adapter.renderer, text, unseen)),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+    # an adapter saved before the label bias (and pooled lines) existed: no label_bias among its weights, no
+    # label_read in its render config. It loads with u = 0 and reads its labels at their lines' last tokens, as the
+    # head's read was then: q·k/√d + b0
+    old = tmp_path / "old_adapter"
+    shutil.copytree(run / "adapter", old)
+    save_file({k: v for k, v in weights.items() if k != u_key}, old / "adapter_model.safetensors")
+    render = json.loads((old / "mydecide_render.json").read_text())
+    del render["span"]["label_read"]
+    (old / "mydecide_render.json").write_text(json.dumps(render))
+    before = load_model(str(tiny_llama_dir), old, device="cpu")
+    head = span_head_of(before.lm)
+    assert before.renderer.config.span.label_read == "last" and float(head.label_bias.abs().max()) == 0.0
+    for (state, question), grid in zip(items, score_span_questions(before, items), strict=True):
+        layout = span_layout(before.renderer, state, question)
+        assert {b - a for s in layout.sequences for a, b in s.label_lines} == {1}
+        import torch
+
+        with torch.no_grad():  # the head's formula before label_bias, step by step
+            expected = np.full(grid.shape, np.nan)
+            for seq in layout.sequences:
+                h = decoder_of(before.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
+                q, k = head.word(h[list(seq.reads)]), head.label(h[[b - 1 for _, b in seq.label_lines]])
+                expected[seq.cells(2)] = (q @ k.T / 8.0 + head.bias).flatten().double().numpy()
+        np.testing.assert_allclose(grid, expected, rtol=1e-5, atol=1e-5)
+    # and so does a merged model's span_head.safetensors without label_bias
+    old_merged = tmp_path / "old_merged"
+    shutil.copytree(out, old_merged)
+    state = load_file(old_merged / "span_head.safetensors")
+    save_file({k: v for k, v in state.items() if k != "label_bias"}, old_merged / "span_head.safetensors")
+    (old_merged / "mydecide_render.json").write_text(json.dumps(render))
+    old_grids = score_span_questions(before, items)
+    for a, b in zip(old_grids, score_span_questions(load_model(str(old_merged), device="cpu"), items), strict=True):
         assert b == pytest.approx(a, abs=1e-4)
 
 
