@@ -301,3 +301,35 @@ def test_calibrate_refuses_an_out_it_would_not_own_before_loading_any_model(case
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and str(out) in lines[0], lines
     assert {str(p): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+
+
+def test_the_out_checks_follow_links_as_before(tmp_path: Path) -> None:
+    """check_temperatures_out asks io.holds (links and .. resolved) whether --out lies in the dev data or the adapter;
+    the recipe written beside --out is compared as it is named, since the write replaces a link there."""
+    from mydecide.calibration.run import check_temperatures_out
+    from mydecide.calibration.temperatures import TEMPERATURES_FORMAT
+
+    split = tmp_path / "data" / "dev"  # a partitioned dev split
+    split.mkdir(parents=True)
+    _records_file(split / "part-00000.jsonl", n=2)
+    adapter = tmp_path / "run" / "adapter"
+    adapter.mkdir(parents=True)
+    (tmp_path / "into-adapter").symlink_to(adapter)
+    (tmp_path / "into-split").symlink_to(split)
+    refused = {
+        split / "t.json": "would overwrite the dev data",
+        tmp_path / "into-split" / "sub" / ".." / "t.json": "would overwrite the dev data",
+        tmp_path / "into-adapter" / "t.json": "is inside the adapter",
+        adapter / "sub" / "t.json": "is inside the adapter",
+    }
+    for out, message in refused.items():
+        with pytest.raises(ValueError, match=message):
+            check_temperatures_out(out, split, str(adapter))
+    dev = _records_file(tmp_path / "t.recipe.yaml", n=2)  # dev data named like the recipe beside --out t.json
+    with pytest.raises(ValueError, match="would overwrite the dev data"):
+        check_temperatures_out(tmp_path / "t.json", dev, None)
+    check_temperatures_out(tmp_path / "elsewhere" / "t.json", split, str(adapter))  # no error
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "t.json").write_text(json.dumps({"format": TEMPERATURES_FORMAT}))
+    (tmp_path / "elsewhere" / "t.recipe.yaml").symlink_to(dev)  # replaced by the write, never followed
+    check_temperatures_out(tmp_path / "elsewhere" / "t.json", dev, None)

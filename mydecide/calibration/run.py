@@ -18,7 +18,7 @@ from mydecide.calibration.temperatures import (
 )
 from mydecide.config import dump_recipe
 from mydecide.data.dedup import normalise, state_text
-from mydecide.io import atomic_write_json, atomic_write_text, provenance
+from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance
 from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
 from mydecide.modeling import load_model
 from mydecide.recipe_parsing import RecipeError, read_yaml
@@ -177,11 +177,11 @@ def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
     an adapter directory, an existing file that is not a temperatures.json, or a stray ``.recipe.yaml`` beside it."""
     target = Path(os.path.realpath(out))
     side = target.with_suffix(".recipe.yaml")
-    source = Path(os.path.realpath(data))
-    for path in (target, side):
-        if path == source or source in path.parents:
-            raise ValueError(f"{out}: would overwrite the dev data {data}; choose another --out")
-    if adapter is not None and Path(os.path.realpath(adapter)) in (target.parent, *target.parent.parents):
+    # the recipe beside it: a dev directory that holds it holds the target too; a link in its place is replaced by
+    # the write, not followed, so the side file is compared as it is named (holds would follow a link)
+    if holds(data, target) or side == Path(os.path.realpath(data)):
+        raise ValueError(f"{out}: would overwrite the dev data {data}; choose another --out")
+    if adapter is not None and holds(adapter, target.parent):
         raise ValueError(f"{out}: is inside the adapter {adapter}, which calibrate must not change; choose --out")
     folder = target.parent
     if (folder / "adapter_config.json").is_file():
