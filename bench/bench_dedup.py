@@ -723,15 +723,15 @@ def targets(result: dict[str, Any]) -> dict[str, bool]:
 def shingle_study(planted: Planted) -> list[str]:
     """The evidence behind the shingling: exact Jaccard of each candidate shingling on the planted copies with
     char-5-gram Jaccard >= 0.7 (recall by length) and on the look-alike pairs (kept), at a few thresholds."""
-    from mydecide.data import dedup
+    from mydecide.data import shingles
 
     copies = [c for c in planted.copies if c["jaccard"] >= 0.7]
     lines = [f"  {'shingles':<10}{'threshold':>10}{'copies <15 words':>18}{'15-49':>8}{'look-alikes kept':>18}"]
     for unit, n in (("word", 3), ("word", 2), ("word", 1), ("char", 4), ("char", 5), ("char", 6)):
-        shingling = dedup.Shingling(unit, n)
+        shingling = shingles.Shingling(unit, n)
 
-        def similarity(a: int, b: int, shingling: dedup.Shingling = shingling) -> float:
-            return dedup.jaccard(shingling.set(planted.rows[a]), shingling.set(planted.rows[b]))
+        def similarity(a: int, b: int, shingling: shingles.Shingling = shingling) -> float:
+            return shingles.jaccard(shingling.set(planted.rows[a]), shingling.set(planted.rows[b]))
 
         cases = [(c["band"], similarity(c["row"], c["origin_row"])) for c in copies]
         pairs = [similarity(p["a"], p["b"]) for p in planted.pairs]

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mydecide.config import DataRecipe  # noqa: E402
-from mydecide.data import dedup  # noqa: E402
+from mydecide.data import near_dedup, shingles  # noqa: E402
 from mydecide.data.prepare import prepare  # noqa: E402
 
 THRESHOLD, NUM_PERM, NGRAM = 0.7, 128, 5  # the default recipe's: character 5-grams at Jaccard 0.7
@@ -133,13 +133,13 @@ def synthetic(n: int, dup_fraction: float, seed: int = 13) -> tuple[list[dict], 
 
 
 def jaccard(a: str, b: str, n: int = NGRAM) -> float:
-    shingling = dedup.Shingling("char", n)
-    return dedup.jaccard(shingling.set(a), shingling.set(b))
+    shingling = shingles.Shingling("char", n)
+    return shingles.jaccard(shingling.set(a), shingling.set(b))
 
 
 def char_shingles(text: str) -> list[bytes]:
     """The default recipe's shingles as strings: character 5-grams of the normalised text."""
-    form = dedup.shingle_text(text)
+    form = shingles.shingle_text(text)
     return [form[j : j + NGRAM].encode("utf-8") for j in range(max(1, len(form) - NGRAM + 1))]
 
 
@@ -170,7 +170,7 @@ def naive_near_dedup(texts: list[str]) -> dict[int, int]:
     """The textbook loop: one MinHash per record updated shingle by shingle, plain LSH insert + query."""
     from datasketch import MinHash, MinHashLSH
 
-    lsh = MinHashLSH(num_perm=NUM_PERM, params=dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
+    lsh = MinHashLSH(num_perm=NUM_PERM, params=near_dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
     removed: dict[int, int] = {}
     for i, text in enumerate(texts):
         m = MinHash(num_perm=NUM_PERM)
@@ -189,7 +189,7 @@ def bulk_near_dedup(texts: list[str]) -> dict[int, int]:
     from datasketch import MinHash, MinHashLSH
 
     sketches = MinHash.bulk([char_shingles(text) for text in texts], num_perm=NUM_PERM)
-    lsh = MinHashLSH(num_perm=NUM_PERM, params=dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
+    lsh = MinHashLSH(num_perm=NUM_PERM, params=near_dedup.lsh_bands(THRESHOLD, NUM_PERM))  # same bands as the fast path
     with lsh.insertion_session() as session:
         for i, m in enumerate(sketches):
             session.insert(i, m)
@@ -267,10 +267,12 @@ def main() -> None:
 
     subset = [r["state"] for r in records[: args.subset]]
     r = args.repeats
-    fast_s = best_of(r, lambda t: dedup.near_duplicates(t, threshold=THRESHOLD, num_perm=NUM_PERM, ngram=NGRAM), subset)
+    fast_s = best_of(
+        r, lambda t: near_dedup.near_duplicates(t, threshold=THRESHOLD, num_perm=NUM_PERM, ngram=NGRAM), subset
+    )
     bulk_s = best_of(r, bulk_near_dedup, subset)
     naive_s = best_of(r, naive_near_dedup, subset)
-    fast_sketch_s = best_of(r, lambda t: dedup.sketch(t, num_perm=NUM_PERM, ngram=NGRAM), subset)
+    fast_sketch_s = best_of(r, lambda t: near_dedup.sketch(t, num_perm=NUM_PERM, ngram=NGRAM), subset)
     bulk_sketch_s = best_of(r, bulk_sketches, subset)
     naive_sketch_s = best_of(r, naive_sketches, subset)
 

@@ -1,6 +1,5 @@
 """Exact and near-duplicate detection: normalised keys here; shingles, look-alikes and MinHash + LSH in
-:mod:`mydecide.data.shingles`, :mod:`mydecide.data.lookalikes` and :mod:`mydecide.data.near_dedup`, whose public
-names this module re-exports (``dedup.near_duplicates``, ``dedup.Shingling``, ...).
+:mod:`mydecide.data.shingles`, :mod:`mydecide.data.lookalikes` and :mod:`mydecide.data.near_dedup`.
 
 Exact duplicates share the normalised key (case-folded, whitespace-collapsed state + question type +
 instructions + options). Near duplicates ask the same question about states whose character 5-gram sets have a
@@ -14,98 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mydecide.data.lookalikes import (
-    NEGATIONS,
-    SLOT_WORDS,
-    SWITCHES,
-    TIME_WORDS,
-    different_slots,
-    misspelt,
-)
-from mydecide.data.near_dedup import (
-    MAX_HASH32,
-    SIGNATURE_MARGIN,
-    NearMatch,
-    Progress,
-    Verifier,
-    band_keys,
-    candidate_threshold,
-    estimated_jaccard,
-    fmix32,
-    fold32,
-    lsh_bands,
-    lsh_index,
-    minhashes,
-    near_duplicates,
-    near_duplicates_of,
-    permutations,
-    sharing_a_band,
-    signature_matrix,
-    signatures,
-    sketch,
-)
-from mydecide.data.shingles import (
-    CHAR_MIX,
-    POLY,
-    TOKEN,
-    Shingles,
-    Shingling,
-    Words,
-    char_shingle,
-    jaccard,
-    normalise,
-    shingle,
-    shingle_text,
-    tokens,
-    words,
-)
+from mydecide.data.shingles import normalise
 from mydecide.records import Question, Record
-
-__all__ = [
-    "CHAR_MIX",
-    "MAX_HASH32",
-    "NEGATIONS",
-    "POLY",
-    "SIGNATURE_MARGIN",
-    "SLOT_WORDS",
-    "SWITCHES",
-    "TIME_WORDS",
-    "TOKEN",
-    "NearMatch",
-    "Progress",
-    "Shingles",
-    "Shingling",
-    "Verifier",
-    "Words",
-    "band_keys",
-    "candidate_threshold",
-    "char_shingle",
-    "different_slots",
-    "estimated_jaccard",
-    "exact_duplicates",
-    "exact_key",
-    "fmix32",
-    "fold32",
-    "jaccard",
-    "lsh_bands",
-    "lsh_index",
-    "minhashes",
-    "misspelt",
-    "near_duplicates",
-    "near_duplicates_of",
-    "normalise",
-    "permutations",
-    "question_key",
-    "sharing_a_band",
-    "shingle",
-    "shingle_text",
-    "signature_matrix",
-    "signatures",
-    "sketch",
-    "state_text",
-    "tokens",
-    "words",
-]
 
 
 def state_text(state: Any) -> str:

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from mydecide.config import DataRecipe, NearDedupConfig, RayEngineConfig, RecipeError
-from mydecide.data import dedup
 from mydecide.data.decontaminate import Contamination, EvalIndex
+from mydecide.data.dedup import question_key
 from mydecide.data.ledger import Row
 from mydecide.data.near_dedup import (
     NearMatch,
@@ -51,7 +51,7 @@ from mydecide.data.near_dedup import (
     minhashes,
     signatures,
 )
-from mydecide.data.shingles import POLY, Shingling
+from mydecide.data.shingles import POLY, Shingling, Words, words
 
 # ------------------------------------------------------------------------------------------------- the engine
 
@@ -112,7 +112,7 @@ class RayEngine:
 
         near = recipe.dedup.near
         texts = [row.text for row in rows]
-        groups = _group_ids([dedup.question_key(row.record.question) for row in rows])
+        groups = _group_ids([question_key(row.record.question) for row in rows])
         parts = self.cut(len(rows))
         reducers = len(parts)
         sign: Any = ray.remote(num_returns=1 + reducers)(_sign)
@@ -154,18 +154,18 @@ class RayEngine:
         if signed is not None:
             parts = list(signed)
         texts = [ray.put([row.text for row in rows[a:b]]) for a, b, _ in parts]
-        tokenise: Any = ray.remote(dedup.words)
-        words = [tokenise.remote(part) for part in texts]  # tokenised once, for both passes
+        tokenise: Any = ray.remote(words)
+        tokenised = [tokenise.remote(part) for part in texts]  # once, for both passes
         shared = ray.put(index)
         phrase_rows = None
         if index.short_edits:  # the rare-phrase check counts over all rows: sum the partitions' counts first
             count = ray.remote(_phrase_rows)
-            phrase_rows = np.sum(ray.get([count.remote(shared, part) for part in words]), axis=0)
+            phrase_rows = np.sum(ray.get([count.remote(shared, part) for part in tokenised]), axis=0)
         match = ray.remote(_matched)
         counts = ray.put(phrase_rows)
         tasks = [
             match.remote(shared, text, word, near, counts, None if sigs is None else sigs[k], picked)
-            for k, (text, word, (_, _, picked)) in enumerate(zip(texts, words, parts, strict=True))
+            for k, (text, word, (_, _, picked)) in enumerate(zip(texts, tokenised, parts, strict=True))
         ]
         found = gather(tasks, bar, [b - a for a, b, _ in parts])
         self._signed = None  # the last step that reads the signatures: the object store may free them
@@ -321,7 +321,7 @@ def _verify_pairs(shared: tuple[np.ndarray, np.ndarray, list[str]], pairs: np.nd
     return np.asarray(out, dtype=np.float64).reshape(-1, 3)
 
 
-def _phrase_rows(index: EvalIndex, words: dedup.Words) -> np.ndarray:
+def _phrase_rows(index: EvalIndex, words: Words) -> np.ndarray:
     """(E,): how many of the partition's rows hold each short eval phrase whole."""
     return index.phrase_rows(words)
 
@@ -329,7 +329,7 @@ def _phrase_rows(index: EvalIndex, words: dedup.Words) -> np.ndarray:
 def _matched(
     index: EvalIndex,
     texts: list[str],
-    words: dedup.Words,
+    words: Words,
     near: NearDedupConfig | None,
     phrase_rows: np.ndarray | None,
     sigs: np.ndarray | None,

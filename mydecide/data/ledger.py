@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide.config import NearDedupConfig
-from mydecide.data import dedup
+from mydecide.data import near_dedup, shingles
+from mydecide.data.dedup import state_text
 from mydecide.records import Record
 
 if TYPE_CHECKING:
@@ -29,24 +30,24 @@ class Row:
     record: Record
     source: str  # the source's label in the recipe (its name, or its kind)
     where: str  # "file:line" in the source
-    words: np.ndarray | None = None  # (L,) word hashes of the state (dedup.words)
+    words: np.ndarray | None = None  # (L,) word hashes of the state (shingles.words)
     sketch: MinHash | None = None  # MinHash of the state with dedup.near's settings
 
     @property
     def text(self) -> str:
-        return dedup.state_text(self.record.state)
+        return state_text(self.record.state)
 
     def ref(self) -> dict[str, Any]:
         return {"id": self.record.id, "source": self.source, "where": self.where}
 
 
-def tokenised(rows: Sequence[Row]) -> dedup.Words:
+def tokenised(rows: Sequence[Row]) -> shingles.Words:
     """The rows' state words, tokenising (once, together) the rows that have none yet."""
     todo = [row for row in rows if row.words is None]
     if todo:
-        for row, words in zip(todo, dedup.words([row.text for row in todo]).split(), strict=True):
+        for row, words in zip(todo, shingles.words([row.text for row in todo]).split(), strict=True):
             row.words = words
-    return dedup.Words.join([row.words for row in rows if row.words is not None])
+    return shingles.Words.join([row.words for row in rows if row.words is not None])
 
 
 def release(rows: Sequence[Row]) -> None:
@@ -55,8 +56,8 @@ def release(rows: Sequence[Row]) -> None:
         row.words = row.sketch = None
 
 
-def shingling(near: NearDedupConfig) -> dedup.Shingling:
-    return dedup.Shingling(near.shingle, near.ngram)
+def shingling(near: NearDedupConfig) -> shingles.Shingling:
+    return shingles.Shingling(near.shingle, near.ngram)
 
 
 def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
@@ -64,7 +65,7 @@ def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
     todo = [row for row in rows if row.sketch is None]
     if todo:
         texts = tokenised(todo) if near.shingle == "word" else [row.text for row in todo]
-        sketches = dedup.sketch(texts, num_perm=near.num_perm, ngram=near.ngram, seed=near.seed, unit=near.shingle)
+        sketches = near_dedup.sketch(texts, num_perm=near.num_perm, ngram=near.ngram, seed=near.seed, unit=near.shingle)
         for row, one in zip(todo, sketches, strict=True):
             row.sketch = one
     return [row.sketch for row in rows if row.sketch is not None]

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from mydecide.config import DataRecipe, RecipeError, SourceSpec, SplitConfig
 from mydecide.data import augment as augmenting
-from mydecide.data import dedup, split
+from mydecide.data import split
 from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, read_eval_jsonl
+from mydecide.data.dedup import exact_duplicates, exact_key, question_key, state_text
 from mydecide.data.ledger import (
     Ledger,
     Row,
@@ -30,6 +31,7 @@ from mydecide.data.ledger import (
     sketched,
     tokenised,
 )
+from mydecide.data.near_dedup import NearMatch, near_duplicates_of
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
 from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.io import directory_lock
@@ -42,7 +44,7 @@ class Engine(Protocol):
     """Where the two heavy steps run: :class:`LocalEngine` in this process, or ``distributed.RayEngine`` on a Ray
     cluster. Both give the same answer; every other step, and all the counting, is the pipeline's own."""
 
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, dedup.NearMatch]:
+    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
         """``{removed index: NearMatch}``: near_dedup's keep rule over the rows (``bar.update(n)``: progress)."""
         ...
 
@@ -56,13 +58,13 @@ class Engine(Protocol):
 class LocalEngine:
     """The heavy steps in this process (numpy shingles and MinHash, datasketch's LSH)."""
 
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, dedup.NearMatch]:
+    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
         near = recipe.dedup.near
-        return dedup.near_duplicates_of(
+        return near_duplicates_of(
             sketched(rows, near),
             threshold=near.threshold,
             progress=bar.update,
-            groups=[dedup.question_key(row.record.question) for row in rows],
+            groups=[question_key(row.record.question) for row in rows],
             texts=[row.text for row in rows],
             shingling=shingling(near),
             keep_slot_changes=near.keep_slot_changes,
@@ -212,7 +214,7 @@ def exact_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row
     """Drop rows whose normalised key repeats an earlier row's (the first is kept)."""
     if not recipe.dedup.exact:
         return ledger.step("exact_dedup", rows, rows, [], skipped=True)
-    duplicates = dedup.exact_duplicates([dedup.exact_key(row.record) for row in rows])
+    duplicates = exact_duplicates([exact_key(row.record) for row in rows])
     conflicts = sum(rows[i].record.target != rows[k].record.target for i, k in duplicates.items())
     removed = [(rows[i], "exact duplicate", rows[k].ref()) for i, k in duplicates.items()]
     kept = [row for i, row in enumerate(rows) if i not in duplicates]
@@ -280,7 +282,7 @@ def similarity_band(similarity: float) -> str:
     )
 
 
-def near_pairs(rows: Sequence[Row], matches: dict[int, dedup.NearMatch]) -> list[dict[str, Any]]:
+def near_pairs(rows: Sequence[Row], matches: dict[int, NearMatch]) -> list[dict[str, Any]]:
     """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top."""
 
     def side(row: Row) -> dict[str, Any]:
@@ -321,9 +323,9 @@ def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, 
                 except RecordError:
                     records = []
                 if records:
-                    found.extend(EvalItem(name, r.id, dedup.state_text(r.state)) for r in records)
+                    found.extend(EvalItem(name, r.id, state_text(r.state)) for r in records)
                 elif isinstance(raw, dict) and raw.get("state") not in (None, "", [], {}):
-                    found.append(EvalItem(name, str(raw.get("id") or where), dedup.state_text(raw["state"])))
+                    found.append(EvalItem(name, str(raw.get("id") or where), state_text(raw["state"])))
                 else:
                     problems.append(f"{where}: {obj.get('_error', 'no state')}")
             if not found:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from mydecide.data.dedup import normalise, state_text
+from mydecide.data.dedup import state_text
+from mydecide.data.shingles import normalise
 from mydecide.records import Record
 
 SPLITS = ("train", "dev", "test", "heldout")

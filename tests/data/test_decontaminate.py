@@ -8,7 +8,7 @@ import pytest
 from prepare_builders import sentence, write_jsonl
 
 from mydecide.data.decontaminate import EvalIndex, EvalItem, read_eval_jsonl
-from mydecide.data.dedup import Shingling
+from mydecide.data.shingles import Shingling
 
 EVAL = [EvalItem("eval.jsonl", f"e{i}", sentence(100 + i, 40)) for i in range(5)]
 
