@@ -61,6 +61,10 @@ class SpanWindows(BaseModel):
     # description), "last" = the line's last token only. A render config saved before the key existed means "last"
     # (modeling.read_render_config)
     label_read: Literal["line", "last"] = "line"
+    # the order a span question's labels are shown and read in: "sorted" = by name, so the order a client lists them
+    # in changes no probability; "given" = the question's own order. A render config saved before the key existed
+    # means "given"
+    label_order: Literal["sorted", "given"] = "sorted"
 
     def resolve(self, head: bool) -> SpanWindows:
         """``auto`` made concrete: ``head`` when the model has (or training will give it) a span head, else

@@ -58,11 +58,12 @@ class SpanSequence:
     words: tuple[int, ...]
     label: int  # −1: every label (the span head's sequences)
     label_lines: tuple[tuple[int, int], ...] = ()
+    line_labels: tuple[int, ...] = ()  # the question's label index of each line (empty: the question's order)
 
     def cells(self, n_labels: int) -> list[int]:
         """The flat grid index of each of this sequence's values, in the order they are read (word-major)."""
         if self.label < 0:
-            return [w * n_labels + j for w in self.words for j in range(n_labels)]
+            return [w * n_labels + j for w in self.words for j in (self.line_labels or range(n_labels))]
         return [w * n_labels + self.label for w in self.words]
 
     @property
@@ -163,26 +164,34 @@ def span_prompt(state: Any, question: Question, label: int) -> str:
     return "\n".join(lines)
 
 
-def head_prompt(state: Any, question: Question) -> tuple[str, list[str], str]:
-    """The span head's user text before the text, in pieces: context and question, one line per label (each after a
-    newline; the head reads the label over it), how it is answered."""
+def label_order(renderer: Renderer, question: Question) -> list[int]:
+    """The order a span question's labels are shown and read in: by name (``label_order: sorted``), so the order a
+    client lists them in changes nothing, or the question's own (``given``)."""
+    if renderer.config.span.label_order == "given":
+        return list(range(question.k))
+    return sorted(range(question.k), key=lambda j: question.options[j])
+
+
+def head_prompt(state: Any, question: Question, order: Sequence[int] | None = None) -> tuple[str, list[str], str]:
+    """The span head's user text before the text, in pieces: context and question, one line per label in ``order``
+    (each after a newline; the head reads the label over it), how it is answered."""
     lines = context_lines(state, question)
     lines += [f"Question: {question.instructions}", "Labels:"]
     labels = [
-        f"{name}" + (f" — {description}" if description else "")
-        for name, description in zip(question.options, question.descriptions, strict=True)
+        f"{question.options[j]}" + (f" — {question.descriptions[j]}" if question.descriptions[j] else "")
+        for j in (range(question.k) if order is None else order)
     ]
     outro = "\nFor every word of the text below: which of these labels is it part of?\n\nText:\n"
     return "\n".join(lines), labels, outro
 
 
 def head_prefix(
-    renderer: Renderer, head: list[int], state: Any, question: Question
+    renderer: Renderer, head: list[int], state: Any, question: Question, order: Sequence[int]
 ) -> tuple[list[int], tuple[tuple[int, int], ...]]:
-    """The span head's sequence before the text (after the template's ``head`` ids), and the token range of each
-    label's read: its line's tokens (``label_read: line``, the newline before it left out) or its last token
-    (``last``). A long context keeps its last ``max_state_tokens`` + 200 tokens."""
-    intro, labels, outro = head_prompt(state, question)
+    """The span head's sequence before the text (after the template's ``head`` ids), with the labels in ``order``,
+    and the token range of each label's read: its line's tokens (``label_read: line``, the newline before it left
+    out) or its last token (``last``). A long context keeps its last ``max_state_tokens`` + 200 tokens."""
+    intro, labels, outro = head_prompt(state, question, order)
     if renderer.config.span.label_read == "last":  # as trained before lines were pooled: newline and line one piece
         pieces = renderer.encode_pieces([intro, *("\n" + line for line in labels), outro])
         lines: list[tuple[list[int], list[int]]] = [([], piece) for piece in pieces[1:-1]]
@@ -217,10 +226,11 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
     echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
     sequences = []
     prefixes: list[tuple[int, list[int], tuple[tuple[int, int], ...]]] = []  # (label, −1 for all; ids; lines)
+    order = label_order(renderer, question)
     if renderer.config.span.read == "head":
-        prefixes.append((-1, *head_prefix(renderer, head, state, question)))
+        prefixes.append((-1, *head_prefix(renderer, head, state, question, order)))
     else:
-        for label in range(question.k):
+        for label in order:
             prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
             prefixes.append((label, head + prefix[-(max_context + 200) :], ()))
     for label, prefix, label_lines in prefixes:
@@ -234,7 +244,8 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
                     reads.append(len(ids) - 1)
                     owned.append(i)
             if owned:
-                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines))
+                lines = tuple(order) if label < 0 else ()
+                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines, lines))
     return SpanLayout(tuple(sequences), len(offsets), question.k)
 
 

@@ -66,6 +66,18 @@ def test_a_span_answer_is_the_same_mixed_with_choice_and_noul_questions_or_alone
     assert mixed["team"]["probabilities"] == pytest.approx(without["team"]["probabilities"], abs=1e-6)
 
 
+def test_the_order_a_client_lists_span_labels_in_changes_no_answer(model: Any) -> None:
+    labels = {**SPAN["criteria"], "PHONE": "a phone number"}
+    shuffled = dict(reversed(labels.items()))
+    a = answers(model, {"pii": {**SPAN, "criteria": labels}, "refund": NOUL})["pii"]
+    b = answers(model, {"pii": {**SPAN, "criteria": shuffled}, "refund": NOUL})["pii"]
+    assert abs(a["noul"] - b["noul"]) <= 1e-6
+    assert [(s["label"], s["start"], s["end"]) for s in a["spans"]] == [
+        (s["label"], s["start"], s["end"]) for s in b["spans"]
+    ]
+    assert all(abs(x["probability"] - y["probability"]) <= 1e-6 for x, y in zip(a["spans"], b["spans"], strict=True))
+
+
 def test_span_answers_carry_exact_offsets_text_and_the_contract_fields(model: Any) -> None:
     from mydecide.scoring.engine import score_questions
     from mydecide.serving.wire import span_answer

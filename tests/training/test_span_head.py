@@ -70,10 +70,10 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     decode = model.tokenizer.decode
     for seq in layout.sequences:
         assert len(seq.label_lines) == 2  # each label read over its whole line, exactly its tokens
-        lines = [decode(list(seq.ids[a:b])) for a, b in seq.label_lines]
-        assert lines == ["PERSON — a person's name", "EMAIL — an e-mail address"]
+        lines = [decode(list(seq.ids[a:b])) for a, b in seq.label_lines]  # in order of their names
+        assert lines == ["EMAIL — an e-mail address", "PERSON — a person's name"]
         assert [decode([seq.ids[a - 1]]) for a, _ in seq.label_lines] == ["\n", "\n"]
-        assert seq.cells(2) == [w * 2 + j for w in seq.words for j in (0, 1)]
+        assert seq.cells(2) == [w * 2 + j for w in seq.words for j in (1, 0)]
         assert seq.n_values == 2 * len(seq.reads)
     # every cell once: the letters layout reads the same words, one sequence per label
     owned = sorted(w for s in layout.sequences for w in s.words)
@@ -126,7 +126,7 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_lla
     import torch
 
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import head_prompt, score_span_questions, span_head, span_layout
+    from mydecide.scoring.spans import head_prompt, label_order, score_span_questions, span_head, span_layout
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.loop import build_module
 
@@ -137,7 +137,7 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_lla
     lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
     assert lengths == {1} if label_read == "last" else min(lengths) > 3
     if label_read == "last":  # the sequence as it was before: each label's newline and line encoded as one piece
-        intro, lines, outro = head_prompt(record.state, record.question)
+        intro, lines, outro = head_prompt(record.state, record.question, label_order(model.renderer, record.question))
         pieces = model.renderer.encode_pieces([intro, *("\n" + line for line in lines), outro])
         before = model.tokenizer(span_head(model.renderer), add_special_tokens=False)["input_ids"]
         before += [t for piece in pieces for t in piece]
@@ -155,17 +155,71 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_lla
     np.testing.assert_allclose(reads.double().numpy(), grid[cells], atol=1e-5)
 
 
-def test_a_render_config_saved_before_lines_were_pooled_reads_labels_at_their_last_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read", ["head", "letters"])
+def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: Path, read: str) -> None:
+    """Labels are shown and read in the order of their names (prompt.span.label_order: sorted): the order a client
+    or a record lists them in changes no probability, in scoring and in the units training reads."""
+    import numpy as np
+
+    from mydecide.modeling import load_model
+    from mydecide.scoring.spans import score_span_questions
+    from mydecide.training.batches import span_unit
+
+    criteria = {"PERSON": "a person's name", "EMAIL": "an e-mail address", "PHONE": "a phone number"}
+    row = span_row(7, random.Random(3))
+    text = row["state"]
+
+    def question(names: tuple[str, ...]) -> dict:
+        return {**QUESTION, "criteria": {name: criteria[name] for name in names}}
+
+    def column_by_name(order: str) -> list[dict[str, np.ndarray]]:
+        model = load_model(str(tiny_llama_dir), render=head_config(read=read, label_order=order), device="cpu")
+        if read == "head":
+            random_head(model)
+        out = []
+        for names in itertools.permutations(criteria):
+            (grid,) = score_span_questions(model, [(text, parse_question(question(names)))])
+            p = 1 / (1 + np.exp(-grid.reshape(-1, len(names))))
+            out.append({name: p[:, j] for j, name in enumerate(names)})
+        return out
+
+    grids = column_by_name("sorted")
+    worst = max(float(np.abs(g[n] - grids[0][n]).max()) for g in grids for n in criteria)
+    assert worst <= 1e-6
+    if read == "head":  # the test can fail: in the question's order, a permutation does move probabilities
+        given = column_by_name("given")
+        assert max(float(np.abs(g[n] - given[0][n]).max()) for g in given for n in criteria) > 1e-3
+
+    model = load_model(str(tiny_llama_dir), render=head_config(read=read), device="cpu")
+    units = []
+    for names in itertools.permutations(criteria):
+        record = parse_record({**row, "question": question(names)})[0]
+        unit = span_unit(model.renderer, record, 0)
+        units.append(unit)
+        # each read's target is its own cell's: the sequences' cells in the record's label order
+        cells = [c for seq in unit.sequences for c in seq.cells(3)]
+        assert unit.target == tuple(record.target[c] for c in cells)
+    assert all(u.sequences[0].ids == units[0].sequences[0].ids for u in units)
+    assert all([s.ids for s in u.sequences] == [s.ids for s in units[0].sequences] for u in units)
+    assert all(u.target == units[0].target for u in units)  # the same reads, the same targets, in the same order
+    assert sum(units[0].target) > 0
+
+
+def test_a_render_config_saved_before_pooled_lines_reads_labels_at_their_last_token_in_given_order(
+    tmp_path: Path,
+) -> None:
     from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
     from mydecide.scoring.render import RenderConfig
 
     old = tmp_path / RENDER_CONFIG_FILE
     for saved in ({"span": {"read": "head", "window_tokens": 64, "overlap_tokens": 8}}, {}):
         old.write_text(json.dumps({"max_state_tokens": 64, **saved}))
-        assert read_render_config(old).span.label_read == "last"
-    assert RenderConfig().span.label_read == "line"  # the default
+        config = read_render_config(old)
+        assert (config.span.label_read, config.span.label_order) == ("last", "given")
+    assert (RenderConfig().span.label_read, RenderConfig().span.label_order) == ("line", "sorted")  # the defaults
     save_render_config(tmp_path, RenderConfig())
-    assert read_render_config(old).span.label_read == "line"
+    config = read_render_config(old)
+    assert (config.span.label_read, config.span.label_order) == ("line", "sorted")
 
 
 def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:
@@ -262,7 +316,7 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     shutil.copytree(run / "adapter", old)
     save_file({k: v for k, v in weights.items() if k != u_key}, old / "adapter_model.safetensors")
     render = json.loads((old / "mydecide_render.json").read_text())
-    del render["span"]["label_read"]
+    del render["span"]["label_read"], render["span"]["label_order"]
     (old / "mydecide_render.json").write_text(json.dumps(render))
     before = load_model(str(tiny_llama_dir), old, device="cpu")
     head = span_head_of(before.lm)
