@@ -8,7 +8,7 @@ hits all alike (the best of ``--rounds`` passes is kept). Modes:
   state sharing works. With checkpointing on (``per_question_ckpt``) this is our own model of the seed article's
   loop (per question, checkpointing on; its script is not part of this repository and is not run here).
 * ``shared``: :func:`plan_batches` (a state's questions in one batch, length buckets) and the packed shared-state
-  batch (training/shared_state.py): every state computed once per batch, one forward call.
+  batch (scoring/packed.py): every state computed once per batch, one forward call.
 * ``cache`` (checkpointing off only): the same batches through the KV-cache route (``scoring.forward.last_hidden``),
   which checkpointing cannot recompute.
 
@@ -115,11 +115,11 @@ def main() -> None:
 
     from mydecide.io import atomic_write_text
     from mydecide.modeling import load_model
+    from mydecide.scoring.packed import packing_mode
     from mydecide.scoring.render import RenderConfig
     from mydecide.training.batches import epoch_units, plan_batches
     from mydecide.training.loop import build_module, lora_targets, set_checkpointing
     from mydecide.training.objectives import proper_loss
-    from mydecide.training.shared_state import packing_mode
 
     torch.manual_seed(0)
     base = load_model(args.model, render=RenderConfig(option_form=args.form))

@@ -5,6 +5,8 @@
    groups + a final round for more than 26 options), round by round;
 3. :mod:`~mydecide.scoring.forward` — one batched decoder pass per chunk, the shared prefix computed once, only the
    answer labels' logits read;
+   :mod:`~mydecide.scoring.packed` — the same pass with a state and all its questions packed into one row
+   (training under gradient checkpointing, the server's packed route);
 4. :mod:`~mydecide.scoring.probabilities` — the one softmax, where temperatures are applied;
 
 and :mod:`~mydecide.scoring.engine`, which runs 1–3 on a loaded model. Nothing is imported here, so importing

@@ -105,7 +105,7 @@ def last_hidden(decoder: Any, batch: Batch) -> torch.Tensor:
     """(B, H) final hidden state at each question's answer slot; runs the decoder once or twice (shared prefix)."""
     import torch
 
-    if hasattr(batch, "last_hidden"):  # a packed shared-state batch (training/shared_state.py) runs itself
+    if hasattr(batch, "last_hidden"):  # a packed shared-state batch (scoring/packed.py) runs itself
         return batch.last_hidden(decoder)  # type: ignore[no-any-return]
     if batch.input_ids is not None:
         out = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)

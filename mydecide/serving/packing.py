@@ -14,8 +14,8 @@ and the row holds ``P + ΣS`` real tokens. Rows of different states are left-pad
 This needs every layer to be plain attention with positions taken from ``position_ids`` and a custom 4-D mask
 (Llama, Qwen2/3, SmolLM and similar, with the sdpa or eager kernels). Recurrent layers (Gated DeltaNet in Qwen3.5)
 cannot skip over the other questions, so such models keep ``score_prompts``. :func:`packing_agrees` checks a model
-against ``score_prompts`` before the server relies on it. The layout and the forward call are training's
-(``training/shared_state.py``: ``pack``, ``packed_last_hidden``), so served and trained packing cannot drift apart.
+against ``score_prompts`` before the server relies on it. The layout and the forward call are the ones training
+uses (``scoring/packed.py``: ``pack``, ``packed_last_hidden``), so served and trained packing cannot drift apart.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mydecide.scoring import packed
 from mydecide.scoring.forward import decoder_of, output_head, read_option_logits, score_prompts
+from mydecide.scoring.packed import packed_last_hidden, packing_mode
 from mydecide.scoring.probabilities import to_probabilities
-from mydecide.training import shared_state
-from mydecide.training.shared_state import packed_last_hidden, packing_mode
 
 if TYPE_CHECKING:
     import numpy as np
@@ -77,7 +77,7 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
 
     def flush() -> None:
         order = [i for _, members in chunk for i in members]  # one packed row per prefix, read in this order
-        batch = shared_state.pack([prompts[i] for i in order], pad_id).to(model.device)
+        batch = packed.pack([prompts[i] for i in order], pad_id).to(model.device)
         last = packed_last_hidden(decoder, batch)  # (N, H)
         logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap)
         rows = logits.double().cpu().numpy()  # (N, K)

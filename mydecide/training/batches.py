@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from mydecide.records import Record
 from mydecide.scoring.forward import Batch, collate
+from mydecide.scoring.packed import PackedBatch, pack
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
 from mydecide.scoring.spans import SpanSequence, span_layout
-from mydecide.training.shared_state import PackedBatch, pack
 
 if TYPE_CHECKING:
     import torch
@@ -366,7 +366,7 @@ class OrderSchedule:
 def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing: str | None = None) -> TrainBatch:
     """Collate the units' prompts into one forward pass; per-option units get an index into its logits.
 
-    ``shared_prefix`` with ``packing`` (``shared_state.packing_mode`` of the model: "attention" or "hybrid"): one
+    ``shared_prefix`` with ``packing`` (``scoring.packed.packing_mode`` of the model: "attention" or "hybrid"): one
     packed row per state, a single forward call that gradient checkpointing can recompute; ``shared_prefix`` alone:
     the prefix once through a KV cache (:func:`mydecide.scoring.forward.last_hidden`); neither: one prompt per row.
     """

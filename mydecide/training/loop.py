@@ -216,11 +216,11 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         save_render_config,
         weights_fingerprint,
     )
+    from mydecide.scoring.packed import batch_packing, packing_mode
     from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
     from mydecide.training import checkpoints
     from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
     from mydecide.training.model_card import record_base_model, write_model_card
-    from mydecide.training.shared_state import batch_packing, packing_mode
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
     counts = len(train_records), len(dev_records)
@@ -296,7 +296,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     )
     with peft_warnings_silenced():
         lm = get_peft_model(base.lm, lora)
-    # A state's questions share it in one packed forward call (shared_state.py): checkpointing can recompute it and it
+    # A state's questions share it in one packed forward call (scoring/packed.py): checkpointing can recompute it and it
     # runs Gated DeltaNet layers. Where the KV cache also works (no checkpointing, no recurrent layers), a batch is
     # packed only when a state in it has several questions (batch_packing); the cache is the fallback for models
     # that cannot take a packed batch.

@@ -72,13 +72,13 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
     prompts = prompts_of(llama)
     whole = packing.score_packed(llama, prompts)
     calls: list[int] = []
-    real_pack = packing.shared_state.pack
+    real_pack = packing.packed.pack
 
     def counting_pack(prompts, pad_id, segments=False):
         calls.append(len({p.prefix for p in prompts}))  # packed rows in this forward pass
         return real_pack(prompts, pad_id, segments)
 
-    monkeypatch.setattr(packing.shared_state, "pack", counting_pack)
+    monkeypatch.setattr(packing.packed, "pack", counting_pack)
     split = packing.score_packed(llama, prompts, max_batch_tokens=1)  # one row per forward pass
     assert calls == [1, 1, 1] and gap(whole, split) < 1e-5
 
@@ -89,7 +89,7 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
 
 
 def test_pack_layout_isolates_questions(llama) -> None:
-    from mydecide.training.shared_state import pack
+    from mydecide.scoring.packed import pack
 
     prompts = prompts_of(llama, REQUESTS[:1])[:2]
     prefix = prompts[0].prefix
