@@ -201,7 +201,7 @@ def read_render_config(path: Path) -> RenderConfig:
     return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
 
 
-SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given"}
+SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last"}
 """What a render config saved before a ``prompt.span`` key existed was scored with."""
 
 

@@ -65,6 +65,9 @@ class SpanWindows(BaseModel):
     # in changes no probability; "given" = the question's own order. A render config saved before the key existed
     # means "given"
     label_order: Literal["sorted", "given"] = "sorted"
+    # the span head's read of a word: "last" = the final hidden state at its last token, "mean" = the mean over its
+    # tokens (the letters read always reads the last token)
+    word_read: Literal["last", "mean"] = "last"
 
     def resolve(self, head: bool) -> SpanWindows:
         """``auto`` made concrete: ``head`` when the model has (or training will give it) a span head, else

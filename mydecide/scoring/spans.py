@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mydecide.records import Question
@@ -59,6 +59,7 @@ class SpanSequence:
     label: int  # −1: every label (the span head's sequences)
     label_lines: tuple[tuple[int, int], ...] = ()
     line_labels: tuple[int, ...] = ()  # the question's label index of each line (empty: the question's order)
+    word_starts: tuple[int, ...] = ()  # each read word's first token (``word_read: mean``); empty: its last token
 
     def cells(self, n_labels: int) -> list[int]:
         """The flat grid index of each of this sequence's values, in the order they are read (word-major)."""
@@ -233,19 +234,22 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
         for label in order:
             prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
             prefixes.append((label, head + prefix[-(max_context + 200) :], ()))
+    mean_words = renderer.config.span.read == "head" and renderer.config.span.word_read == "mean"
     for label, prefix, label_lines in prefixes:
         for w, (a, b) in enumerate(cuts):
-            ids, reads, owned = list(prefix), [], []
+            ids, reads, starts, owned = list(prefix), [], [], []
             if echo is not None:  # the window once in full, then again with the reads: every read has seen it all
                 ids += [t for i in range(a, b) for t in tokens[i]] + echo
             for i in range(a, b):
                 ids += tokens[i]
                 if owner[i] == w:
                     reads.append(len(ids) - 1)
+                    starts.append(len(ids) - len(tokens[i]))
                     owned.append(i)
             if owned:
                 lines = tuple(order) if label < 0 else ()
-                sequences.append(SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines, lines))
+                sequence = SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines, lines)
+                sequences.append(replace(sequence, word_starts=tuple(starts)) if mean_words else sequence)
     return SpanLayout(tuple(sequences), len(offsets), question.k)
 
 
@@ -286,15 +290,15 @@ def span_read_logits(
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    rows, cols = [], []
+    rows, words = [], []
     for r, seq in enumerate(sequences):
         ids[r, : len(seq.ids)] = torch.tensor(seq.ids, dtype=torch.long)
         mask[r, : len(seq.ids)] = 1
         rows += [r] * len(seq.reads)
-        cols += list(seq.reads)
+        words += [(start, end + 1) for start, end in zip(seq.word_starts or seq.reads, seq.reads, strict=True)]
     out = decoder_of(lm)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
     index = torch.tensor(rows, device=device)
-    hidden = out.last_hidden_state[index, torch.tensor(cols, device=device)]  # (M, H)
+    hidden = pooled(out.last_hidden_state, rows, words)  # (M, H): each word's last token, or its tokens' mean
     if sequences[0].label < 0:  # the span head: every word against every label line of its sequence
         from mydecide.scoring.span_head import span_head_of
 

@@ -111,17 +111,21 @@ def by_hand(model: object, head: object, layout: object) -> object:
     with torch.no_grad():
         for seq in layout.sequences:
             h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
-            q = head.word(h[list(seq.reads)])
+            words = zip(seq.word_starts or seq.reads, seq.reads, strict=True)
+            q = head.word(torch.stack([h[a : b + 1].mean(0) for a, b in words]))
             k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
             bias = head.bias + (k @ head.label_bias if hasattr(head, "label_bias") else 0.0)
             grid[seq.cells(layout.n_labels)] = (q @ k.T / math.sqrt(q.shape[-1]) + bias).flatten().double().numpy()
     return grid
 
 
-@pytest.mark.parametrize("label_read", ["line", "last"])
-def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_llama_dir: Path, label_read: str) -> None:
+@pytest.mark.parametrize(("label_read", "word_read"), [("line", "last"), ("last", "last"), ("line", "mean")])
+def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
+    tiny_llama_dir: Path, label_read: str, word_read: str
+) -> None:
     """label_read: line pools the label's whole line (name and description); last reads its last token, with the
-    ids an adapter trained before lines were pooled was trained on. Training's module reads what scoring reads."""
+    ids an adapter trained before lines were pooled was trained on; word_read: mean pools a word's tokens. Training's
+    module reads what scoring reads."""
     import numpy as np
     import torch
 
@@ -130,12 +134,23 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(tiny_lla
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.loop import build_module
 
-    model = load_model(str(tiny_llama_dir), render=head_config(label_read=label_read), device="cpu")
+    render = head_config(label_read=label_read, word_read=word_read)
+    model = load_model(str(tiny_llama_dir), render=render, device="cpu")
     head = random_head(model)
     record = parse_record(span_row(3, random.Random(5)))[0]
     layout = span_layout(model.renderer, record.state, record.question)
     lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
     assert lengths == {1} if label_read == "last" else min(lengths) > 3
+    if word_read == "mean":  # each word's tokens, the whitespace before it included: exactly the text
+        read = {
+            word: model.tokenizer.decode(list(seq.ids[a : b + 1]))
+            for seq in layout.sequences
+            for word, a, b in zip(seq.words, seq.word_starts, seq.reads, strict=True)
+        }
+        assert "".join(read[w] for w in range(layout.n_words)) == record.state
+        assert any(b > a for seq in layout.sequences for a, b in zip(seq.word_starts, seq.reads, strict=True))
+    else:
+        assert all(seq.word_starts == () for seq in layout.sequences)
     if label_read == "last":  # the sequence as it was before: each label's newline and line encoded as one piece
         intro, lines, outro = head_prompt(record.state, record.question, label_order(model.renderer, record.question))
         pieces = model.renderer.encode_pieces([intro, *("\n" + line for line in lines), outro])
