@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import ROOT
+
 COLUMNS = ("accuracy", "best_accuracy", "log_loss", "ece", "flip_rate", "top_letter_share", "seconds")
 
 

@@ -34,18 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
+from _common import RESULTS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from mydecide.calibration.temperatures import LOG_T_BOUNDS, checked_temperature, fit_temperature  # noqa: E402
-from mydecide.metrics import ece  # noqa: E402
+from mydecide.calibration.temperatures import LOG_T_BOUNDS, checked_temperature, fit_temperature
+from mydecide.metrics import ece
 
 SIZES = (20, 36, 100, 500)
 OPTIONS = (2, 4, 7, 77)
@@ -244,7 +240,7 @@ def main() -> None:
         "separable": summary(separable),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    out = ROOT / "bench" / "results" / "calibration.json"
+    out = RESULTS / "calibration.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)} ({results['seconds']:.0f}s)")

@@ -29,7 +29,6 @@ import itertools
 import json
 import random
 import re
-import sys
 import tempfile
 import time
 import zlib
@@ -39,13 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import BENCH, RESULTS, ROOT
+
+from mydecide.config import DataRecipe
+from mydecide.data.prepare import prepare
+
 SAMPLES = ROOT / "data_sources" / "samples"
-sys.path.insert(0, str(ROOT))
-
-from mydecide.config import DataRecipe  # noqa: E402
-from mydecide.data.prepare import prepare  # noqa: E402
-
 LENGTH_BANDS = [(3, 14), (15, 49), (50, 199), (200, 999), (1000, 3000)]
 BAND_WEIGHTS = [0.40, 0.30, 0.18, 0.09, 0.03]  # short-heavy: intents, tweets, tickets, reviews, then documents
 JACCARD_BANDS = [0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # last band: exactly 1.0
@@ -71,7 +69,7 @@ def real_texts(kinds: tuple[str, ...] = ("vader", "rotten_tomatoes", "convention
 
 
 def banking_questions() -> list[str]:
-    with open(ROOT / "bench" / "data" / "banking77_synthetic.csv", encoding="utf-8") as handle:
+    with open(BENCH / "data" / "banking77_synthetic.csv", encoding="utf-8") as handle:
         return [row["text"] for row in csv.DictReader(handle)]
 
 
@@ -749,11 +747,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=int, default=12_000, help="distinct base texts (a tenth become eval items)")
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dedup.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "dedup.json")
     parser.add_argument(
         "--baseline",
         type=Path,
-        default=ROOT / "bench" / "results" / "dedup_before.json",
+        default=RESULTS / "dedup_before.json",
         help="an earlier result to print ratios against (the run before the shingling changed)",
     )
     parser.add_argument("--recipe", default="{}", help="JSON overrides of the data recipe (default: none)")

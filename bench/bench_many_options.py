@@ -24,12 +24,10 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import BENCH, RESULTS, ROOT
 
 
 def banking77_records(data: Path, limit: int, **options: object) -> list:
@@ -47,12 +45,12 @@ def banking77_records(data: Path, limit: int, **options: object) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data" / "banking77_synthetic.csv")
+    parser.add_argument("--data", type=Path, default=BENCH / "data" / "banking77_synthetic.csv")
     parser.add_argument("--limit", type=int, default=24, help="questions (the file's first N rows)")
     parser.add_argument("--distractors", type=int, default=9)
     parser.add_argument("--alone", type=int, default=5, help="questions timed one by one, per mode")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "many_options.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "many_options.json")
     args = parser.parse_args()
 
     import numpy as np

@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import BENCH, RESULTS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data" / "banking77_synthetic.csv")
+    parser.add_argument("--data", type=Path, default=BENCH / "data" / "banking77_synthetic.csv")
     parser.add_argument("--limit", type=int, default=12, help="questions per option count")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "option_forms.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "option_forms.json")
     args = parser.parse_args()
 
     import numpy as np

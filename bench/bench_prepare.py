@@ -24,19 +24,16 @@ import argparse
 import json
 import platform
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from _common import RESULTS
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from mydecide.config import DataRecipe  # noqa: E402
-from mydecide.data import near_dedup, shingles  # noqa: E402
-from mydecide.data.prepare import prepare  # noqa: E402
+from mydecide.config import DataRecipe
+from mydecide.data import near_dedup, shingles
+from mydecide.data.prepare import prepare
 
 THRESHOLD, NUM_PERM, NGRAM = 0.7, 128, 5  # the default recipe's: character 5-grams at Jaccard 0.7
 LENGTH_BANDS = [(3, 14), (15, 49), (50, 199), (200, 999), (1000, 3000)]  # as in bench_dedup.py
@@ -238,7 +235,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--subset", type=int, default=3_000, help="rows for the fast-vs-baseline comparison")
     parser.add_argument("--repeats", type=int, default=3, help="best of this many timings in the comparison")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prepare.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "prepare.json")
     args = parser.parse_args()
 
     load_before = _load()

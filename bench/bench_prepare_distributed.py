@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from bench_prepare import ROOT, synthetic
+from _common import RESULTS
+from bench_prepare import synthetic
 
 from mydecide.config import DataRecipe, RayEngineConfig
 from mydecide.data.prepare import prepare
@@ -78,7 +79,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray")
     parser.add_argument("--partitions", type=int, default=None, help="default: 2 per worker CPU")
     parser.add_argument("--ray-only", action="store_true", help="skip the local run (a scaling point)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "prepare_distributed.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "prepare_distributed.json")
     args = parser.parse_args()
 
     load_before = round(os.getloadavg()[0], 2)

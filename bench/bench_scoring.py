@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS
 
 STATE = (
     "Ticket #48213 opened 2024-11-05 09:14 by Dana Whitfield (Acme Retail, enterprise plan, account since 2019).\n"
@@ -72,7 +70,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     # one thread by default: the ratio is the point, and a single thread keeps it stable on a shared machine
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scoring.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "scoring.json")
     args = parser.parse_args()
 
     import numpy as np

@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS, ROOT
 
 TICKETS = [
     "Opened by Dana Whitfield (Acme Retail, enterprise plan, customer since 2019).\n"
@@ -219,7 +218,7 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=4, help="sequential requests per server")
     parser.add_argument("--rounds", type=int, default=1, help="concurrent bursts per server")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients per burst")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serve.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = parser.parse_args()
 
     import httpx

@@ -31,8 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS
 
 TEXT = (
     "the customer reports that checkout fails with an error after payment and the invoice shows a double "
@@ -107,7 +106,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--form", choices=["per_option", "letters"], default="per_option", help="choice questions")
     parser.add_argument("--rounds", type=int, default=2, help="passes per mode, alternating; the best is kept")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "train.json")
     args = parser.parse_args()
 
     import torch

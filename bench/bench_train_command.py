@@ -36,10 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench_train import make_rows  # noqa: E402  (bench/ is this script's directory)
+from _common import RESULTS, ROOT
+from bench_train import make_rows
 
 BATCH = 4
 
@@ -134,7 +132,7 @@ def main() -> None:
     parser.add_argument("--dev", type=int, default=4, help="dev questions scored by the dev check (dev_limit)")
     parser.add_argument("--rounds", type=int, default=1, help="runs per command, alternating; the fastest is kept")
     parser.add_argument("--seed-model", nargs=2, type=Path, metavar=("DATA_DIR", "OUT_DIR"), help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train_command.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "train_command.json")
     args = parser.parse_args()
     if args.seed_model:
         seed_model(*args.seed_model)

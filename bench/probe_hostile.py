@@ -80,9 +80,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
-DEFAULT_OUT = REPO / "bench" / "results" / "probe_hostile.json"
+from _common import RESULTS, ROOT
+
+SMOKE = ROOT / "recipes" / "train" / "smoke.yaml"
+DEFAULT_OUT = RESULTS / "probe_hostile.json"
 ENDPOINT = "/v1/systemone"
 
 CLI_TIMEOUT = 60.0
@@ -584,7 +585,7 @@ def merged_whole(out: Path) -> str | None:
 
 
 def load_conftest() -> Any:
-    spec = importlib.util.spec_from_file_location("mydecide_probe_conftest", REPO / "tests" / "conftest.py")
+    spec = importlib.util.spec_from_file_location("mydecide_probe_conftest", ROOT / "tests" / "conftest.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -3822,7 +3823,7 @@ def main() -> int:
         "--only", help="comma-separated categories (or case-id prefixes) to run: " + ", ".join(CATEGORIES)
     )
     parser.add_argument(
-        "--out", default=str(DEFAULT_OUT), help=f"results JSON (default {DEFAULT_OUT.relative_to(REPO)})"
+        "--out", default=str(DEFAULT_OUT), help=f"results JSON (default {DEFAULT_OUT.relative_to(ROOT)})"
     )
     parser.add_argument("--list", action="store_true", help="list the categories and their case ids, and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
@@ -3866,7 +3867,7 @@ def main() -> int:
             "TOKENIZERS_PARALLELISM": "false",
             "CUDA_VISIBLE_DEVICES": "",
             "MPLBACKEND": "Agg",
-            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
         }
     )
     os.chdir(root)
@@ -3892,7 +3893,7 @@ def main() -> int:
                 print(f"   category {name} failed: {err!r}", flush=True)
                 traceback.print_exc()
     finally:
-        os.chdir(REPO)
+        os.chdir(ROOT)
         if options.keep:
             print(f"[setup] kept {root}")
         else:
@@ -3941,7 +3942,7 @@ def _git_commit() -> str | None:
     try:
         return (
             subprocess.run(
-                ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+                ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
             ).stdout.strip()
             or None
         )

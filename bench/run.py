@@ -13,10 +13,9 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
+from _common import BENCH, RESULTS, ROOT
+
 HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "prepare": ("speedup_vs_bulk", "near dedup speed-up vs datasketch MinHash.bulk"),
     "prepare_distributed": ("ray_over_local_records_per_s", "prepare records/s, Ray local mode / local"),
@@ -44,7 +43,7 @@ def main() -> int:
         started = time.perf_counter()
         result = subprocess.run([sys.executable, str(script)], cwd=ROOT)
         seconds = time.perf_counter() - started
-        out = BENCH / "results" / f"{name}.json"
+        out = RESULTS / f"{name}.json"
         if result.returncode != 0 or not out.is_file():
             failed.append(name)
             print(f"{name}: FAILED (exit {result.returncode})", flush=True)

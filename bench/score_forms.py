@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import RESULTS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from mydecide.evaluation.rows import block, rows_from_predictions  # noqa: E402
+from mydecide.evaluation.rows import block, rows_from_predictions
 
 TASK = "vader_sentiment_score"
 COLUMNS = (
@@ -181,7 +179,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--forms", default="letters,per_option,thresholds")
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "score_forms.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "score_forms.json")
     args = parser.parse_args()
     data = task_files(args.data, args.work)
     results = [run_form(form, data, args.work, args.steps, args.model) for form in args.forms.split(",")]

@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS, ROOT
 
 
 def seen_ids(data: Path) -> set[str]:
@@ -47,7 +46,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--bands", default="1:40,5:8,40:2", help="k:n,... n documents of k texts each")
     parser.add_argument("--labels", default="PERSON,EMAIL,PHONE")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "span_lengths.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "span_lengths.json")
     args = parser.parse_args()
 
     from data_sources import pii
