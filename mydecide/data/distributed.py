@@ -257,28 +257,10 @@ def keep_rule(matches: np.ndarray) -> dict[int, NearMatch]:
 # ------------------------------------------------------------------------------ what runs on the Ray workers
 
 
-CRASH_TEST_ENV = "MYDECIDE_RAY_CRASH_TEST"
-"""Fault injection for the tests only: a directory holding a file ``crashes`` with a number N; the first N signing
-tasks to start end their worker process (as a machine failure would), so Ray's retries are exercised."""
-
-
-def _crash_for_tests() -> None:
-    folder = os.environ.get(CRASH_TEST_ENV)
-    if not folder:
-        return
-    for slot in range(int((Path(folder) / "crashes").read_text())):
-        try:  # claim a crash slot atomically: two workers starting together must not both take the same one
-            os.close(os.open(Path(folder) / f"crash-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue
-        os._exit(1)
-
-
 def _sign(texts: list[str], groups: np.ndarray, start: int, near: NearDedupConfig, reducers: int) -> tuple[Any, ...]:
     """A partition's (B, P) signatures, then its (key, row) band tuples cut into one share per reducer by key.
 
     A row's key in band k is the band's hash mixed with k and the row's question group."""
-    _crash_for_tests()
     shingles = Shingling(near.shingle, near.ngram).hashes(texts)
     sigs = signatures(shingles, num_perm=near.num_perm, seed=near.seed)
     keys = band_keys(sigs, candidate_threshold(near.threshold))  # (B, b)

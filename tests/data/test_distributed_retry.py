@@ -1,9 +1,12 @@
 """A Ray worker that dies mid-run (its process ends, as on a lost machine) has its task retried by Ray, and the run
 still gives the local path's answer; a run whose tasks keep failing stops with an error and writes no output
-directory. The fault is injected through ``distributed.CRASH_TEST_ENV`` in the workers' environment."""
+directory. The test injects the fault itself: it wraps the signing task (``distributed._sign``) so that the first N
+signing tasks to start end their worker process, as a machine failure would."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,23 +14,37 @@ import pytest
 from prepare_builders import make, sentence, write_jsonl
 
 from mydecide.config import DataRecipe
-from mydecide.data.distributed import CRASH_TEST_ENV
+from mydecide.data import distributed
 from mydecide.data.prepare import prepare
 
 ray = pytest.importorskip("ray")
+
+
+def crashing(task: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    """``task``, except that the first N calls to start (N in ``folder/crashes``) end their worker process first.
+
+    A nested function, so Ray ships it to the workers by value, with ``task`` and ``folder``."""
+
+    def crash_then_run(*args: Any, **kwargs: Any) -> Any:
+        for slot in range(int((folder / "crashes").read_text())):
+            try:  # claim a crash slot atomically: two workers starting together must not both take the same one
+                os.close(os.open(folder / f"crash-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            os._exit(1)
+        return task(*args, **kwargs)
+
+    return crash_then_run
 
 
 @pytest.fixture(scope="module")
 def crash_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
     folder = tmp_path_factory.mktemp("crashes")
     (folder / "crashes").write_text("0")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {CRASH_TEST_ENV: str(folder)}},
-    )
-    yield folder
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(distributed, "_sign", crashing(distributed._sign, folder))
+        yield folder
     ray.shutdown()
 
 
