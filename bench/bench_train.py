@@ -117,7 +117,7 @@ def main() -> None:
     from mydecide.scoring.packed import packing_mode
     from mydecide.scoring.render import RenderConfig
     from mydecide.training.batches import epoch_units, plan_batches
-    from mydecide.training.loop import build_module, lora_targets, set_checkpointing
+    from mydecide.training.model import build_module, lora_targets, set_checkpointing
     from mydecide.training.objectives import proper_loss
 
     torch.manual_seed(0)

@@ -168,7 +168,7 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
     from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
     from mydecide.training.batches import epoch_units, make_batch
-    from mydecide.training.loop import build_module
+    from mydecide.training.model import build_module
 
     model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     order = [2, 0, 3, 1]

@@ -114,7 +114,7 @@ def test_training_forward_matches_inference_packed_cached_and_plain(tiny_model_d
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.packed import packing_mode
     from mydecide.training.batches import epoch_units, make_batch
-    from mydecide.training.loop import build_module
+    from mydecide.training.model import build_module
 
     model = load_model(str(tiny_model_dir), render=THRESHOLDS, device="cpu")
     rows = [

@@ -5,8 +5,8 @@ accumulate micro-batches, clip, step → every ``eval_every`` updates and at eac
 check, keep the best adapter → every ``save_every`` updates: a resumable checkpoint → save the last adapter.
 
 The same code runs on one CPU, one GPU, or N processes under ``accelerate launch`` (each process takes every N-th
-micro-batch; gradients are averaged by DDP). Checkpoints, resume and adapter saving are in checkpoints.py, the dev
-metrics in dev.py.
+micro-batch; gradients are averaged by DDP). The trainable model is built in model.py, the batches of each epoch
+planned in epochs.py; checkpoints, resume and adapter saving are in checkpoints.py, the dev metrics in dev.py.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Collection
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,10 @@ from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics
-from mydecide.training.diagnostics import span_log_odds, span_prior_note
-from mydecide.training.objectives import batch_loss, loss_for
+from mydecide.training.diagnostics import span_prior_note
+from mydecide.training.epochs import EpochPlan
+from mydecide.training.model_card import record_base_model, write_model_card
+from mydecide.training.objectives import training_loss
 from mydecide.training.tracking import check_trackers, tracked, tracker_config
 
 
@@ -106,75 +107,6 @@ def dev_split(data_dir: Path) -> list[Record]:
         ) from None
 
 
-# ------------------------------------------------------------------------------------------------ model pieces
-
-
-def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None) -> str | list[str]:
-    """A regex naming every linear layer of the language model's decoder (attention, MLP, Gated DeltaNet
-    projections), never the output head or a vision tower; with ``last_layers``, only those of the last N decoder
-    layers (the backward pass then stops at the lowest adapted layer)."""
-    import torch
-
-    if spec != "all-linear":
-        if last_layers:
-            raise ValueError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
-        return spec
-    decoder = lm.get_decoder()
-    prefix = next(name for name, module in lm.named_modules() if module is decoder)
-    leaves = sorted(
-        {
-            name.rsplit(".", 1)[-1]
-            for name, module in decoder.named_modules()
-            if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)
-        }
-    )
-    if not leaves:
-        raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
-    layers = ""
-    if last_layers:
-        n = len(decoder.layers)
-        if last_layers > n:
-            raise ValueError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
-        layers = rf"layers\.(?:{'|'.join(str(i) for i in range(n - last_layers, n))})\."
-    return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
-
-
-def set_checkpointing(lm: Any, on: bool) -> None:
-    """Non-reentrant activation checkpointing on or off (transformers 5's names; the deprecated
-    ``gradient_checkpointing_*`` aliases, which warn on every call, only where the new ones are missing)."""
-    if on and hasattr(lm, "activation_checkpointing_enable"):
-        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    elif on:
-        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    elif hasattr(lm, "activation_checkpointing_disable"):
-        lm.activation_checkpointing_disable()
-    else:
-        lm.gradient_checkpointing_disable()
-
-
-def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
-    """An nn.Module whose forward returns (B, K) option logits (and span reads), so DDP sees one forward call."""
-    import torch
-
-    from mydecide.scoring.forward import forward_option_logits
-    from mydecide.scoring.spans import span_read_logits
-
-    class DecisionModule(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = lm
-            self.register_buffer("label_ids", torch.tensor(label_ids), persistent=False)
-
-        def forward(self, batch: Any, spans: Any = None) -> Any:
-            label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
-            logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
-            if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
-                return logits
-            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id, offset=span_offset)
-
-    return DecisionModule()
-
-
 # ---------------------------------------------------------------------------------------------------- the loop
 
 
@@ -204,166 +136,48 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     resolve_model_path(recipe.model, convert=False)
 
     import torch
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, broadcast_object_list, set_seed
-    from peft import LoraConfig, get_peft_model
-    from transformers import get_scheduler
+    from accelerate.utils import broadcast_object_list, set_seed
 
-    from mydecide.modeling import (
-        LoadedModel,
-        load_model,
-        peft_warnings_silenced,
-        save_render_config,
-        weights_fingerprint,
-    )
-    from mydecide.scoring.packed import batch_packing, packing_mode
-    from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
+    from mydecide.modeling import LoadedModel, save_render_config
     from mydecide.training import checkpoints
-    from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches
-    from mydecide.training.model_card import record_base_model, write_model_card
+    from mydecide.training.model import trainable_model
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
-    counts = len(train_records), len(dev_records)
-    if recipe.tasks:
-        train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
-        kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
-    if recipe.train_limit:
-        train_records = train_records[: recipe.train_limit]
-    if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
-        dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
+    train_records, dev_records, kept = selected_records(recipe, train_records, dev_records, data_dir)
     # a span head (scoring/span_head.py) is trained with the adapter when asked, or by default (auto) for span data
     span = recipe.prompt.span.resolve(any(r.question.type == "span" for r in train_records))
-    head = span.read == "head"
 
     # ---- set up
     run = Path(recipe.out)
-    on_gpu = torch.cuda.is_available()
-    precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
-    accelerator = Accelerator(
-        mixed_precision="bf16" if precision == "bf16" else "no",
-        cpu=not on_gpu,
-        log_with=trackers or None,
-        project_config=ProjectConfiguration(project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None,
-        # one scheduler step per update: total_updates already counts per process (Accelerate's default steps it
-        # once per process, which ran an N-process schedule N times too fast)
-        step_scheduler_with_optimizer=False,
-        # the span head gets no gradient from a batch without span questions
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)] if head else None,
-    )
+    accelerator, precision = make_accelerator(recipe, run, trackers, head=span.read == "head")
     is_main = accelerator.is_main_process
     set_seed(recipe.seed)
     if is_main:
         held.enter_context(directory_lock(run, "train"))
-        if resume:  # checked again under the lock: another run may have written a checkpoint since
-            against = check_resumable(run, recipe, data_sha256, allow_change)
-            if problem := checkpoints.recipe_file_problem(run):
-                log(
-                    f"WARNING: {problem}; resuming against the recipe {against} was trained with (every checkpoint "
-                    f"carries it), and writing {run / 'recipe.yaml'} again"
-                )
-        if run.exists() and not resume and any(run.iterdir()):
-            raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
-        (run / "checkpoints").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, {**provenance(), "data_sha256": data_sha256}))
-        if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
-            names = {"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}}
-            accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
+        open_run(run, recipe, resume, allow_change, data_sha256, accelerator, trackers)
     if is_main and recipe.tasks:
         log(f"tasks {recipe.tasks}: {kept}")
     majority = LabelPrior.from_records(train_records, "training split")
     if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
         log(note)
-
-    # ---- model + LoRA
-    base = load_model(
-        recipe.model,
-        render=recipe.prompt.model_copy(update={"span": span}),
-        device=str(accelerator.device),
-        dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
-    )
-    renderer, tokenizer = base.renderer, base.tokenizer
-    base_weights = weights_fingerprint(base.lm)  # saved beside each adapter: loading it checks the base (modeling)
-    head_module = attach_span_head(base.lm, bias=span_log_odds(train_records) - span.offset) if head else None
-    targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
-    lora = LoraConfig(
-        r=recipe.lora.r,
-        lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
-        lora_dropout=recipe.lora.dropout,
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-        modules_to_save=[HEAD_NAME] if head else None,
-    )
-    with peft_warnings_silenced():
-        lm = get_peft_model(base.lm, lora)
-    # A state's questions share it in one packed forward call (scoring/packed.py): checkpointing can recompute it and it
-    # runs Gated DeltaNet layers. Where the KV cache also works (no checkpointing, no recurrent layers), a batch is
-    # packed only when a state in it has several questions (batch_packing); the cache is the fallback for models
-    # that cannot take a packed batch.
-    recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
-    cache_fails = recipe.gradient_checkpointing or recurrent
-    packing = packing_mode(lm) if recipe.shared_prefix else None
-    shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
-    if recipe.gradient_checkpointing:
-        set_checkpointing(lm, True)
-    n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
-    with_head = ""
-    if head_module is not None:
-        with_head = f", a span head's {sum(p.numel() for p in head_module.parameters()):,} among them"
-    log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters{with_head}")
-    route = f"packed ({packing})" if packing else "KV cache" if shared_prefix else "none"
-    if packing and not cache_fails:
-        route += ", KV cache for batches with one question per state"
-    log(f"state sharing: {route}")
-    module = build_module(lm, renderer.label_ids, renderer.config.span.offset)
+    model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
+    renderer = model.renderer
 
     # ---- schedule
     world, rank = accelerator.num_processes, accelerator.process_index
-
-    def plan(epoch: int, phase: int) -> list[list[Any]]:
-        """Phase 0: every option in its given order; phase 1: the recipe's shuffling and rotations."""
-        if phase == 0:
-            units = epoch_units(renderer, train_records, recipe.seed, epoch, False)
-        else:
-            units = epoch_units(
-                renderer,
-                train_records,
-                recipe.seed,
-                epoch,
-                recipe.shuffle_options,
-                recipe.shuffle_fraction,
-                recipe.orders_per_record,
-            )
-        return plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
-
-    # epoch 0's plans, kept for the first pass of the loop; the ordered one only when there is an ordered phase
-    first_plans = {(phase, 0): plan(0, phase) for phase in ((0, 1) if recipe.shuffle_start else (1,))}
-    shuffled_per_epoch = len(first_plans[(1, 0)]) // world
-    per_epoch = (len(first_plans[(0, 0)]) // world if (0, 0) in first_plans else shuffled_per_epoch, shuffled_per_epoch)
-    if min(per_epoch) == 0:
-        raise ValueError(f"{len(train_records)} training records make fewer batches than processes ({world})")
-    micro_per_epoch = per_epoch[1]
-    accum = recipe.optim.grad_accum
-    total_updates = recipe.optim.max_steps or math.ceil(micro_per_epoch * recipe.optim.epochs / accum)
-    schedule = OrderSchedule(round(recipe.shuffle_start * total_updates) * accum, per_epoch)
-    optimizer = torch.optim.AdamW(
-        [p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr, weight_decay=recipe.optim.weight_decay
-    )
-    scheduler = get_scheduler(
-        recipe.optim.schedule,
-        optimizer,
-        num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
-        num_training_steps=total_updates,
-    )
-    module, optimizer, scheduler = accelerator.prepare(module, optimizer, scheduler)
+    plan = EpochPlan(recipe, renderer, train_records, world, rank, log if is_main else None)
+    accum, total_updates = plan.accum, plan.total_updates
+    optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
+    module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
+    step_loss = training_loss(recipe.objective)
     log(
-        f"{len(train_records)} train / {len(dev_records)} dev records; {micro_per_epoch} micro-batches of "
+        f"{len(train_records)} train / {len(dev_records)} dev records; {plan.micro_per_epoch} micro-batches of "
         f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
         f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}"
     )
 
     def scoring_model() -> LoadedModel:
-        return LoadedModel(accelerator.unwrap_model(module).lm, tokenizer, renderer, recipe.model)
+        return LoadedModel(accelerator.unwrap_model(module).lm, model.base.tokenizer, renderer, recipe.model)
 
     # ---- resume
     checkpoints.save_lora_only(accelerator)
@@ -379,7 +193,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     def save_adapter(name: str) -> None:
         def beside_the_weights(folder: Path) -> None:
             save_render_config(folder, renderer.config)  # span.read resolved
-            record_base_model(folder, recipe.model, base_weights)  # its portable name, not the path of a cache
+            record_base_model(folder, recipe.model, model.base_weights)  # its portable name, not a cache's path
             kind = "best on dev" if name == "adapter" else "last"
             write_model_card(
                 folder, recipe, kind, update, {"train": train_records, "dev": dev_records}, run / "metrics.jsonl"
@@ -397,14 +211,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
             module.train()
         if is_main:
-            row = {
-                "kind": "dev",
-                "update": update,
-                "epoch": round(epoch, 3),
-                **metrics,
-                "seconds": round(time.perf_counter() - started, 1),
-                "time": round(time.time(), 3),
-            }
+            row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics}
+            row.update(seconds=round(time.perf_counter() - started, 1), time=round(time.time(), 3))
             write_metrics(run, row)
             accelerator.log(tracked("dev", {**row, "collapse_warnings": len(metrics["warnings"])}), step=update)
             log(dev_line(update, metrics))
@@ -419,7 +227,6 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
 
     # ---- train
     module.train()
-    cached, batches = (-1, -1), []
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
     if update == 0:
         evaluate_dev(0.0)
@@ -428,20 +235,10 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         update_started, questions = time.perf_counter(), 0
         for a in range(accum):
             micro = update * accum + a
-            phase, epoch, j = schedule.locate(micro)
-            if (phase, epoch) != cached:
-                if phase == 1 and cached[0] == 0 and is_main:
-                    log(f"update {update}: options shuffled from now on (shuffle_start {recipe.shuffle_start})")
-                batches = first_plans.pop((phase, epoch), []) or plan(epoch, phase)
-                cached = (phase, epoch)
-            micro_units = batches[j * world + rank]
-            layout = batch_packing(micro_units, packing, cache_fails)
-            tb = make_batch(micro_units, tokenizer.pad_token_id, shared_prefix, layout).to(accelerator.device)
+            tb = model.batch(plan.units(micro), accelerator.device)
             generator = torch.Generator(device=accelerator.device).manual_seed(recipe.seed * 1_000_003 + micro)
-            sync = a == accum - 1
-            with accelerator.no_sync(module) if not sync else _null():
-                objective = loss_for(recipe.objective, update / total_updates)  # span questions: on their grid
-                loss = batch_loss(module, tb, objective, progress=update / total_updates, generator=generator)
+            with accelerator.no_sync(module) if a < accum - 1 else nullcontext():
+                loss = step_loss(module, tb, update / total_updates, generator)  # span questions: on their grid
                 accelerator.backward(loss / accum)
             losses.append(loss.detach())
             questions += tb.questions
@@ -454,17 +251,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         seconds = time.perf_counter() - update_started  # this update's forward + backward + step, all processes
         all_questions = accelerator.reduce(torch.tensor(float(questions), device=accelerator.device), "sum").item()
         if is_main:
-            row = {
-                "kind": "train",
-                "update": update,
-                "epoch": round(schedule.epoch_float(update * accum), 4),
-                "loss": mean_loss,
-                "lr": scheduler.get_last_lr()[0],
-                "grad_norm": float(grad_norm) if grad_norm is not None else None,
-                "updates_per_s": round(1.0 / seconds, 4),
-                "questions_per_s": round(all_questions / seconds, 2),
-                "time": round(time.time(), 3),
-            }
+            row = train_row(update, plan.epoch(update), mean_loss, scheduler, grad_norm, seconds, all_questions)
             write_metrics(run, row)
             accelerator.log(tracked("train", row), step=update)
             if time.perf_counter() - last_log > 10 or update == total_updates:
@@ -475,16 +262,39 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
                     f"elapsed {elapsed:.0f}s eta {eta:.0f}s"
                 )
                 last_log = time.perf_counter()
-        epoch_end = schedule.locate(update * accum)[1] != schedule.locate(update * accum - 1)[1]
-        if update % recipe.eval_every == 0 or epoch_end or update == total_updates:
-            evaluate_dev(schedule.epoch_float(update * accum))
+        if update % recipe.eval_every == 0 or plan.epoch_ends(update) or update == total_updates:
+            evaluate_dev(plan.epoch(update))
         if update % recipe.save_every == 0 or update == total_updates:
             checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints, training)
 
     save_adapter("last")
     if best["update"] is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
         save_adapter("adapter")
-    if is_main:
+    close_run(accelerator, run, update, best)
+    return run
+
+
+def train_row(
+    update: int, epoch: float, loss: float, scheduler: Any, grad_norm: Any, seconds: float, questions: float
+) -> dict[str, Any]:
+    """metrics.jsonl's line for an update: ``seconds`` its forward + backward + step, ``questions`` over all
+    processes."""
+    return {
+        "kind": "train",
+        "update": update,
+        "epoch": round(epoch, 4),
+        "loss": loss,
+        "lr": scheduler.get_last_lr()[0],
+        "grad_norm": float(grad_norm) if grad_norm is not None else None,
+        "updates_per_s": round(1.0 / seconds, 4),
+        "questions_per_s": round(questions / seconds, 2),
+        "time": round(time.time(), 3),
+    }
+
+
+def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) -> None:
+    """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
+    if accelerator.is_main_process:
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
         log(
             f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
@@ -493,15 +303,93 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
         tracker.finish()
     accelerator.wait_for_everyone()
-    return run
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
+# ------------------------------------------------------------------------------------------------- set-up steps
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+
+def selected_records(
+    recipe: TrainRecipe, train_records: list[Record], dev_records: list[Record], data_dir: Path
+) -> tuple[list[Record], list[Record], str]:
+    """The records the recipe trains and evaluates on (``tasks``, ``train_limit``, ``dev_limit``), and a note of
+    how many ``tasks`` kept."""
+    counts, kept = (len(train_records), len(dev_records)), ""
+    if recipe.tasks:
+        train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
+        kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
+    if recipe.train_limit:
+        train_records = train_records[: recipe.train_limit]
+    if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
+        dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
+    return train_records, dev_records, kept
+
+
+def make_accelerator(recipe: TrainRecipe, run: Path, trackers: list[str], *, head: bool) -> tuple[Any, str]:
+    """The run's Accelerator and its precision (``auto``: bf16 on a GPU, else fp32)."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
+
+    on_gpu = torch.cuda.is_available()
+    precision = ("bf16" if on_gpu else "fp32") if recipe.precision == "auto" else recipe.precision
+    accelerator = Accelerator(
+        mixed_precision="bf16" if precision == "bf16" else "no",
+        cpu=not on_gpu,
+        log_with=trackers or None,
+        project_config=ProjectConfiguration(project_dir=str(run), logging_dir=str(run / "logs")) if trackers else None,
+        # one scheduler step per update: total_updates already counts per process (Accelerate's default steps it
+        # once per process, which ran an N-process schedule N times too fast)
+        step_scheduler_with_optimizer=False,
+        # the span head gets no gradient from a batch without span questions
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)] if head else None,
+    )
+    return accelerator, precision
+
+
+def open_run(
+    run: Path,
+    recipe: TrainRecipe,
+    resume: bool,
+    allow_change: Collection[str],
+    data_sha256: dict[str, str],
+    accelerator: Any,
+    trackers: list[str],
+) -> None:
+    """The main process, holding the run directory's lock: the resume check again, a new run's directory (a run
+    directory that holds anything is refused without ``resume``), recipe.yaml, and the trackers started."""
+    from mydecide.training import checkpoints
+
+    if resume:  # checked again under the lock: another run may have written a checkpoint since
+        against = check_resumable(run, recipe, data_sha256, allow_change)
+        if problem := checkpoints.recipe_file_problem(run):
+            log(
+                f"WARNING: {problem}; resuming against the recipe {against} was trained with (every checkpoint "
+                f"carries it), and writing {run / 'recipe.yaml'} again"
+            )
+    if run.exists() and not resume and any(run.iterdir()):
+        raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
+    (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run / "recipe.yaml", dump_recipe(recipe, {**provenance(), "data_sha256": data_sha256}))
+    if trackers:  # TensorBoard: RUN/logs/mydecide/; wandb / mlflow: a run named after the run directory
+        names = {"wandb": {"name": run.name}, "mlflow": {"run_name": run.name}}
+        accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
+
+
+def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters, and the recipe's learning-rate schedule over ``total_updates``."""
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(
+        [p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr, weight_decay=recipe.optim.weight_decay
+    )
+    scheduler = get_scheduler(
+        recipe.optim.schedule,
+        optimizer,
+        num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
+        num_training_steps=total_updates,
+    )
+    return optimizer, scheduler
 
 
 def forget_updates_after(run: Path, update: int, best: dict[str, Any]) -> None:

@@ -234,3 +234,14 @@ def batch_loss(
             cells = loss(rows[at], targets[at], mask[at], plain[at], progress=progress, generator=generator)
             total, count = total + cells, count + 1
     return total / max(count, 1)
+
+
+def training_loss(objective: Objective) -> Callable[..., Tensor]:
+    """The recipe's ``objective`` as one function, built once for the loop: ``(module, tb, progress, generator)`` →
+    the batch's loss (:func:`batch_loss`) with the loss it trains with at ``progress`` (:func:`loss_for`: it changes
+    with progress under ``ce_then_proper``, and rlcd's σ follows it)."""
+
+    def step_loss(module: Any, tb: TrainBatch, progress: float, generator: torch.Generator | None = None) -> Tensor:
+        return batch_loss(module, tb, loss_for(objective, progress), progress=progress, generator=generator)
+
+    return step_loss

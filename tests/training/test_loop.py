@@ -112,7 +112,7 @@ def test_all_linear_targets_cover_gated_deltanet_projections(tiny_qwen_dir: Path
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from mydecide.training.loop import lora_targets
+    from mydecide.training.model import lora_targets
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_qwen_dir)
     peft_model = get_peft_model(lm, LoraConfig(r=2, target_modules=lora_targets(lm, "all-linear")))
@@ -126,7 +126,7 @@ def test_last_layers_adapts_only_the_top_of_the_decoder(tiny_llama_dir: Path) ->
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from mydecide.training.loop import lora_targets
+    from mydecide.training.model import lora_targets
 
     lm = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
     n = len(lm.get_decoder().layers)

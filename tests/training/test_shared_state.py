@@ -39,7 +39,7 @@ def records() -> list:
 def lora_module(model_dir: Path, render: RenderConfig | None = None):
     from peft import LoraConfig, get_peft_model
 
-    from mydecide.training.loop import build_module, lora_targets
+    from mydecide.training.model import build_module, lora_targets
 
     torch.manual_seed(0)
     base = load_model(str(model_dir), render=render, device="cpu")
@@ -52,7 +52,7 @@ def lora_module(model_dir: Path, render: RenderConfig | None = None):
 
 def loss_and_grads(lm, module, units, pad_id: int, packing: str | None, checkpointing: bool):
     """Packed (``packing``) or one forward per unit, each prompt alone in its row; the loop's objective."""
-    from mydecide.training.loop import set_checkpointing
+    from mydecide.training.model import set_checkpointing
 
     set_checkpointing(lm, checkpointing)
     module.zero_grad()

@@ -132,7 +132,7 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
     from mydecide.modeling import load_model
     from mydecide.scoring.spans import head_prompt, label_order, score_span_questions, span_head, span_layout
     from mydecide.training.batches import epoch_units, make_batch
-    from mydecide.training.loop import build_module
+    from mydecide.training.model import build_module
 
     render = head_config(label_read=label_read, word_read=word_read)
     model = load_model(str(tiny_llama_dir), render=render, device="cpu")

@@ -54,7 +54,7 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny
     from mydecide.config import CeObjective
     from mydecide.modeling import load_model
     from mydecide.training.batches import SpanUnit, epoch_units, make_batch
-    from mydecide.training.loop import build_module
+    from mydecide.training.model import build_module
     from mydecide.training.objectives import batch_loss, loss_for
 
     model = load_model(str(tiny_llama_dir), device="cpu")
@@ -169,7 +169,7 @@ def test_the_span_prior_shifts_every_read_by_its_log_odds_in_scoring_and_trainin
     from mydecide.scoring.render import RenderConfig, SpanWindows
     from mydecide.scoring.spans import score_span_questions
     from mydecide.training.batches import epoch_units, make_batch
-    from mydecide.training.loop import build_module
+    from mydecide.training.model import build_module
 
     plain, shifted = (
         load_model(str(tiny_llama_dir), render=RenderConfig(span=SpanWindows(prior=prior)), device="cpu")

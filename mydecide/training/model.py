@@ -1,0 +1,169 @@
+"""The model that :func:`~mydecide.training.loop.train` trains: the base model with LoRA on its decoder's linear
+layers, activation checkpointing, a span head when span questions are read by one, and the route by which a
+state's questions share it in a batch (packed, KV cache, none)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mydecide.config import TrainRecipe
+from mydecide.records import Record
+from mydecide.scoring.packed import batch_packing, packing_mode
+from mydecide.training.batches import TrainBatch, Unit, make_batch
+from mydecide.training.diagnostics import span_log_odds
+
+if TYPE_CHECKING:
+    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.render import Renderer, SpanWindows
+
+
+def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None) -> str | list[str]:
+    """A regex naming every linear layer of the language model's decoder (attention, MLP, Gated DeltaNet
+    projections), never the output head or a vision tower; with ``last_layers``, only those of the last N decoder
+    layers (the backward pass then stops at the lowest adapted layer)."""
+    import torch
+
+    if spec != "all-linear":
+        if last_layers:
+            raise ValueError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
+        return spec
+    decoder = lm.get_decoder()
+    prefix = next(name for name, module in lm.named_modules() if module is decoder)
+    leaves = sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, module in decoder.named_modules()
+            if isinstance(module, torch.nn.Linear) and not re.search(r"vision|visual", name)
+        }
+    )
+    if not leaves:
+        raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
+    layers = ""
+    if last_layers:
+        n = len(decoder.layers)
+        if last_layers > n:
+            raise ValueError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
+        layers = rf"layers\.(?:{'|'.join(str(i) for i in range(n - last_layers, n))})\."
+    return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
+
+
+def set_checkpointing(lm: Any, on: bool) -> None:
+    """Non-reentrant activation checkpointing on or off (transformers 5's names; the deprecated
+    ``gradient_checkpointing_*`` aliases, which warn on every call, only where the new ones are missing)."""
+    if on and hasattr(lm, "activation_checkpointing_enable"):
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif on:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(lm, "activation_checkpointing_disable"):
+        lm.activation_checkpointing_disable()
+    else:
+        lm.gradient_checkpointing_disable()
+
+
+def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
+    """An nn.Module whose forward returns (B, K) option logits (and span reads), so DDP sees one forward call."""
+    import torch
+
+    from mydecide.scoring.forward import forward_option_logits
+    from mydecide.scoring.spans import span_read_logits
+
+    class DecisionModule(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+            self.register_buffer("label_ids", torch.tensor(label_ids), persistent=False)
+
+        def forward(self, batch: Any, spans: Any = None) -> Any:
+            label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
+            logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
+            if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
+                return logits
+            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id, offset=span_offset)
+
+    return DecisionModule()
+
+
+@dataclass
+class TrainableModel:
+    """The base model as loaded (its renderer and tokenizer), the PEFT model over it, and the module DDP wraps."""
+
+    base: LoadedModel
+    lm: Any  # the PEFT model (LoRA, and the span head among modules_to_save)
+    module: Any  # build_module(lm): one forward call for option logits and span reads
+    base_weights: Any  # modeling.weights_fingerprint of the base, saved beside each adapter
+    packing: str | None  # packing_mode of the model, when the recipe shares states
+    cache_fails: bool  # the KV cache cannot serve (gradient checkpointing, recurrent layers)
+    shared_prefix: bool  # a state is computed once per batch (packed or through the KV cache)
+
+    @property
+    def renderer(self) -> Renderer:
+        return self.base.renderer
+
+    def batch(self, units: Sequence[Unit], device: Any) -> TrainBatch:
+        """One micro-batch on ``device``, packed where packing pays (:func:`~mydecide.scoring.packed.batch_packing`)."""
+        layout = batch_packing(units, self.packing, self.cache_fails)
+        return make_batch(units, self.base.tokenizer.pad_token_id, self.shared_prefix, layout).to(device)
+
+
+def trainable_model(
+    recipe: TrainRecipe,
+    span: SpanWindows,
+    train_records: Sequence[Record],
+    *,
+    device: str,
+    precision: str,
+    log: Callable[[str], None],
+) -> TrainableModel:
+    """Load the recipe's model with ``span`` (resolved) and make it trainable: LoRA, a span head when
+    ``span.read`` is ``head``, checkpointing; logs the trainable parameters and the state-sharing route."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from mydecide.modeling import load_model, peft_warnings_silenced, weights_fingerprint
+    from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
+
+    head = span.read == "head"
+    base = load_model(
+        recipe.model,
+        render=recipe.prompt.model_copy(update={"span": span}),
+        device=device,
+        dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
+    )
+    base_weights = weights_fingerprint(base.lm)  # saved beside each adapter: loading it checks the base (modeling)
+    head_module = attach_span_head(base.lm, bias=span_log_odds(train_records) - span.offset) if head else None
+    targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
+    lora = LoraConfig(
+        r=recipe.lora.r,
+        lora_alpha=int(recipe.lora.alpha or 2 * recipe.lora.r),
+        lora_dropout=recipe.lora.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+        modules_to_save=[HEAD_NAME] if head else None,
+    )
+    with peft_warnings_silenced():
+        lm = get_peft_model(base.lm, lora)
+    # A state's questions share it in one packed forward call (scoring/packed.py): checkpointing can recompute it and it
+    # runs Gated DeltaNet layers. Where the KV cache also works (no checkpointing, no recurrent layers), a batch is
+    # packed only when a state in it has several questions (batch_packing); the cache is the fallback for models
+    # that cannot take a packed batch.
+    recurrent = "linear_attention" in (getattr(base.lm.config, "layer_types", None) or [])
+    cache_fails = recipe.gradient_checkpointing or recurrent
+    packing = packing_mode(lm) if recipe.shared_prefix else None
+    shared_prefix = recipe.shared_prefix and (packing is not None or not cache_fails)
+    if recipe.gradient_checkpointing:
+        set_checkpointing(lm, True)
+    n_trainable = sum(p.numel() for p in lm.parameters() if p.requires_grad)
+    with_head = ""
+    if head_module is not None:
+        with_head = f", a span head's {sum(p.numel() for p in head_module.parameters()):,} among them"
+    log(f"LoRA r={lora.r} on {len(lm.targeted_module_names)} modules: {n_trainable:,} trainable parameters{with_head}")
+    route = f"packed ({packing})" if packing else "KV cache" if shared_prefix else "none"
+    if packing and not cache_fails:
+        route += ", KV cache for batches with one question per state"
+    log(f"state sharing: {route}")
+    module = build_module(lm, base.renderer.label_ids, base.renderer.config.span.offset)
+    return TrainableModel(base, lm, module, base_weights, packing, cache_fails, shared_prefix)
