@@ -159,6 +159,8 @@ def open_text(path: str | Path) -> BoundedText:
         raise FileNotFoundError(f"{p}: no such file or directory")
     if p.is_dir():
         raise ValueError(f"{p}: is a directory, expected a file")
+    if p.is_fifo():  # read as any Unix reader does, once, as it is written; said, since nothing moves until then
+        print(f"[mydecide] {p} is a named pipe: waiting for its writer (Ctrl-C stops)", file=sys.stderr, flush=True)
     if p.suffix in COMPRESSIONS:
         packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
         return BoundedText(io.BufferedReader(_Decompressed(packed, p)), p)

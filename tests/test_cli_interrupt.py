@@ -102,5 +102,6 @@ def test_ctrl_c_in_a_running_prepare_is_one_line_and_130(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
     assert "Traceback" not in stderr, stderr
-    assert (proc.returncode, stderr) == (INTERRUPTED, "interrupted\n")
+    notice = f"[mydecide] {source} is a named pipe: waiting for its writer (Ctrl-C stops)\n"
+    assert (proc.returncode, stderr) == (INTERRUPTED, notice + "interrupted\n")
     assert not (tmp_path / "out").exists()

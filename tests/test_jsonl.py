@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -99,3 +100,29 @@ def test_lines_are_read_in_bounded_pieces(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(jsonl, "MAX_SKIP_CHARS", 64)
     with pytest.raises(ValueError, match=r"long\.jsonl:2: no end of line in the first 64 characters"):
         list(iter_jsonl(path))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_is_read_once_as_it_is_written_and_the_wait_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A source may be a pipe (``<(zcat rows.jsonl.gz)``): its rows are read as its writer writes them, and the
+    wait for the writer is one line on stderr, so a reader that waits is never silent."""
+    import threading
+
+    pipe = tmp_path / "rows.jsonl"
+    os.mkfifo(pipe)
+    rows = [{"id": i, "text": f"row {i}"} for i in range(3)]
+
+    def write() -> None:
+        with open(pipe, "w") as handle:  # blocks until the reader opens the pipe
+            handle.write("".join(json.dumps(row) + "\n" for row in rows))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        read = [obj for _, obj, _ in iter_jsonl(pipe)]
+    finally:
+        writer.join(timeout=10)
+    assert read == rows
+    assert capsys.readouterr().err == f"[mydecide] {pipe} is a named pipe: waiting for its writer (Ctrl-C stops)\n"
