@@ -36,7 +36,8 @@ def variants(axes: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def run_one(recipe_path: Path, data: Path, out: Path, overrides: list[str]) -> dict[str, Any]:
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     recipe = load_recipe(recipe_path, [*overrides, f"data={data}", f"out={out}"], model=TrainRecipe)

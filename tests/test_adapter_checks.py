@@ -54,7 +54,8 @@ def other_base(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="module")
 def trained(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run trained for two updates on the tiny Llama; its adapter is RUN/adapter."""
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     root = tmp_path_factory.mktemp("adapter-run")

@@ -15,16 +15,9 @@ from typer.testing import CliRunner
 from mydecide.cli import app
 from mydecide.commands.evaluate import summary
 from mydecide.commands.options import recipe_from_command_line, split_args
-from mydecide.config import (
-    CalibrateRecipe,
-    DataRecipe,
-    EvalRecipe,
-    ModelChoice,
-    RecipeError,
-    ServeRecipe,
-    TrainRecipe,
-    load_recipe,
-)
+from mydecide.config import CalibrateRecipe, DataRecipe, EvalRecipe, ModelChoice, ServeRecipe, TrainRecipe
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError
 
 REPO = Path(__file__).resolve().parent.parent
 

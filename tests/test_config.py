@@ -7,17 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.config import (
-    CeObjective,
-    DataRecipe,
-    ProperObjective,
-    RecipeError,
-    RlcdObjective,
-    TrainRecipe,
-    dump_recipe,
-    load_recipe,
-)
-from mydecide.recipe_parsing import parse_overrides
+from mydecide.config import CeObjective, DataRecipe, ProperObjective, RlcdObjective, TrainRecipe, dump_recipe
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError, parse_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 from mydecide.cli import app
 from mydecide.commands.evaluate import parse_costs
 from mydecide.commands.options import recipe_from_command_line, split_args
-from mydecide.config import CalibrateRecipe, EvalRecipe, load_recipe
+from mydecide.config import CalibrateRecipe, EvalRecipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.rows import METRIC_KEYS, block, question_rows, rows_from_predictions
 from mydecide.evaluation.run import permuted_orders, run_evaluation, threshold_report
+from mydecide.recipe_loading import load_recipe
 from mydecide.records import Record, parse_record
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 1. the record format
     ("mydecide.records", "mydecide.record_files", "mydecide.spans"),
     # 2. how a question is shown (a recipe holds a RenderConfig), and the recipes themselves
-    ("mydecide.scoring.render", "mydecide.config", "mydecide.recipe_docs"),
+    ("mydecide.scoring.render", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
     # 3. prepare: sources, dedup, splits
     ("mydecide.data",),
     # 4. the scoring layer and the model it runs on

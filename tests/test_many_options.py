@@ -257,7 +257,8 @@ def test_training_on_40_option_records_runs_and_dev_metrics_score_them(tiny_llam
     import json
     import math
 
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     data = tmp_path / "data"

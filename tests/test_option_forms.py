@@ -213,8 +213,9 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
 def test_training_in_the_per_option_form_learns_and_saves_the_form(tiny_llama_dir: Path, tmp_path: Path) -> None:
     import random
 
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
     from mydecide.modeling import RENDER_CONFIG_FILE
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     rng, words = random.Random(0), {"billing": "invoice", "engineering": "outage", "support": "password"}

@@ -167,8 +167,9 @@ def test_training_in_the_threshold_form_learns_saves_the_form_and_every_command_
     from typer.testing import CliRunner
 
     from mydecide.cli import app
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+    from mydecide.recipe_loading import load_recipe
     from mydecide.scoring.engine import score_questions
     from mydecide.training.loop import train
 

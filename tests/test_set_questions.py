@@ -106,9 +106,10 @@ def test_set_questions_train_calibrate_evaluate_and_serve(tiny_llama_dir: Path, 
 
     from mydecide.calibration.run import calibrate
     from mydecide.calibration.temperatures import TemperatureTable
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
     from mydecide.evaluation.run import run_evaluation
     from mydecide.modeling import load_model
+    from mydecide.recipe_loading import load_recipe
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.probabilities import to_probabilities
     from mydecide.serving.app import create_app

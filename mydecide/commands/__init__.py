@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import typer
 
-from mydecide.config import RecipeError
 from mydecide.io import DirectoryBusy
+from mydecide.recipe_parsing import RecipeError
 from mydecide.records import RecordError
 
 F = TypeVar("F", bound=Callable[..., Any])

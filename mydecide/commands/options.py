@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 
-from mydecide.config import load_recipe
+from mydecide.recipe_loading import load_recipe
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -91,7 +91,7 @@ def recipe_from_command_line(
     model: type[R], args: list[str] | None, options: Mapping[str, Any], *, data_files: bool = False
 ) -> R:
     """The recipe file, its dotted overrides, then the options given (dotted recipe key → value; None = not given),
-    validated once by ``config.load_recipe``. With ``data_files``, extra positional files join the recipe's
+    validated once by ``recipe_loading.load_recipe``. With ``data_files``, extra positional files join the recipe's
     ``data`` list (after ``--data``'s, which replace the recipe's)."""
     path, overrides, files = split_args(args, data_files=data_files)
     recipe = load_recipe(path, overrides, model=model, options=options)

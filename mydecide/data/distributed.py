@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from mydecide.config import DataRecipe, NearDedupConfig, RayEngineConfig, RecipeError
+from mydecide.config import DataRecipe, NearDedupConfig, RayEngineConfig
 from mydecide.data.decontaminate import Contamination, EvalIndex
 from mydecide.data.dedup import question_key
 from mydecide.data.ledger import Row
@@ -52,6 +52,7 @@ from mydecide.data.near_dedup import (
     signatures,
 )
 from mydecide.data.shingles import POLY, Shingling, Words, words
+from mydecide.recipe_parsing import RecipeError
 
 # ------------------------------------------------------------------------------------------------- the engine
 

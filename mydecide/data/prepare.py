@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from mydecide.config import DataRecipe, RecipeError, SourceSpec, SplitConfig
+from mydecide.config import DataRecipe, SourceSpec, SplitConfig
 from mydecide.data import augment as augmenting
 from mydecide.data import split
 from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, read_eval_jsonl
@@ -35,6 +35,7 @@ from mydecide.data.near_dedup import NearMatch, near_duplicates_of
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
 from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.io import directory_lock
+from mydecide.recipe_parsing import RecipeError
 from mydecide.records import RecordError, parse_record
 
 Log = Callable[[str], None]

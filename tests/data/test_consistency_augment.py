@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from prepare_builders import CHOICE, NOUL, make, sentence, write_jsonl
 
-from mydecide.config import AugmentConfig, DataRecipe, RecipeError
+from mydecide.config import AugmentConfig, DataRecipe
 from mydecide.data import augment
 from mydecide.data.prepare import prepare
 from mydecide.evaluation.coherence import NEGATION_TEMPLATE
+from mydecide.recipe_parsing import RecipeError
 from mydecide.records import parse_record
 
 NOUL_TEXTS = {**NOUL, "criteria": {"true": "Customers cannot pay", "false": "Everything works"}}

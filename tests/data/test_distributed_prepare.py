@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from prepare_builders import CHOICE, NOUL, WORDS, make, sentence, write_jsonl
 
-from mydecide.config import DataRecipe, load_recipe
+from mydecide.config import DataRecipe
 from mydecide.data.prepare import prepare
+from mydecide.recipe_loading import load_recipe
 
 ray = pytest.importorskip("ray")
 

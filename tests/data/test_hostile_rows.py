@@ -13,8 +13,10 @@ import pytest
 import yaml
 from prepare_builders import make, sentence
 
-from mydecide.config import DataRecipe, RecipeError, load_recipe
+from mydecide.config import DataRecipe
 from mydecide.data.prepare import prepare
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError
 from mydecide.record_files import read_records
 
 GOOD = 12

@@ -13,9 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from prepare_builders import NOUL, SCORE, make, write_jsonl
 
-from mydecide.config import DataRecipe, RecipeError, TrainRecipe, load_recipe
+from mydecide.config import DataRecipe, TrainRecipe
 from mydecide.data.prepare import prepare
 from mydecide.manifest import read_manifest, split_digest, split_path
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError
 from mydecide.record_files import load_records
 from mydecide.records import RecordError
 

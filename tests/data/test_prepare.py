@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from prepare_builders import CHOICE, NOUL, make, sentence, write_jsonl
 
-from mydecide.config import DataRecipe, RecipeError
+from mydecide.config import DataRecipe
 from mydecide.data.prepare import prepare
+from mydecide.recipe_parsing import RecipeError
 from mydecide.records import parse_record
 
 

@@ -11,8 +11,10 @@ from prepare_builders import make, write_jsonl
 from typer.testing import CliRunner
 
 from mydecide.cli import app
-from mydecide.config import DataRecipe, RecipeError, load_recipe
+from mydecide.config import DataRecipe
 from mydecide.data.sources import UnknownSourceError, available_sources, load_source
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_RECIPES = sorted((ROOT / "recipes" / "data").glob("*.yaml"))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.config import TrainRecipe, load_recipe
+from mydecide.config import TrainRecipe
+from mydecide.recipe_loading import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "recipes" / "train" / "smoke.yaml"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.config import TrainRecipe, load_recipe
+from mydecide.config import TrainRecipe
+from mydecide.recipe_loading import load_recipe
 
 SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 

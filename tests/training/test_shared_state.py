@@ -202,7 +202,8 @@ def test_training_a_hybrid_shares_states_with_and_without_checkpointing(
 
     from safetensors.torch import load_file
 
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     data = tmp_path / "data"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from test_distributed import ARGS, launch, train_rows
 
-from mydecide.config import TrainRecipe, load_recipe
+from mydecide.config import TrainRecipe
+from mydecide.recipe_loading import load_recipe
 
 pytestmark = pytest.mark.slow  # a two-process run and a one-process run: about 2 minutes on two cores
 

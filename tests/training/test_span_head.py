@@ -257,9 +257,10 @@ def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_e
 def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir: Path, tmp_path: Path) -> None:
     import numpy as np
 
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
     from mydecide.merging import merge_adapter
     from mydecide.modeling import load_model
+    from mydecide.recipe_loading import load_recipe
     from mydecide.scoring.forward import decoder_of
     from mydecide.scoring.spans import score_span_questions, span_layout
     from mydecide.training.loop import train
@@ -378,7 +379,8 @@ def test_a_killed_head_run_resumes_to_the_same_head_and_adapter(
     from safetensors.torch import load_file
     from test_resume import crash_after
 
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training import loop
 
     data = tmp_path / "data"

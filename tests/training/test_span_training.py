@@ -86,7 +86,8 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny
 
 
 def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    from mydecide.config import TrainRecipe, load_recipe
+    from mydecide.config import TrainRecipe
+    from mydecide.recipe_loading import load_recipe
     from mydecide.training.loop import train
 
     rng = random.Random(1)

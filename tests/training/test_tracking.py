@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mydecide.config import RecipeError, TrainRecipe, load_recipe
+from mydecide.config import TrainRecipe
+from mydecide.recipe_loading import load_recipe
+from mydecide.recipe_parsing import RecipeError
 
 SMOKE = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
 
