@@ -224,7 +224,16 @@ class RequestDeadlines(H11Protocol):
             self._answer_408(f"the request line and headers did not arrive within {self.header_timeout_s:g} s")
         self.transport.close()
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP (a Content-Length of ``abc``, headers past h11's limit, a
+        garbage request line), in the app's own form: a JSON ``{"error": ...}`` body, then the connection closed."""
+        self._answer(400, b"Bad Request", f"not a well-formed HTTP/1.1 request ({msg.rstrip('.').lower()})")
+        self.transport.close()
+
     def _answer_408(self, message: str) -> None:
+        self._answer(408, b"Request Timeout", message)
+
+    def _answer(self, status: int, reason: bytes, message: str) -> None:
         body = json.dumps({"error": message}).encode()
         headers = [
             (b"content-type", b"application/json"),
@@ -233,7 +242,7 @@ class RequestDeadlines(H11Protocol):
         ]
         try:
             for event in (
-                h11.Response(status_code=408, headers=headers, reason=b"Request Timeout"),
+                h11.Response(status_code=status, headers=headers, reason=reason),
                 h11.Data(data=body),
                 h11.EndOfMessage(),
             ):

@@ -257,6 +257,25 @@ def test_a_prompt_client_is_answered_on_the_slow_server_and_may_keep_its_connect
         assert client.post("/v1/systemone/", json=body).status_code == 200
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        HEAD + b"Content-Length: abc\r\n\r\n{}",
+        HEAD + b"Content-Length: -1\r\n\r\n{}",
+        b"\x16\x03\x01 this is not HTTP at all\r\n\r\n",
+        HEAD + b"X-Big: " + b"a" * 200_000 + b"\r\n\r\n",
+    ],
+    ids=["length-abc", "length-negative", "garbage-line", "headers-too-big"],
+)
+def test_bytes_that_are_not_http_get_a_json_400_and_a_close(slow_server: str, raw: bytes) -> None:
+    """Below the app, uvicorn refuses what h11 cannot parse; its answer has the app's form: {"error": ...}, 400."""
+    answer = drip(slow_server, raw, b"", pieces=50)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer
+    assert b"connection: close" in head.lower() and b"content-type: application/json" in head.lower()
+    assert json.loads(body) == {"error": "not a well-formed HTTP/1.1 request (invalid http request received)"}
+
+
 def test_serve_runs_uvicorn_with_the_request_deadlines() -> None:
     from mydecide.commands.serve import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, server_config
     from mydecide.serving.app import RequestDeadlines
