@@ -3816,6 +3816,10 @@ def drop_privileges_if_root() -> None:
 
 
 def main() -> int:
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with `&` by a shell without job control: SIGINT is ignored here and, through exec, in every command
+        # the probe starts, so no interrupt case would test anything; a handled signal is reset to the default there
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
