@@ -47,12 +47,26 @@ def part_files(directory: str | Path) -> list[Path]:
     )
 
 
-def split_digest(path: str | Path) -> str:
+Digests = dict[Path, str]
+"""The sha256 of each file read so far, kept by a caller that reads a file more than once (train: its digest for
+the run's recipe, then the check against the manifest), so that each file is hashed once."""
+
+
+def file_digest(path: Path, digests: Digests | None = None) -> str:
+    """The sha256 of a file, from ``digests`` when it holds it (and kept there)."""
+    if digests is None:
+        return sha256_file(path)
+    if path not in digests:
+        digests[path] = sha256_file(path)
+    return digests[path]
+
+
+def split_digest(path: str | Path, digests: Digests | None = None) -> str:
     """The sha256 of a split file, or of a partitioned split (over its parts' names and sha256s, in order)."""
     path = Path(path)
     if not path.is_dir():
-        return sha256_file(path)
-    lines = "".join(f"{p.name} {sha256_file(p)}\n" for p in part_files(path))
+        return file_digest(path, digests)
+    lines = "".join(f"{p.name} {file_digest(p, digests)}\n" for p in part_files(path))
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
@@ -98,7 +112,7 @@ def listed_outputs(directory: str | Path) -> dict[str, dict[str, Any]]:
     return outputs if isinstance(outputs, dict) else {}
 
 
-def check_against_manifest(path: str | Path) -> None:
+def check_against_manifest(path: str | Path, digests: Digests | None = None) -> None:
     """Refuse a file that the manifest beside it records with another sha256: its directory mixes the outputs of two
     ``prepare`` runs, or the file was changed after. Files with no manifest beside them (data written by hand), or
     not listed in it, are not checked."""
@@ -123,7 +137,7 @@ def check_against_manifest(path: str | Path) -> None:
         manifest_dir = path.parent.parent
     if not isinstance(entry, dict) or "sha256" not in entry:
         return
-    if sha256_file(path) != entry["sha256"]:
+    if file_digest(path, digests) != entry["sha256"]:
         raise ValueError(
             f"{path}: does not match the sha256 that {manifest_dir / MANIFEST} records for it (the directory mixes "
             "two prepare runs, or the file was changed after); re-run `mydecide prepare`"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict
-from mydecide.manifest import check_against_manifest, part_files
+from mydecide.manifest import Digests, check_against_manifest, part_files
 from mydecide.records import Record, RecordError, parse_record
 
 NO_RECORDS = "file holds no records"  # the rule of a file with no row at all (train says what an empty dev means)
@@ -38,21 +38,24 @@ def validate(items: Iterable[tuple[str, Any]], rejects: list[Reject]) -> Iterato
             rejects.append(Reject(where, err.rule, obj))
 
 
-def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record], list[Reject]]:
+def read_records(
+    path: str | Path, *, strict: bool = False, digests: Digests | None = None
+) -> tuple[list[Record], list[Reject]]:
     """Read a decision-record JSONL file, a Parquet file of records (column ``record``: each record's JSON, as
     ``prepare`` writes with ``output.format: parquet``), or a partitioned split directory of such part files (read in
     name order). Returns (valid records, rejects); ``strict`` raises on the first reject.
 
     Raises ``FileNotFoundError`` naming the path, :class:`RecordError` for an empty file, and ``ValueError`` for a
-    file that the ``manifest.json`` beside it records with another sha256 (a mixed or changed prepare output).
+    file that the ``manifest.json`` beside it records with another sha256 (a mixed or changed prepare output);
+    ``digests`` keeps the sha256s computed for that check (:data:`~mydecide.manifest.Digests`).
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    check_against_manifest(path)
+    check_against_manifest(path, digests)
     rejects: list[Reject] = []
     records: list[Record] = []
-    for where, obj, error in iter_record_rows(path):
+    for where, obj, error in iter_record_rows(path, digests):
         if error is not None:
             rejects.append(Reject(where, error, obj))
         else:
@@ -64,7 +67,7 @@ def read_records(path: str | Path, *, strict: bool = False) -> tuple[list[Record
     return records, rejects
 
 
-def iter_record_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
+def iter_record_rows(path: Path, digests: Digests | None = None) -> Iterator[tuple[str, Any, str | None]]:
     """``(where, object, error)`` for every record of a JSONL file, a Parquet file or a partitioned split directory
     (``where``: ``part file:line`` for JSONL, ``part file:row`` (0-based) for Parquet)."""
     if path.is_dir():
@@ -72,7 +75,7 @@ def iter_record_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
         if not parts:
             raise RecordError("holds no .jsonl or .parquet part files", str(path))
         for part in parts:
-            check_against_manifest(part)
+            check_against_manifest(part, digests)
             yield from iter_record_rows(part)
         return
     if path.suffix != ".parquet":
@@ -97,7 +100,7 @@ def iter_record_rows(path: Path) -> Iterator[tuple[str, Any, str | None]]:
                 yield where, text, f"column 'record' is not JSON text ({err})"
 
 
-def load_records(path: str | Path) -> list[Record]:
+def load_records(path: str | Path, digests: Digests | None = None) -> list[Record]:
     """Read a file that must be entirely valid (evaluation, calibration): the first bad line is an error."""
-    records, _ = read_records(path, strict=True)
+    records, _ = read_records(path, strict=True, digests=digests)
     return records

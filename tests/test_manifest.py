@@ -58,3 +58,18 @@ def test_an_unreadable_manifest_is_one_error_naming_it_and_none_is_no_check(tmp_
     (tmp_path / MANIFEST).write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"manifest\.json: unreadable \(not a JSON object\)"):
         listed_outputs(tmp_path)
+
+
+def test_one_digests_table_hashes_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mydecide import manifest
+
+    out = _outputs(tmp_path)
+    hashed: list[Path] = []
+    real = manifest.sha256_file
+    monkeypatch.setattr(manifest, "sha256_file", lambda path: hashed.append(Path(path)) or real(path))
+    digests: manifest.Digests = {}
+    check_against_manifest(out / "train.jsonl", digests)
+    assert manifest.split_digest(out / "train.jsonl", digests) == real(out / "train.jsonl")
+    assert hashed == [out / "train.jsonl"]  # the check's digest is the split's
+    check_against_manifest(out / "train.jsonl")  # without a table: hashed again
+    assert len(hashed) == 2

@@ -25,7 +25,7 @@ from typing import Any
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.evaluation.baselines import LabelPrior
 from mydecide.io import atomic_write_text, directory_lock, provenance
-from mydecide.manifest import SPLIT_FILES, check_against_manifest, split_digest, split_path
+from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, split_digest, split_path
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
@@ -94,11 +94,11 @@ def select_tasks(
 DEV_NEEDED = "train keeps the adapter that is best on dev, so it needs dev records"
 
 
-def dev_split(data_dir: Path) -> list[Record]:
+def dev_split(data_dir: Path, digests: Digests | None = None) -> list[Record]:
     """The dev records; an empty dev split (prepared with split.dev_fraction 0) is an error that says why train needs
     one (with none, the first dev evaluation's untrained adapter would stay the best: an empty dev's log loss is 0)."""
     try:
-        return load_records(split_path(data_dir, "dev"))
+        return load_records(split_path(data_dir, "dev"), digests)
     except RecordError as err:
         if err.rule != NO_RECORDS:
             raise
@@ -125,10 +125,13 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     from mydecide.modeling import resolve_model_path
 
     data_dir = prepared_data(recipe.data)
-    train_records = load_records(split_path(data_dir, "train"))
-    dev_records = dev_split(data_dir)
+    digests: Digests = {}  # each split file is hashed once: against the manifest and for the run's recipe
+    train_records = load_records(split_path(data_dir, "train"), digests)
+    dev_records = dev_split(data_dir, digests)
     trackers = check_trackers(recipe.report_to)
-    data_sha256 = {split_path(data_dir, s).name: split_digest(split_path(data_dir, s)) for s in ("train", "dev")}
+    data_sha256 = {
+        split_path(data_dir, s).name: split_digest(split_path(data_dir, s), digests) for s in ("train", "dev")
+    }
     if resume:
         check_resumable(Path(recipe.out), recipe, data_sha256, allow_change)
     elif allow_change:
