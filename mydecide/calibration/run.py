@@ -17,7 +17,8 @@ from mydecide.calibration.temperatures import (
     fit_temperatures,
 )
 from mydecide.config import dump_recipe
-from mydecide.data.dedup import normalise, state_text
+from mydecide.data.dedup import state_text
+from mydecide.data.shingles import normalise
 from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance
 from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
 from mydecide.modeling import load_model
