@@ -88,10 +88,15 @@ def test_packed_batches_equal_each_question_scored_alone(tiny_model_dir: Path, f
     pad_id = base.tokenizer.pad_token_id
     loss, grads = loss_and_grads(lm, module, units, pad_id, None, checkpointing=False)
     assert grads.count_nonzero() == grads.numel()
+    # Gated DeltaNet's chunked rule (transformers' reference kernel) computes in float32 whatever the model's dtype,
+    # in 64-token chunks counted from each sequence's start, and a packed continuation starts a chunk of its own: the
+    # sums run in another order. Score levels read per level (the longest prefixes here) then differ by 2e-5 in the
+    # gradient, and by as much with the whole model in float64 (the loss by 6e-8: float32's rounding, not a lost path)
+    grad_tolerance = 1e-4 if mode == "hybrid" else 1e-5
     for checkpointing in (False, True):
         packed_loss, packed_grads = loss_and_grads(lm, module, units, pad_id, mode, checkpointing)
         assert relative(packed_loss, loss) <= 1e-5, (checkpointing, packed_loss, loss)
-        assert relative(packed_grads, grads) <= 1e-5, (checkpointing, relative(packed_grads, grads))
+        assert relative(packed_grads, grads) <= grad_tolerance, (checkpointing, relative(packed_grads, grads))
 
 
 def test_checkpointing_recomputes_the_packed_forward(tiny_model_dir: Path) -> None:
