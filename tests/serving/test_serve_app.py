@@ -57,7 +57,9 @@ QUESTIONS: dict[str, Any] = {
 def model(tiny_llama_dir: Path):
     from mydecide.modeling import load_model
 
-    return load_model(str(tiny_llama_dir), render=RenderConfig(option_form="letters"), device="cpu")
+    return load_model(
+        str(tiny_llama_dir), render=RenderConfig(option_form="letters", score_form="letters"), device="cpu"
+    )
 
 
 @pytest.fixture(scope="module")
