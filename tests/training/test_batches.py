@@ -34,7 +34,9 @@ SCORE = {
 def renderer(tiny_llama_dir: Path) -> Renderer:
     from transformers import AutoTokenizer
 
-    return Renderer(AutoTokenizer.from_pretrained(tiny_llama_dir), RenderConfig(option_form="letters"))
+    return Renderer(
+        AutoTokenizer.from_pretrained(tiny_llama_dir), RenderConfig(option_form="letters", score_form="letters")
+    )
 
 
 def test_shuffled_targets_stay_attached_to_their_options(renderer: Renderer) -> None:
