@@ -1,8 +1,11 @@
-"""Decontamination: drop training rows whose state text overlaps an evaluation item.
+"""Decontamination: drop training rows whose decision content overlaps an evaluation item.
 
-Checks on the state text, strongest first: exact match after normalisation (case-folded, whitespace collapsed),
-near match (shingle Jaccard ≥ a threshold with dedup's shingles, by default character 5-grams, so a short eval
-item copied with an edit is found; candidates from an LSH index, verified on the exact shingle sets, short
+Rows and eval items are compared by their :class:`~mydecide.data.near_dedup.Decisions` texts: the state, or the
+state and the question where the question is content (asked of at most ``CONTENT_ROWS`` rows, or items, of its
+type: yes/no trivia, claims to verify), so an eval item whose content is in its question is found in a training
+row asking it. Checks on that text, strongest first: exact match after normalisation (case-folded, whitespace
+collapsed), near match (shingle Jaccard ≥ a threshold with dedup's shingles, by default character 5-grams, so a
+short eval item copied with an edit is found; candidates from an LSH index, verified on the exact shingle sets, short
 look-alikes with another slot value kept), a shared word 13-gram (the n-gram overlap test of evaluation
 harnesses), and, for texts shorter than 13 words, containment: a short eval item found whole inside a training
 row, or a short row found whole inside an eval item. With ``short_edits``, two more for the short items those
@@ -23,6 +26,7 @@ import numpy as np
 from mydecide.data.dedup import state_text
 from mydecide.data.lookalikes import different_slots, misspelt
 from mydecide.data.near_dedup import (
+    Decisions,
     Progress,
     Verifier,
     band_keys,
@@ -51,6 +55,17 @@ class EvalItem:
     file: str  # the eval file as named in the recipe
     id: str  # the item's id, or ``<file name>:<line>`` when it has none
     text: str  # the state as one string
+    question: str = ""  # the question's instructions ("" when the item has none)
+    type: str = ""  # the question's type
+
+
+def question_of(obj: dict[str, Any]) -> tuple[str, str]:
+    """(instructions, type) of a raw eval line's ``question``, or ("", "") when it has none usable (a line with
+    several ``questions`` asks them about one state: its state is the item)."""
+    question = obj.get("question")
+    if isinstance(question, dict) and isinstance(question.get("instructions"), str):
+        return question["instructions"], str(question.get("type") or "")
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,8 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
             problems.append(f"{where}: no state")
             continue
         item_id = obj.get("id")
-        items.append(EvalItem(str(path), str(item_id) if item_id not in (None, "") else where, state_text(state)))
+        name = str(item_id) if item_id not in (None, "") else where
+        items.append(EvalItem(str(path), name, state_text(state), *question_of(obj)))
     if not items:
         raise ValueError(f"{path}: no eval item with a state to decontaminate against")
     return items, problems
@@ -125,7 +141,8 @@ class EvalIndex:
         self.whole_min_words = whole_min_words
         self.keep_slot_changes = keep_slot_changes
         self.short_edits = short_edits
-        texts = self.texts = [item.text for item in self.items]
+        decisions = Decisions.of([item.text for item in self.items], [(i.type, i.question) for i in self.items])
+        texts = self.texts = decisions.texts  # the state, or state and question when the question is content
 
         self._exact: dict[str, int] = {}
         if exact:

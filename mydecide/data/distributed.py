@@ -5,15 +5,16 @@ The pipeline (:func:`mydecide.data.prepare.prepare`) keeps its table of contents
 its :class:`RayEngine`, which takes over the two heavy steps (near dedup and decontamination, nine tenths of a
 local run) and keeps their rules, reusing the local functions:
 
-- near dedup: each partition's MinHash signatures (the local shingling and
-  :func:`~mydecide.data.near_dedup.signatures`) and one key per LSH band (the band's hash mixed with the band
-  number and the row's question group) are computed by one task; the keys are shuffled by value to reducer tasks,
-  so a bucket shared by rows of different partitions meets in one place, and each reducer returns the small
-  (key, row) tuples of its shared buckets. The driver turns them into candidate pairs; tasks check each pair with
-  the local :class:`~mydecide.data.near_dedup.Verifier` (same band, MinHash estimate, exact shingle Jaccard,
-  changed slot). The keep rule then runs in the driver on the verified (row, kept row, similarity) tuples, in
-  row order: a row goes when an earlier *kept* row of its group matches it, and names the most similar one
-  (first on ties), exactly as :func:`~mydecide.data.near_dedup.near_duplicates_of` does.
+- near dedup: each partition's MinHash signatures of the rows' decision texts (the local
+  :class:`~mydecide.data.near_dedup.Decisions`, shingling and :func:`~mydecide.data.near_dedup.signatures`) and
+  one key per LSH band (the band's hash mixed with the band number and the row's group) are computed by one task;
+  the keys are shuffled by value to reducer tasks, so a bucket shared by rows of different partitions meets in
+  one place, and each reducer returns the small (key, row) tuples of its shared buckets. The driver turns them
+  into candidate pairs; tasks check each pair with the local :class:`~mydecide.data.near_dedup.Verifier` (same
+  band, MinHash estimate, exact shingle Jaccard, changed slot, and for records whose question is content the
+  question and state rule). The keep rule then runs in the driver on the verified (row, kept row, similarity)
+  tuples, in row order: a row goes when an earlier *kept* row of its group matches it, and names the most
+  similar one (first on ties), exactly as :func:`~mydecide.data.near_dedup.near_duplicates_of` does.
 - decontamination: the :class:`~mydecide.data.decontaminate.EvalIndex` is built once and shared through the
   object store; each partition is matched by :meth:`EvalIndex.match`. The one check that counts over all rows (a
   short eval phrase is common when it is inside more than three rows) gets the counts summed over the partitions
@@ -39,9 +40,9 @@ import numpy as np
 
 from mydecide.config import DataRecipe, NearDedupConfig, RayEngineConfig
 from mydecide.data.decontaminate import Contamination, EvalIndex
-from mydecide.data.dedup import question_key
-from mydecide.data.ledger import Row
+from mydecide.data.ledger import Row, decisions
 from mydecide.data.near_dedup import (
+    Decisions,
     NearMatch,
     Verifier,
     band_keys,
@@ -97,9 +98,9 @@ class RayEngine:
 
     def __init__(self, partitions: int):
         self.partitions = partitions
-        # near dedup's rows, their partitions and each partition's signatures (object refs), which
-        # decontamination reuses for the rows that are left (same MinHash settings)
-        self._signed: tuple[list[Row], list[tuple[int, int]], list[Any]] | None = None
+        # near dedup's rows, their partitions, each partition's signatures (object refs) and the texts signed,
+        # which decontamination reuses for the rows that are left (same MinHash settings, same decision texts)
+        self._signed: tuple[list[Row], list[tuple[int, int]], list[Any], list[str]] | None = None
 
     def cut(self, n: int) -> list[tuple[int, int]]:
         """(start, stop) of each partition: consecutive rows, sizes differing by at most one."""
@@ -112,15 +113,15 @@ class RayEngine:
         import ray
 
         near = recipe.dedup.near
-        texts = [row.text for row in rows]
-        groups = _group_ids([question_key(row.record.question) for row in rows])
+        found = decisions(rows)
+        texts, groups = found.texts, found.groups
         parts = self.cut(len(rows))
         reducers = len(parts)
         sign: Any = ray.remote(num_returns=1 + reducers)(_sign)
         # each partition: its (B, P) signatures and its band keys cut into one share per reducer
         signed = [sign.remote(texts[a:b], groups[a:b], a, near, reducers) for a, b in parts]
         gather([refs[0] for refs in signed], bar, [b - a for a, b in parts])
-        self._signed = (rows, parts, [refs[0] for refs in signed])
+        self._signed = (rows, parts, [refs[0] for refs in signed], texts)
         shared = ray.remote(_shared_buckets)
         buckets = ray.get([shared.remote(*[refs[1 + r] for refs in signed]) for r in range(reducers)])
         pairs = candidate_pairs(buckets, groups)
@@ -134,7 +135,7 @@ class RayEngine:
                 for refs, (a, b) in zip(signed, parts, strict=True)
             ]
         )
-        payload = ray.put((linked, np.concatenate(picked), [texts[i] for i in linked.tolist()]))
+        payload = ray.put((linked, np.concatenate(picked), found.take(linked)))
         check = ray.remote(_verify_pairs)
         chunks = np.array_split(pairs, min(self.partitions, len(pairs)))
         matches = np.concatenate(ray.get([check.remote(payload, chunk, near) for chunk in chunks]))
@@ -150,11 +151,12 @@ class RayEngine:
         if not rows:
             return []
         near = recipe.dedup.near if recipe.decontamination.near else None
-        signed, sigs = self.signed_parts(rows) if near is not None else (None, None)
+        decision_texts = decisions(rows).texts
+        signed, sigs = self.signed_parts(rows, decision_texts) if near is not None else (None, None)
         parts: list[tuple[int, int, np.ndarray | None]] = [(a, b, None) for a, b in self.cut(len(rows))]
         if signed is not None:
             parts = list(signed)
-        texts = [ray.put([row.text for row in rows[a:b]]) for a, b, _ in parts]
+        texts = [ray.put(decision_texts[a:b]) for a, b, _ in parts]
         tokenise: Any = ray.remote(words)
         tokenised = [tokenise.remote(part) for part in texts]  # once, for both passes
         shared = ray.put(index)
@@ -172,15 +174,19 @@ class RayEngine:
         self._signed = None  # the last step that reads the signatures: the object store may free them
         return [hit for part in found for hit in part]
 
-    def signed_parts(self, rows: list[Row]) -> tuple[list[tuple[int, int, np.ndarray]] | None, list[Any] | None]:
+    def signed_parts(
+        self, rows: list[Row], texts: list[str]
+    ) -> tuple[list[tuple[int, int, np.ndarray]] | None, list[Any] | None]:
         """The rows cut along near dedup's partitions, with the positions of their signatures in each partition's
-        signatures (rows left after near dedup, in order); (None, None) when these rows were not signed."""
+        signatures (rows left after near dedup, in order); (None, None) when these rows were not signed, or not
+        all with these decision ``texts`` (a question asked of more rows before near dedup than after it can be
+        an instruction there and content here)."""
         if self._signed is None:
             return None, None
-        signed_rows, signed_parts, sigs = self._signed
+        signed_rows, signed_parts, sigs, signed_texts = self._signed
         position = {id(row): k for k, row in enumerate(signed_rows)}
         found = np.fromiter((position.get(id(row), -1) for row in rows), dtype=np.int64, count=len(rows))
-        if (found < 0).any():
+        if (found < 0).any() or any(signed_texts[k] != text for k, text in zip(found.tolist(), texts, strict=True)):
             return None, None
         parts = []
         for a, b in signed_parts:
@@ -202,12 +208,6 @@ def gather(refs: list[Any], bar: Any, rows: list[int]) -> list[Any]:
         for ref in done:
             bar.update(pending.pop(ref))
     return ray.get(refs)
-
-
-def _group_ids(keys: list[str]) -> np.ndarray:
-    """(N,) int64: the same number for the same question key (near duplicates are sought within a group)."""
-    ids: dict[str, int] = {}
-    return np.fromiter((ids.setdefault(key, len(ids)) for key in keys), dtype=np.int64, count=len(keys))
 
 
 def candidate_pairs(buckets: list[tuple[np.ndarray, np.ndarray]], groups: np.ndarray) -> np.ndarray:
@@ -261,7 +261,7 @@ def keep_rule(matches: np.ndarray) -> dict[int, NearMatch]:
 def _sign(texts: list[str], groups: np.ndarray, start: int, near: NearDedupConfig, reducers: int) -> tuple[Any, ...]:
     """A partition's (B, P) signatures, then its (key, row) band tuples cut into one share per reducer by key.
 
-    A row's key in band k is the band's hash mixed with k and the row's question group."""
+    A row's key in band k is the band's hash mixed with k and the row's group (:class:`Decisions`)."""
     shingles = Shingling(near.shingle, near.ngram).hashes(texts)
     sigs = signatures(shingles, num_perm=near.num_perm, seed=near.seed)
     keys = band_keys(sigs, candidate_threshold(near.threshold))  # (B, b)
@@ -286,12 +286,14 @@ def _pick(sigs: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return sigs[rows]
 
 
-def _verify_pairs(shared: tuple[np.ndarray, np.ndarray, list[str]], pairs: np.ndarray, near: NearDedupConfig) -> Any:
+def _verify_pairs(shared: tuple[np.ndarray, np.ndarray, Decisions], pairs: np.ndarray, near: NearDedupConfig) -> Any:
     """(m, 3) (row, earlier row, similarity) of the pairs that share a band and pass the local verification."""
-    linked, sigs, texts = shared
+    linked, sigs, decisions = shared
     bands, width = lsh_bands(candidate_threshold(near.threshold), near.num_perm)
     shingling = Shingling(near.shingle, near.ngram)
-    verify = Verifier(texts, shingling, near.threshold, keep_slot_changes=near.keep_slot_changes)
+    verify = Verifier(
+        decisions.texts, shingling, near.threshold, keep_slot_changes=near.keep_slot_changes, decisions=decisions
+    )
     out = []
     for a, b in np.searchsorted(linked, pairs).tolist():
         one, other = sigs[a], sigs[b]

@@ -71,6 +71,42 @@ def sketched(rows: Sequence[Row], near: NearDedupConfig) -> list[MinHash]:
     return [row.sketch for row in rows if row.sketch is not None]
 
 
+def decisions(rows: Sequence[Row]) -> near_dedup.Decisions:
+    """What near dedup and decontamination compare of each row (its state, or state and question)."""
+    questions = [(row.record.question.type, row.record.question.instructions) for row in rows]
+    return near_dedup.Decisions.of([row.text for row in rows], questions)
+
+
+def decision_sketches(rows: Sequence[Row], found: near_dedup.Decisions, near: NearDedupConfig) -> list[Any]:
+    """MinHash of each row's decision text: the rows' cached state sketches, and new ones where the question is
+    part of the content."""
+    out: list[Any] = [None] * len(rows)
+    plain = np.flatnonzero(~found.content).tolist()
+    for k, one in zip(plain, sketched([rows[k] for k in plain], near), strict=True):
+        out[k] = one
+    content = np.flatnonzero(found.content).tolist()
+    if content:
+        texts = [found.texts[k] for k in content]
+        made = near_dedup.sketch(texts, num_perm=near.num_perm, ngram=near.ngram, seed=near.seed, unit=near.shingle)
+        for k, one in zip(content, made, strict=True):
+            out[k] = one
+    return out
+
+
+def decision_words(rows: Sequence[Row], found: near_dedup.Decisions) -> shingles.Words:
+    """The words of each row's decision text (the cached state words where the question is not content)."""
+    if not found.content.any():
+        return tokenised(rows)
+    plain = np.flatnonzero(~found.content).tolist()
+    parts: list[Any] = [None] * len(rows)
+    for k, one in zip(plain, tokenised([rows[k] for k in plain]).split(), strict=True):
+        parts[k] = one
+    content = np.flatnonzero(found.content).tolist()
+    for k, one in zip(content, shingles.words([found.texts[k] for k in content]).split(), strict=True):
+        parts[k] = one
+    return shingles.Words.join(parts)
+
+
 @dataclass
 class Ledger:
     """What every step did: counts for the manifest and the rows that left, for rejects.jsonl."""

@@ -1,9 +1,13 @@
 """Near duplicates: MinHash signatures of shingle sets, datasketch ``MinHashLSH`` candidates, verification.
 
-Near duplicates ask the same question (same type and instructions) about states whose shingle sets
-(:mod:`mydecide.data.shingles`) have a Jaccard similarity ≥ the threshold. Candidates come from a datasketch
+Near duplicates are records whose decision content (:class:`Decisions`) has shingle sets
+(:mod:`mydecide.data.shingles`) with a Jaccard similarity ≥ the threshold. A question asked of many records is an
+instruction: those records are compared by their states, among records asking the same question up to case and
+punctuation. A question asked of at most ``CONTENT_ROWS`` records is part of their content (yes/no trivia, claims
+to verify, a short state and a question per record): those records are compared by state and question together,
+and a pair must also ask nearly the same question about nearly the same state. Candidates come from a datasketch
 ``MinHashLSH`` index, are pre-filtered on their signatures and verified on their exact shingle sets; short
-look-alikes that differ in a number, a named entity or a negation are kept
+look-alikes that differ in a number, a named entity or a negation, in the state or in the question, are kept
 (:func:`mydecide.data.lookalikes.different_slots`). Of each duplicate cluster the first row is kept, and every
 removal records which kept row it matched and their similarity.
 
@@ -14,14 +18,15 @@ fed the same 32-bit shingle hashes, at a fraction of the per-record cost.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mydecide.data.lookalikes import different_slots
-from mydecide.data.shingles import POLY, Shingles, Shingling, Words, jaccard
+from mydecide.data.lookalikes import QUESTION_SLOT_WORDS, different_slots, small_edit
+from mydecide.data.shingles import POLY, Shingles, Shingling, Words, jaccard, shingle_text
 
 if TYPE_CHECKING:
     from datasketch import MinHash, MinHashLSH
@@ -183,6 +188,72 @@ def signature_matrix(sketches: Sequence[MinHash]) -> np.ndarray:
     return np.vstack([one.hashvalues for one in sketches]) if sketches else np.empty((0, 0), dtype=np.uint32)
 
 
+# ------------------------------------------------------------------------------------------- decision content
+
+CONTENT_ROWS = 3  # a question asked of at most this many records (of its type) is part of their content
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """What near dedup and decontamination compare of each record: ``texts[i]``, its state alone, or its state
+    and its question when the question is part of the content (``content[i]``), and the ``groups`` compared
+    within.
+
+    A question (type and instructions, the instructions as their shingle text: case and punctuation dropped)
+    asked of more than ``CONTENT_ROWS`` records is an instruction: its records are compared by state, within the
+    group of that question, as before questions were compared. One asked of at most ``CONTENT_ROWS`` records
+    carries content (a copy of a trivia record has its original's question, or nearly): the records of such
+    questions form one group per question type and are compared by state and question together.
+    """
+
+    texts: list[str]  # what is shingled: the state, or state + "\n" + question
+    states: list[str]
+    questions: list[str]  # the instructions
+    content: np.ndarray  # (N,) bool: the question is part of the content
+    groups: np.ndarray  # (N,) int64: rows are compared within a group only
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @classmethod
+    def of(cls, states: Sequence[str], questions: Sequence[tuple[str, str]], *, limit: int = CONTENT_ROWS) -> Decisions:
+        """From each record's state text and (question type, instructions); ``limit``: ``CONTENT_ROWS``."""
+        if len(states) != len(questions):
+            raise ValueError(f"{len(states)} states for {len(questions)} questions")
+        forms: dict[str, str] = {}
+        keys = [(kind, forms.get(text) or forms.setdefault(text, shingle_text(text))) for kind, text in questions]
+        asked = Counter(keys)
+        content = np.fromiter(
+            (bool(form) and asked[kind, form] <= limit for kind, form in keys), dtype=bool, count=len(keys)
+        )
+        ids: dict[tuple[str, ...], int] = {}
+        groups = np.fromiter(
+            (
+                ids.setdefault(("content", kind) if c else ("question", kind, form), len(ids))
+                for (kind, form), c in zip(keys, content.tolist(), strict=True)
+            ),
+            dtype=np.int64,
+            count=len(keys),
+        )
+        instructions = [text for _kind, text in questions]
+        texts = [
+            f"{state}\n{question}" if c else state
+            for state, question, c in zip(states, instructions, content.tolist(), strict=True)
+        ]
+        return cls(texts, list(states), instructions, content, groups)
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> Decisions:
+        """These rows only, in this order."""
+        picked = np.asarray(rows, dtype=np.int64)
+        return Decisions(
+            [self.texts[k] for k in picked.tolist()],
+            [self.states[k] for k in picked.tolist()],
+            [self.questions[k] for k in picked.tolist()],
+            self.content[picked],
+            self.groups[picked],
+        )
+
+
 # ------------------------------------------------------------------------------------------------ near dedup
 
 
@@ -207,14 +278,19 @@ def near_duplicates(
     groups: Sequence[str] | None = None,
     progress: Progress | None = None,
     keep_slot_changes: bool = True,
+    decisions: Decisions | None = None,
 ) -> dict[int, NearMatch]:
     """``{removed index: NearMatch}`` for texts that nearly repeat an earlier *kept* text of the same group.
 
     Rows are visited in order; a row is removed when some earlier kept row of its group (``groups[i]``, e.g.
     the question key) has a shingle Jaccard ≥ ``threshold`` and is not a look-alike with another slot value
     (:func:`different_slots`); it records the most similar such row. Matching only kept rows keeps one
-    representative per cluster and never chains a removal through another removal.
+    representative per cluster and never chains a removal through another removal. With ``decisions``, the
+    texts and groups are theirs (``texts`` and ``groups`` are ignored) and a pair of records whose question is
+    content must also ask nearly the same question about nearly the same state (:meth:`Verifier.distinct`).
     """
+    if decisions is not None:
+        texts, groups = decisions.texts, decisions.groups.tolist()
     sketches = sketch(texts, num_perm=num_perm, ngram=ngram, seed=seed, unit=unit)
     return near_duplicates_of(
         sketches,
@@ -224,6 +300,7 @@ def near_duplicates(
         texts=texts,
         shingling=Shingling(unit, ngram),
         keep_slot_changes=keep_slot_changes,
+        decisions=decisions,
     )
 
 
@@ -236,19 +313,23 @@ def near_duplicates_of(
     texts: Sequence[str] | None = None,
     shingling: Shingling | None = None,
     keep_slot_changes: bool = True,
+    decisions: Decisions | None = None,
 ) -> dict[int, NearMatch]:
     """:func:`near_duplicates` on ready sketches (a pipeline computes them once for several steps).
 
     With ``texts`` (and the ``shingling`` the sketches were made with), candidates whose MinHash estimate is
     within ``SIGNATURE_MARGIN`` of the threshold are verified on their exact shingle sets and checked for a
-    changed slot; without, the estimate alone decides (as datasketch's LSH would).
+    changed slot; without, the estimate alone decides (as datasketch's LSH would). With ``decisions`` (the
+    sketches then being of ``decisions.texts``), its texts and groups are used.
     """
+    if decisions is not None:
+        texts, groups = decisions.texts, decisions.groups.tolist()
     if groups is not None and len(groups) != len(sketches):
         raise ValueError(f"groups has {len(groups)} entries for {len(sketches)} texts")
     if texts is not None and len(texts) != len(sketches):
         raise ValueError(f"texts has {len(texts)} entries for {len(sketches)} sketches")
     verify = (
-        Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes)
+        Verifier(texts, shingling or Shingling(), threshold, keep_slot_changes=keep_slot_changes, decisions=decisions)
         if texts is not None
         else None
     )
@@ -284,7 +365,9 @@ def near_duplicates_of(
 
 
 class Verifier:
-    """Checks candidate pairs on their exact shingle sets (cached per text) and for a changed slot."""
+    """Checks candidate pairs on their exact shingle sets (cached per text) and for a changed slot; with
+    ``decisions`` (near dedup: ``texts`` are theirs), pairs whose question is content for another question or
+    state (:meth:`distinct`)."""
 
     def __init__(
         self,
@@ -294,9 +377,11 @@ class Verifier:
         *,
         others: Sequence[str] | None = None,
         keep_slot_changes: bool = True,
+        decisions: Decisions | None = None,
     ):
         self.texts = texts
         self.keep_slot_changes = keep_slot_changes
+        self.decisions = decisions
         self.others = texts if others is None else others  # what candidates index into (eval items, or texts)
         self.shingling = shingling
         self.threshold = threshold
@@ -323,12 +408,38 @@ class Verifier:
             similarity = float(estimates[k])
             if similarity < self.threshold + SIGNATURE_MARGIN:
                 similarity = jaccard(self._set(i, False), self._set(j, True))
-            if (
-                similarity >= self.threshold
-                and (best is None or similarity > best.similarity)
-                and not (self.keep_slot_changes and different_slots(self.texts[i], self.others[j]))
-            ):
+            better = best is None or similarity > best.similarity
+            if similarity >= self.threshold and better and not self.distinct(i, j):
                 best = NearMatch(j, similarity)
                 if similarity == 1.0:
                     break
         return best
+
+    def distinct(self, i: int, j: int) -> bool:
+        """Whether a pair at or above the threshold is still two decisions: a look-alike with another slot value
+        (:func:`different_slots`) or, for records whose question is content, another question or another state.
+
+        Such a pair asks nearly the same question when the questions have the same words (case and punctuation
+        aside), share ``threshold`` of their shingles (a long question) or are a small edit of one another that
+        inserts, leaves out or misspells words or adds a phrase, but replaces none (:func:`small_edit`: "Is it
+        red?" / "Is it blue?" are two questions). Their states must share ``threshold`` of their shingles too or
+        be a small edit of one another (replacements allowed), so a long question cannot carry two different
+        short states. Slots are checked in the state and in the question (questions up to
+        ``QUESTION_SLOT_WORDS`` words: "Is it above 5?" / "Is it above 50?", a name, a negation).
+        """
+        d = self.decisions
+        if d is None or not d.content[i]:
+            return self.keep_slot_changes and different_slots(self.texts[i], self.others[j])
+        (state_a, state_b), (question_a, question_b) = (d.states[i], d.states[j]), (d.questions[i], d.questions[j])
+        if not self._near(question_a, question_b, replaced=False) or not self._near(state_a, state_b, replaced=True):
+            return True
+        return self.keep_slot_changes and (
+            different_slots(state_a, state_b) or different_slots(question_a, question_b, QUESTION_SLOT_WORDS)
+        )
+
+    def _near(self, a: str, b: str, *, replaced: bool) -> bool:
+        if shingle_text(a) == shingle_text(b):
+            return True
+        return jaccard(self.shingling.set(a), self.shingling.set(b)) >= self.threshold or small_edit(
+            a, b, replaced=replaced
+        )

@@ -17,19 +17,20 @@ from typing import Any, Protocol
 from mydecide.config import DataRecipe, SourceSpec, SplitConfig
 from mydecide.data import augment as augmenting
 from mydecide.data import split
-from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, read_eval_jsonl
-from mydecide.data.dedup import exact_duplicates, exact_key, question_key, state_text
+from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, question_of, read_eval_jsonl
+from mydecide.data.dedup import exact_duplicates, exact_key, state_text
 from mydecide.data.ledger import (
     Ledger,
     Row,
+    decision_sketches,
+    decision_words,
+    decisions,
     in_out,
     progress_bar,
     reason_pattern,
     release,
     shingling,
     short_reasons,
-    sketched,
-    tokenised,
 )
 from mydecide.data.near_dedup import NearMatch, near_duplicates_of
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
@@ -61,24 +62,25 @@ class LocalEngine:
 
     def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
         near = recipe.dedup.near
+        found = decisions(rows)
         return near_duplicates_of(
-            sketched(rows, near),
+            decision_sketches(rows, found, recipe.dedup.near),
             threshold=near.threshold,
             progress=bar.update,
-            groups=[question_key(row.record.question) for row in rows],
-            texts=[row.text for row in rows],
             shingling=shingling(near),
             keep_slot_changes=near.keep_slot_changes,
+            decisions=found,
         )
 
     def contamination(
         self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
     ) -> list[Contamination | None]:
+        found = decisions(rows)
         return index.match(
-            [row.text for row in rows],
+            found.texts,
             progress=bar.update,
-            tokenised=tokenised(rows),
-            sketches=sketched(rows, recipe.dedup.near) if recipe.decontamination.near else None,
+            tokenised=decision_words(rows, found),
+            sketches=decision_sketches(rows, found, recipe.dedup.near) if recipe.decontamination.near else None,
         )
 
 
@@ -324,9 +326,13 @@ def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, 
                 except RecordError:
                     records = []
                 if records:
-                    found.extend(EvalItem(name, r.id, state_text(r.state)) for r in records)
+                    found.extend(
+                        EvalItem(name, r.id, state_text(r.state), r.question.instructions, r.question.type)
+                        for r in records
+                    )
                 elif isinstance(raw, dict) and raw.get("state") not in (None, "", [], {}):
-                    found.append(EvalItem(name, str(raw.get("id") or where), state_text(raw["state"])))
+                    item = EvalItem(name, str(raw.get("id") or where), state_text(raw["state"]), *question_of(raw))
+                    found.append(item)
                 else:
                     problems.append(f"{where}: {obj.get('_error', 'no state')}")
             if not found:

@@ -161,3 +161,38 @@ def test_decontamination_without_near_dedup_signs_the_rows_itself_and_gives_the_
     files = assert_same(tmp_path / "local", tmp_path / "ray")
     rejects = [json.loads(line) for line in files["rejects.jsonl"].split("\n")[:-1]]
     assert any(r["matched"]["method"] == "near" for r in rejects if r["step"] == "decontaminate")
+
+
+def test_records_whose_content_is_in_the_question_give_the_local_answer(tmp_path: Path) -> None:
+    """Trivia rows (a question asked of one or two rows is part of their content) among rows sharing an
+    instruction: copies with an edited question, look-alike questions, and an eval item whose content is in its
+    question, on any partition count."""
+    state = "Answer from general knowledge."
+    questions = [f"Is the river number {k} longer than {k * 10} km?" for k in range(60)]
+    rows = [make(i, question=NOUL) for i in range(200)]
+    rows += [make(300 + k, state=state, question={**NOUL, "instructions": q}) for k, q in enumerate(questions)]
+    for k in range(0, 60, 6):  # copies: the "?" lost, a word gained, a phrase appended
+        edits = [
+            questions[k].rstrip("?").lower(),
+            questions[k].replace("longer", "much longer"),
+            f"{questions[k]} Yes?",
+        ]
+        rows.append(make(400 + k, state=state, question={**NOUL, "instructions": edits[k // 6 % 3]}))
+        rows.append(make(500 + k, state=state, question={**NOUL, "instructions": questions[k].replace("0 km", "5 km")}))
+    copied = questions[13].replace("longer", "really longer").rstrip("?")  # an eval item: r313, edited
+    evals = [{"id": "e-q", "state": state, "question": {"type": "noul", "instructions": copied}}]
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(write_jsonl(tmp_path / "rows.jsonl", rows))}],
+            "decontaminate_against": [str(write_jsonl(tmp_path / "eval.jsonl", evals))],
+            "split": {"dev_fraction": 0.1},
+        }
+    )
+    prepare(recipe, tmp_path / "local")
+    for partitions in (2, 5):
+        prepare(on_ray(recipe, partitions), tmp_path / f"ray{partitions}")
+        files = assert_same(tmp_path / "local", tmp_path / f"ray{partitions}")
+    rejects = {r["id"]: r for r in map(json.loads, files["rejects.jsonl"].split("\n")[:-1])}
+    assert {i for i, r in rejects.items() if r["step"] == "near_dedup"} == {f"r{400 + k}" for k in range(0, 60, 6)}
+    assert not any(f"r{500 + k}" in rejects for k in range(0, 60, 6))  # another number: another question
+    assert [i for i, r in rejects.items() if r["step"] == "decontaminate"] == ["r313"]
