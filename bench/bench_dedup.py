@@ -743,6 +743,485 @@ def shingle_study(planted: Planted) -> list[str]:
     return lines
 
 
+# ------------------------------------------------------------------------- records whose content is the question
+
+# questions whose decision hangs on a slot: (pattern, slots); numbers, names and years can be swapped for a look-alike
+QUESTION_TEMPLATES: list[tuple[str, dict[str, list[str]]]] = [
+    ("Is {c} the capital of {k}?", {"c": CITIES, "k": COUNTRIES}),
+    ("Is {c} in {k}?", {"c": CITIES, "k": COUNTRIES}),
+    ("Is {x} taller than {n} meters?", {"x": THINGS, "n": [str(n) for n in range(20, 900, 10)]}),
+    ("Was {x} built before {y}?", {"x": THINGS, "y": [str(y) for y in range(1800, 2020, 5)]}),
+    ("Does {p} live in {c}?", {"p": NAMES, "c": CITIES}),
+    ("Is the population of {k} above {n} million?", {"k": COUNTRIES, "n": [str(n) for n in range(1, 200)]}),
+    ("Did {p} visit {k} in {y}?", {"p": NAMES, "k": COUNTRIES, "y": [str(y) for y in range(1990, 2024)]}),
+    (
+        "Is the flight from {c} to {d} longer than {n} hours?",
+        {"c": CITIES, "d": CITIES, "n": [str(n) for n in range(1, 20)]},
+    ),
+    ("Can {p} get a refund of {n} dollars for the order?", {"p": NAMES, "n": [str(n) for n in range(5, 500, 5)]}),
+]
+NUMBER_SLOTS = {"n", "y"}
+NAME_SLOTS = {"c", "d", "k", "p", "x"}
+GENERIC_STATES = [
+    "Answer from general knowledge.",
+    "Trivia",
+    "General knowledge quiz, round one.",
+    "Fact check",
+    "Yes or no?",
+    "Customer message",
+    "Question from the help centre",
+]
+QUESTION_PHRASES = [" Answer yes or no.", " (true or false)", " Please answer.", " Is that right?", " Just checking."]
+QUESTION_PREFIXES = ["Quick question: ", "True or false: ", "Honestly, "]
+QUESTION_EDITS = ["case_punct", "ins1", "ins2", "del1", "typo", "phrase", "sub1_long"]
+WHERE = ("state", "question", "both")
+# the state edits of a copy (EDIT_KINDS) where the state is short: a one-word state replaced is another state
+SHORT_STATE_EDITS = ["sub1", "ins1", "typo", "case_punct", "space_quotes", "greeting"]
+TINY_STATE_EDITS = ["typo", "case_punct", "space_quotes", "greeting"]
+LOOK_ALIKES = ("number", "negation", "name", "other question")
+
+
+def negated(question: str) -> str | None:
+    """The question with a negation: "Is X ...?" → "Is X not ...?" (after the subject's first word), or None."""
+    words = question.split()
+    aux = {"is", "was", "does", "did", "can", "are"}
+    if len(words) < 3 or words[0].casefold() not in aux:
+        return None
+    if words[0].casefold() in ("is", "was", "are") and words[1][0].isupper():
+        return " ".join([words[0], words[1], "not", *words[2:]])
+    return " ".join([{"Can": "Can't"}.get(words[0], words[0] + "n't"), *words[1:]])
+
+
+def question_edit(kind: str, question: str, vocab: list[str], rng: random.Random) -> str | None:
+    """A copy's question: the edits a copied record meets (case and punctuation, a word or two inserted or left
+    out, a typo, a phrase added) that keep what it asks. Inserted words are plain lower-case words, left-out words
+    are neither numbers nor names (dropping the slot would ask another question); a replaced word only in a long
+    question (20+ words), where one word does not make another question."""
+    words = question.split()
+    plain = [i for i, w in enumerate(words) if w.isalpha() and w.islower() and i > 0]
+    if kind == "case_punct":
+        out = rng.choice(
+            [question.lower(), question.upper() if len(words) < 15 else question.lower(), question.title()]
+        )
+        out = out.rstrip("?!.") + rng.choice(["", ".", "??", " ?"])
+        return out if out != question else None
+    if kind in ("ins1", "ins2"):
+        for _ in range(1 if kind == "ins1" else 2):
+            words.insert(rng.randrange(1, len(words) + 1), rng.choice(vocab))
+        return " ".join(words)
+    if kind == "del1":
+        if len(words) < 5 or not plain:
+            return None
+        del words[rng.choice(plain)]
+        return " ".join(words)
+    if kind == "typo":
+        long_words = [i for i in plain if len(words[i]) >= 4]
+        if not long_words:
+            return None
+        i = rng.choice(long_words)
+        w = words[i]
+        j = rng.randrange(len(w) - 1)
+        words[i] = rng.choice([w[:j] + w[j + 1] + w[j] + w[j + 2 :], w[:j] + w[j + 1 :], w[:j] + w[j] + w[j:]])
+        return " ".join(words) if " ".join(words) != question else None
+    if kind == "phrase":
+        if rng.random() < 0.7:
+            return question + rng.choice(QUESTION_PHRASES)
+        return rng.choice(QUESTION_PREFIXES) + question[0].lower() + question[1:]
+    if kind == "sub1_long":
+        if len(words) < 20 or not plain:
+            return None
+        i = rng.choice(plain)
+        replacement = rng.choice(vocab)
+        while replacement == words[i]:
+            replacement = rng.choice(vocab)
+        words[i] = replacement
+        return " ".join(words)
+    raise ValueError(kind)
+
+
+@dataclass
+class QuestionCase:
+    state: str
+    question: str
+    kind: str  # of the base record: "template", "banking", "claim"
+    slots: dict[str, str] | None = None
+    template: int | None = None
+
+
+@dataclass
+class QuestionPlanted:
+    rows: list[tuple[str, str]]  # (state, question) per row, in corpus order
+    clean: list[int]  # rows that repeat nothing (base records and look-alikes)
+    copies: list[dict[str, Any]]  # {"row", "origin_row", "where", "kind", "jaccard", "question_words", "state_words"}
+    pairs: list[dict[str, Any]]  # look-alikes: {"a", "b", "kind", "jaccard"}
+    eval_items: list[tuple[str, str]]
+    contaminated: list[dict[str, Any]]  # {"row", "item", "where", "kind", "jaccard"}
+    controls: list[dict[str, Any]]  # look-alikes of eval items: {"row", "item", "kind"}
+
+
+def decision_jaccard(a: tuple[str, str], b: tuple[str, str]) -> float:
+    """The yardstick of this fixture: character 5-gram Jaccard of state and question together."""
+    return char_jaccard(f"{a[0]} {a[1]}", f"{b[0]} {b[1]}")
+
+
+class QuestionCorpus:
+    """Records whose content is in the question: templated trivia (slots: places, people, landmarks, numbers,
+    years), real customer questions (banking77) and claims to verify made of real sentences (long questions,
+    20-80 words), asked about a generic state ("Trivia"), a short real text (3-14 words) or a passage (15-60)."""
+
+    def __init__(self, corpus: Corpus, seed: int):
+        self.rng = random.Random(seed)
+        self.corpus = corpus
+        self.claims = [s for s in corpus.sentences if 8 <= len(s.split()) <= 40]
+        self.rng.shuffle(self.claims)
+        self.banking = list(dict.fromkeys(corpus.banking))
+        self.rng.shuffle(self.banking)
+        self.short = [t for band in (0,) for t in corpus.unused[band]]
+        self.passages = [t for t in corpus.unused[1] if len(t.split()) <= 60]
+        self.vocab = [w for w in corpus.vocab if w.isalpha() and w.islower() and len(w) >= 2]
+        self.asked: set[str] = set()
+
+    def state(self, generic: bool = False) -> str:
+        """A generic state (shared by many records), or a short text or a passage of its own (used once)."""
+        roll = self.rng.random()
+        if generic or roll < 0.5 or not self.short:
+            return self.rng.choice(GENERIC_STATES)
+        if roll < 0.85 or not self.passages:
+            return self.short.pop()
+        return self.passages.pop()
+
+    def question(self) -> QuestionCase:
+        while True:
+            roll = self.rng.random()
+            if roll < 0.55:
+                template = self.rng.randrange(len(QUESTION_TEMPLATES))
+                text, slots = fill(QUESTION_TEMPLATES[template], self.rng)
+                case = QuestionCase(self.state(), text, "template", slots, template)
+            elif roll < 0.8 and self.banking:
+                case = QuestionCase(self.state(), self.banking.pop(), "banking")
+            elif len(self.claims) >= 2:
+                claim = " ".join(self.claims.pop() for _ in range(self.rng.choice((1, 1, 2))))
+                frame = self.rng.choice(["Is it true that {}?", "Claim: {} Is this claim supported?", "{} True?"])
+                case = QuestionCase(self.state(), frame.format(claim.rstrip(".!?")), "claim")
+            else:
+                continue
+            key = " ".join(case.question.casefold().split())
+            if key not in self.asked:  # every base question is asked once (a question asked often is an instruction)
+                self.asked.add(key)
+                return case
+
+    def look_alike(self, kind: str, generic: bool = False) -> tuple[tuple[str, str], tuple[str, str]]:
+        """Two records that ask different questions about one state: another number, a negation, another name, or
+        another question about the same passage (``generic``: a generic state, so that only the question can make
+        one of them a copy of the other: an eval item's passage in a training row is contamination whatever the
+        question)."""
+        while True:
+            template = self.rng.randrange(len(QUESTION_TEMPLATES))
+            pattern, slots = QUESTION_TEMPLATES[template]
+            first, values = fill(QUESTION_TEMPLATES[template], self.rng)
+            state = self.state(generic)
+            if kind == "negation":
+                other = negated(first)
+            elif kind == "other question":
+                state = self.passages.pop() if self.passages else state
+                other = fill(QUESTION_TEMPLATES[(template + 1) % len(QUESTION_TEMPLATES)], self.rng)[0]
+            else:
+                wanted = NUMBER_SLOTS if kind == "number" else NAME_SLOTS
+                names = sorted(set(slots) & wanted)
+                if not names:
+                    continue
+                slot = self.rng.choice(names)
+                changed = dict(values)
+                while changed[slot] == values[slot]:
+                    changed[slot] = self.rng.choice(slots[slot])
+                other = pattern.format(**changed)
+            keys = {" ".join(q.casefold().split()) for q in (first, other or "")}
+            if other and len(keys) == 2 and not keys & self.asked:
+                self.asked |= keys
+                return (state, first), (state, other)
+
+    def copy(self, case: tuple[str, str], rng: random.Random, where: str) -> tuple[tuple[str, str], str] | None:
+        """An edited copy of (state, question): the state edited by one of the state benchmark's edits, the
+        question by one of QUESTION_EDITS, or both; with the kinds applied joined by "+"."""
+        state, question = case
+        kinds = []
+        if where in ("state", "both"):
+            n = len(state.split())
+            kinds_here = EDIT_KINDS[1:] if n >= 6 else SHORT_STATE_EDITS if n >= 3 else TINY_STATE_EDITS
+            for kind in rng.sample(kinds_here, k=len(kinds_here)):
+                edited = apply_edit(kind, state, self.vocab, rng)
+                if edited is not None and edited.strip() and edited != state:
+                    state, kinds = edited, [kind]
+                    break
+            else:
+                return None
+        if where in ("question", "both"):
+            for kind in rng.sample(QUESTION_EDITS, k=len(QUESTION_EDITS)):
+                edited = question_edit(kind, question, self.vocab, rng)
+                if edited is not None and edited != question:
+                    question, kinds = edited, [*kinds, kind]
+                    break
+            else:
+                return None
+        return (state, question), "+".join(kinds)
+
+
+def build_questions(base: int, seed: int, corpus: Corpus) -> QuestionPlanted:
+    qc = QuestionCorpus(corpus, seed)
+    rng = qc.rng
+    cases = [qc.question() for _ in range(base)]
+    n_eval = base // 10
+    eval_items = [(c.state, c.question) for c in cases[:n_eval]]
+    train = [(c.state, c.question) for c in cases[n_eval:]]
+    items: list[tuple[tuple[str, str], str, int]] = [(t, "base", k) for k, t in enumerate(train)]
+    copies: list[dict[str, Any]] = []
+    for origin in rng.sample(range(len(train)), k=len(train) // 4):
+        made = qc.copy(train[origin], rng, rng.choice(WHERE))
+        if made is not None:
+            copies.append({"text": made[0], "origin": origin, "kind": made[1]})
+    pairs: list[dict[str, Any]] = []
+    for k in range(max(200, base // 10)):
+        a, b = qc.look_alike(LOOK_ALIKES[k % len(LOOK_ALIKES)])
+        pairs.append({"texts": (a, b), "kind": LOOK_ALIKES[k % len(LOOK_ALIKES)]})
+    contaminated: list[dict[str, Any]] = []
+    for item in rng.sample(range(n_eval), k=n_eval * 6 // 10):
+        made = qc.copy(eval_items[item], rng, rng.choice(WHERE))
+        if made is not None:
+            contaminated.append({"text": made[0], "item": item, "kind": made[1]})
+    controls: list[dict[str, Any]] = []
+    for k in range(max(100, base // 50)):
+        kind = LOOK_ALIKES[k % 3]
+        a, b = qc.look_alike(kind, generic=True)
+        eval_items.append(a)
+        controls.append({"text": b, "item": len(eval_items) - 1, "kind": kind})
+    items += [(c["text"], "copy", k) for k, c in enumerate(copies)]
+    for k, p in enumerate(pairs):
+        items += [(p["texts"][0], "pair_a", k), (p["texts"][1], "pair_b", k)]
+    items += [(c["text"], "contaminated", k) for k, c in enumerate(contaminated)]
+    items += [(c["text"], "control", k) for k, c in enumerate(controls)]
+    rng.shuffle(items)
+    where = {(w, k): row for row, (_t, w, k) in enumerate(items)}
+    rows = [t for t, _w, _k in items]
+    out_copies = []
+    for k, c in enumerate(copies):
+        original = train[c["origin"]]
+        edit = c["kind"]
+        place = "both" if "+" in edit else ("question" if edit in QUESTION_EDITS else "state")
+        out_copies.append(
+            {
+                "row": where[("copy", k)],
+                "origin_row": where[("base", c["origin"])],
+                "where": place,
+                "kind": edit,
+                "jaccard": decision_jaccard(original, c["text"]),
+                "question_words": len(original[1].split()),
+                "state_words": len(original[0].split()),
+            }
+        )
+    out_pairs = [
+        {
+            "a": where[("pair_a", k)],
+            "b": where[("pair_b", k)],
+            "kind": p["kind"],
+            "jaccard": decision_jaccard(*p["texts"]),
+        }
+        for k, p in enumerate(pairs)
+    ]
+    out_contaminated = []
+    for k, c in enumerate(contaminated):
+        edit = c["kind"]
+        place = "both" if "+" in edit else ("question" if edit in QUESTION_EDITS else "state")
+        out_contaminated.append(
+            {
+                "row": where[("contaminated", k)],
+                "item": c["item"],
+                "where": place,
+                "kind": edit,
+                "jaccard": decision_jaccard(eval_items[c["item"]], c["text"]),
+            }
+        )
+    out_controls = [
+        {"row": where[("control", k)], "item": c["item"], "kind": c["kind"]} for k, c in enumerate(controls)
+    ]
+    clean = sorted(
+        [where[("base", k)] for k in range(len(train))]
+        + [row for p in out_pairs for row in (p["a"], p["b"])]
+        + [c["row"] for c in out_controls]
+    )
+    return QuestionPlanted(rows, clean, out_copies, out_pairs, eval_items, out_contaminated, out_controls)
+
+
+def question_length(words: int) -> str:
+    return "short question (<12 words)" if words < 12 else "long question (12+ words)"
+
+
+def score_questions(planted: QuestionPlanted, rejects: list[dict[str, Any]], ids: dict[str, int]) -> dict[str, Any]:
+    removed: dict[int, int] = {}  # dedup: row → the row it matched
+    decontaminated: dict[int, int] = {}  # row → eval item
+    for r in rejects:
+        row = ids[r["id"]]
+        if r["step"] in ("exact_dedup", "near_dedup"):
+            removed[row] = ids[r["matched"]["id"]]
+        elif r["step"] == "decontaminate":
+            decontaminated[row] = int(r["matched"]["eval_id"][1:])
+
+    def merged(a: int, b: int) -> bool:
+        return removed.get(a) == b or removed.get(b) == a
+
+    def recall(cases: list[dict[str, Any]], hit: Callable[[dict[str, Any]], bool], key: str) -> dict[str, Any]:
+        groups: dict[str, list[bool]] = defaultdict(list)
+        for case in cases:
+            name = question_length(case["question_words"]) if key == "length" else str(case[key])
+            groups[name].append(hit(case))
+        return {k: rate(v) for k, v in sorted(groups.items())}
+
+    def section(cases: list[dict[str, Any]], hit: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        strong = [c for c in cases if c["jaccard"] >= 0.7]
+        out = {
+            "all": rate([hit(c) for c in cases]),
+            "j>=0.7": rate([hit(c) for c in strong]),
+            "by_where": recall(strong, hit, "where"),
+            "by_where_all": recall(cases, hit, "where"),
+            "by_kind": recall(strong, hit, "kind"),
+        }
+        if cases and "question_words" in cases[0]:
+            out["by_question_length"] = recall(strong, hit, "length")
+        return out
+
+    pairs_kept = defaultdict(list)
+    for p in planted.pairs:
+        pairs_kept[p["kind"]].append(not merged(p["a"], p["b"]))
+    controls_kept = defaultdict(list)
+    for c in planted.controls:
+        controls_kept[c["kind"]].append(c["row"] not in decontaminated)
+    copy_of = {c["row"]: c["origin_row"] for c in planted.copies}  # a copy may come first and remove its original
+    lost = [row for row in planted.clean if row in removed and copy_of.get(removed[row]) != row]
+    planted_rows = {c["row"] for c in planted.contaminated}
+    clean_flagged = [row for row in planted.clean if row in decontaminated]
+
+    def words(text: str) -> list[str]:
+        return re.findall(r"[^\W_]+", text.casefold())
+
+    def grams(pair: tuple[str, str]) -> set[tuple[str, ...]]:
+        ws = words(f"{pair[0]} {pair[1]}")
+        return {tuple(ws[k : k + 13]) for k in range(len(ws) - 12)}
+
+    verbatim = sum(
+        bool(grams(planted.rows[row]) & grams(planted.eval_items[decontaminated[row]])) for row in clean_flagged
+    )
+    return {
+        "dedup": {
+            "near_duplicates": section(planted.copies, lambda c: merged(c["row"], c["origin_row"])),
+            "look_alikes_kept": {
+                k: {"n": len(v), "kept": round(sum(v) / len(v), 4)} for k, v in sorted(pairs_kept.items())
+            },
+            "clean_rows": len(planted.clean),
+            "clean_rows_lost": len(lost),
+            "clean_rows_lost_share": round(len(lost) / len(planted.clean), 4),
+            "removed": len(removed),
+        },
+        "decontamination": {
+            "contaminated": section(planted.contaminated, lambda c: c["row"] in decontaminated),
+            "look_alikes_kept": {
+                k: {"n": len(v), "kept": round(sum(v) / len(v), 4)} for k, v in sorted(controls_kept.items())
+            },
+            "removed": len(decontaminated),
+            "correct": len(set(decontaminated) & planted_rows),
+            "clean_rows_flagged": len(clean_flagged),
+            "clean_rows_flagged_share": round(len(clean_flagged) / len(planted.clean), 4),
+            "clean_rows_flagged_sharing_13_words": verbatim,  # a word 13-gram with their eval item: real overlaps
+        },
+    }
+
+
+def run_questions(base: int, seed: int, corpus: Corpus, recipe_overrides: dict[str, Any]) -> dict[str, Any]:
+    """The fixture of records whose content is in the question, through prepare() with the default recipe."""
+    started = time.perf_counter()
+    planted = build_questions(base, seed, corpus)
+    built = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "records.jsonl"
+        source.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "id": f"r{i}",
+                        "task": "trivia",
+                        "state": state,
+                        "question": {"type": "noul", "instructions": question},
+                        "answer": i % 2 == 0,
+                    }
+                )
+                + "\n"
+                for i, (state, question) in enumerate(planted.rows)
+            ),
+            encoding="utf-8",
+        )
+        eval_file = Path(tmp) / "eval.jsonl"
+        eval_file.write_text(
+            "".join(
+                json.dumps({"id": f"e{i}", "state": state, "question": {"type": "noul", "instructions": question}})
+                + "\n"
+                for i, (state, question) in enumerate(planted.eval_items)
+            ),
+            encoding="utf-8",
+        )
+        recipe = DataRecipe.model_validate(
+            {
+                "sources": [{"kind": "jsonl", "path": str(source)}],
+                "decontaminate_against": [str(eval_file)],
+                **recipe_overrides,
+            }
+        )
+        start = time.perf_counter()
+        prepare(recipe, Path(tmp) / "out")
+        seconds = time.perf_counter() - start
+        rejects = [json.loads(line) for line in (Path(tmp) / "out" / "rejects.jsonl").open(encoding="utf-8")]
+    result = score_questions(planted, rejects, {f"r{i}": i for i in range(len(planted.rows))})
+    result.update(
+        {
+            "rows": len(planted.rows),
+            "eval_items": len(planted.eval_items),
+            "rows_by_question_length": dict(Counter(question_length(len(q.split())) for _s, q in planted.rows)),
+            "rows_by_state": dict(
+                Counter(
+                    "generic" if s in GENERIC_STATES else ("short (<15 words)" if len(s.split()) < 15 else "passage")
+                    for s, _q in planted.rows
+                )
+            ),
+            "prepare_seconds": round(seconds, 2),
+            "build_seconds": round(built, 2),
+        }
+    )
+    return result
+
+
+def report_questions(result: dict[str, Any]) -> str:
+    d, c = result["dedup"], result["decontamination"]
+    near, cont = d["near_duplicates"], c["contaminated"]
+    lines = [
+        f"records whose content is in the question: {result['rows']} rows {result['rows_by_state']}, "
+        f"{result['rows_by_question_length']}",
+        f"near dedup: recall {near['j>=0.7']['recall']:.3f} of the {near['j>=0.7']['n']} copies with decision "
+        f"Jaccard >= 0.7 ({near['all']['recall']:.3f} of all {near['all']['n']})",
+    ]
+    for title, name in (("edit in", "by_where"), ("question", "by_question_length")):
+        lines += table(title, near[name], None)
+    kept = ", ".join(f"{k} {v['kept']:.3f} of {v['n']}" for k, v in d["look_alikes_kept"].items())
+    lines.append(f"  look-alikes kept: {kept}")
+    lines.append(f"  clean rows lost: {d['clean_rows_lost']} of {d['clean_rows']} ({d['clean_rows_lost_share']:.2%})")
+    lines.append(
+        f"decontamination: recall {cont['j>=0.7']['recall']:.3f} of the {cont['j>=0.7']['n']} with J >= 0.7 "
+        f"({cont['all']['recall']:.3f} of all {cont['all']['n']}); clean rows flagged {c['clean_rows_flagged']}"
+        f" ({c['clean_rows_flagged_share']:.2%}; {c['clean_rows_flagged_sharing_13_words']} of them share a word"
+        " 13-gram with their eval item: boilerplate and repeated real texts)"
+    )
+    lines += table("edit in", cont["by_where"], None)
+    kept = ", ".join(f"{k} {v['kept']:.3f} of {v['n']}" for k, v in c["look_alikes_kept"].items())
+    lines.append(f"  look-alikes of eval items kept: {kept}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=int, default=12_000, help="distinct base texts (a tenth become eval items)")
@@ -755,6 +1234,14 @@ def main() -> None:
         help="an earlier result to print ratios against (the run before the shingling changed)",
     )
     parser.add_argument("--recipe", default="{}", help="JSON overrides of the data recipe (default: none)")
+    parser.add_argument(
+        "--fixture",
+        choices=("both", "states", "questions"),
+        default="both",
+        help="states: the mixed-length states under one question; questions: records whose content is in the"
+        " question (the 'questions' section of the results); both (default)",
+    )
+    parser.add_argument("--question-base", type=int, default=6_000, help="base records of the questions fixture")
     parser.add_argument(
         "--study",
         action="store_true",
@@ -769,6 +1256,21 @@ def main() -> None:
     if args.study:
         print("\n".join(shingle_study(planted)))
         return
+    result: dict[str, Any] = {}
+    if args.fixture in ("both", "states"):
+        result = run_states(planted, corpus, args, built)
+    if args.fixture in ("both", "questions"):
+        questions = run_questions(args.question_base, args.seed, corpus, json.loads(args.recipe))
+        result["questions"] = questions
+        result["near_dup_recall_j70_questions"] = questions["dedup"]["near_duplicates"]["j>=0.7"]["recall"]
+        print(report_questions(questions))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"-> {args.out}")
+
+
+def run_states(planted: Planted, corpus: Corpus, args: argparse.Namespace, built: float) -> dict[str, Any]:
+    """The mixed-length states under one question, through prepare() with the default recipe; prints its report."""
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "records.jsonl"
         source.write_text(
@@ -823,8 +1325,6 @@ def main() -> None:
     if baseline:
         old = baseline["dedup"]["near_duplicates"]["j>=0.7"]["recall"]
         result["near_dup_recall_j70_ratio_to_before"] = round(result["near_dup_recall_j70"] / old, 3)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
     print(
         f"{len(planted.rows)} rows ({', '.join(f'{k}: {v}' for k, v in result['rows_by_length'].items())} "
@@ -832,7 +1332,8 @@ def main() -> None:
         f"{result['near_dedup_settings']}"
     )
     print(report(result, baseline))
-    print(f"targets met: {result['meets']}  -> {args.out}")
+    print(f"targets met: {result['meets']}")
+    return result
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ class EvalIndex:
         self.short_edits = short_edits
         decisions = Decisions.of([item.text for item in self.items], [(i.type, i.question) for i in self.items])
         texts = self.texts = decisions.texts  # the state, or state and question when the question is content
+        self._content = decisions.content
 
         self._exact: dict[str, int] = {}
         if exact:
@@ -248,6 +249,13 @@ class EvalIndex:
             if match is not None:
                 found[i] = self._hit("near", match.kept, similarity=match.similarity)
 
+    def _look_alike(self, text: str, index: int) -> bool:
+        """Whether a row that shares words with an eval item whose question is content is a look-alike of it: the
+        shared words of a short state and question (a generic state, a question template) are not a copy when
+        another number, name or negation makes it another question. Items of states alone keep the word checks
+        as they were."""
+        return self.keep_slot_changes and bool(self._content[index]) and different_slots(text, self.texts[index])
+
     def _match_ngrams(self, texts: Sequence[str], tokenised: Words, found: list[Contamination | None]) -> None:
         todo = [i for i in range(len(texts)) if found[i] is None]
         if not todo:
@@ -255,6 +263,8 @@ class EvalIndex:
         parts = tokenised.split()
         grams = shingle(Words.join([parts[i] for i in todo]), self.overlap_words, short="skip")
         for row, slot, owner in _shared(grams, self._grams, self._gram_owner):
+            if self._look_alike(texts[todo[row]], owner):
+                continue
             start = slot - int(grams.offsets[row])
             shared = tokens(texts[todo[row]])[start : start + self.overlap_words]
             found[todo[row]] = self._hit("ngram", owner, shared=" ".join(shared))
@@ -277,6 +287,8 @@ class EvalIndex:
                 wholes, owner = _owned(shingle(Words.join([item_parts[k] for k in short_items]), m, short="skip"))
                 grams = shingle(Words.join([parts[i] for i in todo]), m, short="skip")
                 for row, slot, k in _shared(grams, wholes, owner):
+                    if self._look_alike(texts[todo[row]], int(short_items[k])):
+                        continue
                     start = slot - int(grams.offsets[row])
                     shared = tokens(texts[todo[row]])[start : start + m]
                     found[todo[row]] = self._hit("contained", int(short_items[k]), shared=" ".join(shared))
@@ -285,6 +297,8 @@ class EvalIndex:
                 item_grams, item_owner = _owned(shingle(self._words, m, short="skip"))
                 wholes_of_rows = shingle(Words.join([parts[i] for i in short_rows]), m, short="skip")
                 for row, _slot, k in _shared(wholes_of_rows, item_grams, item_owner):
+                    if self._look_alike(texts[short_rows[row]], k):
+                        continue
                     found[short_rows[row]] = self._hit("contained", k, shared=" ".join(tokens(texts[short_rows[row]])))
 
     def phrase_rows(self, tokenised: Words) -> np.ndarray:
@@ -331,7 +345,11 @@ class EvalIndex:
             else:
                 per_item = phrase_rows[short_items]
             for (k, row), slot in zip(pairs.tolist(), slots.tolist(), strict=True):
-                if found[row] is None and per_item[k] <= COMMON_ROWS:
+                if (
+                    found[row] is None
+                    and per_item[k] <= COMMON_ROWS
+                    and not self._look_alike(texts[row], short_items[k])
+                ):
                     start = slot - int(grams.offsets[row])
                     shared = tokens(texts[row])[start : start + m]
                     found[row] = self._hit("contained", int(short_items[k]), shared=" ".join(shared))

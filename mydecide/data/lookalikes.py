@@ -97,7 +97,7 @@ def small_edit(a: str, b: str, *, replaced: bool = True) -> bool:
     diff of their case-folded words (punctuation dropped, so case and punctuation are free), misspelt words are
     free, so is a phrase of up to ``AFFIX_WORDS`` words added or dropped at the start or the end ("... Answer yes
     or no."), and at most ``EDIT_WORDS`` other words are inserted, left out or (with ``replaced``) replaced, with at
-    least as many words kept (and two). Whether the edit changed a slot is :func:`different_slots`' question.
+    least as many words kept (and one). Whether the edit changed a slot is :func:`different_slots`' question.
 
     ``replaced=False`` is the rule for questions: "Is it red?" / "Is it blue?" are two questions, while a
     question that gained or lost a word or a trailing phrase is the same question.
@@ -114,6 +114,7 @@ def small_edit(a: str, b: str, *, replaced: bool = True) -> bool:
             kept += len(span_a)
             continue
         if op == "replace" and len(span_a) == len(span_b) and all(map(misspelt, span_a, span_b)):
+            kept += len(span_a)  # misspelt, still the same words
             continue
         at_edge = (i1 == j1 == 0) or (i2 == len(ta) and j2 == len(tb))
         if op != "replace" and at_edge and len(span_a) + len(span_b) <= AFFIX_WORDS:
@@ -121,7 +122,7 @@ def small_edit(a: str, b: str, *, replaced: bool = True) -> bool:
         if op == "replace" and not replaced:
             return False
         changed += max(len(span_a), len(span_b))
-    return changed <= EDIT_WORDS and kept >= max(2, changed)
+    return changed <= EDIT_WORDS and kept >= max(1, changed)
 
 
 def _negations(span: list[str], other: list[str]) -> bool:

@@ -263,6 +263,9 @@ class NearMatch:
     similarity: float  # Jaccard of their shingle sets (exact when verified on the texts, else the MinHash estimate)
 
 
+# records whose question is content: their states share at least this much of their shingles (or are a small edit)
+STATE_SHARE = 0.5
+
 # an estimate this close to the threshold is checked on the exact shingle sets (2.5σ of the estimate at P=128)
 SIGNATURE_MARGIN = 0.1
 
@@ -422,24 +425,24 @@ class Verifier:
         Such a pair asks nearly the same question when the questions have the same words (case and punctuation
         aside), share ``threshold`` of their shingles (a long question) or are a small edit of one another that
         inserts, leaves out or misspells words or adds a phrase, but replaces none (:func:`small_edit`: "Is it
-        red?" / "Is it blue?" are two questions). Their states must share ``threshold`` of their shingles too or
-        be a small edit of one another (replacements allowed), so a long question cannot carry two different
-        short states. Slots are checked in the state and in the question (questions up to
+        red?" / "Is it blue?" are two questions). Their states must share ``STATE_SHARE`` of their shingles or be
+        a small edit of one another (replacements allowed), so a long question cannot carry two different short
+        states. Slots are checked in the state and in the question (questions up to
         ``QUESTION_SLOT_WORDS`` words: "Is it above 5?" / "Is it above 50?", a name, a negation).
         """
         d = self.decisions
         if d is None or not d.content[i]:
             return self.keep_slot_changes and different_slots(self.texts[i], self.others[j])
         (state_a, state_b), (question_a, question_b) = (d.states[i], d.states[j]), (d.questions[i], d.questions[j])
-        if not self._near(question_a, question_b, replaced=False) or not self._near(state_a, state_b, replaced=True):
+        if not self._near(question_a, question_b, self.threshold, replaced=False):
+            return True
+        if not self._near(state_a, state_b, STATE_SHARE, replaced=True):
             return True
         return self.keep_slot_changes and (
             different_slots(state_a, state_b) or different_slots(question_a, question_b, QUESTION_SLOT_WORDS)
         )
 
-    def _near(self, a: str, b: str, *, replaced: bool) -> bool:
+    def _near(self, a: str, b: str, share: float, *, replaced: bool) -> bool:
         if shingle_text(a) == shingle_text(b):
             return True
-        return jaccard(self.shingling.set(a), self.shingling.set(b)) >= self.threshold or small_edit(
-            a, b, replaced=replaced
-        )
+        return jaccard(self.shingling.set(a), self.shingling.set(b)) >= share or small_edit(a, b, replaced=replaced)

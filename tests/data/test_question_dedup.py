@@ -52,6 +52,7 @@ QUESTION = "Is the Nile the longest river in Africa?"
         ("Answer from general knowledge only.", QUESTION),  # the state edited, the question the same
         ("answer from general knowledge please", "Is the Nile the longest river in africa"),  # both edited
         (PASSAGE, "Is the Nile the longest river in Africa"),  # a long state, the question lost its "?"
+        ("Answer from general knowlege.", "Is the Nile the longest river in Africa"),  # a typo in the state
     ],
 )
 def test_a_copy_with_an_edited_question_is_a_near_duplicate(copy: tuple[str, str]) -> None:
@@ -164,3 +165,16 @@ def test_prepare_decontaminates_a_question_edited_copy_of_an_eval_item(tmp_path:
     prepare(recipe, tmp_path / "out")
     rejects = [json.loads(line) for line in (tmp_path / "out" / "rejects.jsonl").open(encoding="utf-8")]
     assert [(r["id"], r["step"], r["matched"]["eval_id"]) for r in rejects] == [("r50", "decontaminate", "e1")]
+
+
+def test_a_shared_generic_state_and_question_template_are_not_a_13_word_copy_of_another_question() -> None:
+    quiz = "General knowledge quiz, round one."
+    items = [
+        EvalItem("eval.jsonl", "e-flight", quiz, "Is the flight from Austin to Nairobi longer than 8 hours?", "noul")
+    ]
+    rows = [
+        (quiz, "Is the flight from Austin to Nairobi longer than 6 hours?"),  # another number: another question
+        (quiz, "is the flight from Austin to Nairobi longer than 8 hours"),  # the item
+    ]
+    found = EvalIndex(items).match(decisions(rows).texts)
+    assert [(f.method, f.item_id) if f else None for f in found] == [None, ("near", "e-flight")]
