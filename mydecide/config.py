@@ -112,7 +112,7 @@ class TrainRecipe(ModelChoice):
     shuffle_options: bool = True  # reshuffle choice options every epoch (score levels and yes / no keep their order)
     # share of choice records shown in a random order each epoch (the rest keep the given order)
     shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
-    # each choice record shown in this many rotations of its order, together in one batch (sharing its state)
+    # each choice record shown in this many rotations of its order, next to each other (sharing its state)
     orders_per_record: int = Field(1, ge=1, le=26)
     # share of the updates trained with every option in its given order before shuffling (and rotations) start
     shuffle_start: float = Field(0.0, ge=0.0, lt=1.0)
@@ -125,11 +125,22 @@ class TrainRecipe(ModelChoice):
     keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept (the oldest are deleted)
     train_limit: int | None = Field(None, ge=1)  # train on the first N training records only
     tasks: list[str] | None = None  # train and evaluate on these tasks of the data directory only
+    # show a task's records this many times per epoch (0.5: half of them, drawn anew each epoch; default 1), so a
+    # small task gets its share of the updates (dev and test are not reweighted)
+    task_weights: dict[str, float] = Field(default_factory=dict)
     eval_batch_size: int = Field(16, ge=1)  # prompts per forward pass in dev evaluation
     collapse_after: float = Field(0.3, ge=0, le=1)  # fraction of training after which collapse warnings count
     # experiment trackers (through Accelerate), one or a list: none, tensorboard, wandb, mlflow. They get the loss,
     # learning rate, gradient norm, throughput, dev metrics and collapse signals; TensorBoard writes to RUN/logs/
     report_to: list[Tracker] = ["none"]
+
+    @field_validator("task_weights")
+    @classmethod
+    def _positive_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {task: w for task, w in value.items() if not (0 < w <= 100)}
+        if bad:
+            raise ValueError(f"task weights must be > 0 and ≤ 100 (times per epoch): {bad}")
+        return value
 
     @field_validator("report_to", mode="before")
     @classmethod

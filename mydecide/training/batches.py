@@ -10,8 +10,10 @@ A choice with more than 26 options (one prompt shows at most 26, labels A–Z) i
 model sees every distractor, and each prompt is a choice among ≤ 26 options like every prompt scored at inference
 time (``many_options``: groups of ≤ 26, then a final round among the group leaders).
 
-Batching keeps the questions on one state together (so a batch computes each state's prefix once) and groups units
-of similar length (so little compute is spent on padding).
+Batching cuts an epoch into ⌈units / batch size⌉ batches: the questions on one state stay next to each other (so a
+batch computes each state's prefix once, unless the batch fills up among them) and units of similar length go
+together (so little compute is spent on padding). A recipe's ``task_weights`` show a task's records more (or less)
+often per epoch.
 
 A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.spans``) run beside the
 batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads.
@@ -20,8 +22,9 @@ batch's prompts in the same forward call, and its target is the word × label gr
 from __future__ import annotations
 
 import hashlib
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -54,6 +57,7 @@ class Unit:
     yes_no: bool = False
     state: int = 0  # how many leading prefix tokens are the state (template head + state); 0: the whole prefix
     cumulative: bool = False  # threshold form: K − 1 yes / no reads whose running sums are the K level logits
+    copy: int = 0  # which showing of its record this epoch (``task_weights`` > 1 show a record more than once)
 
     @property
     def prompt(self) -> Prompt:
@@ -65,6 +69,11 @@ class Unit:
         """The state's tokens: the whole prefix, or its start where the prefix also holds the question (per option)."""
         prefix = self.prompt.prefix
         return prefix[: self.state] if self.state else prefix
+
+    @property
+    def group(self) -> tuple[int, tuple[int, ...]]:
+        """What keeps units together in a batch: one showing of one state (two showings go apart)."""
+        return self.copy, self.state_ids
 
     @property
     def k(self) -> int:
@@ -274,32 +283,61 @@ def epoch_units(
     shuffle_options: bool,
     shuffle_fraction: float = 1.0,
     orders_per_record: int = 1,
+    task_weights: Mapping[str, float] | None = None,
 ) -> list[Unit]:
     """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice record yields one unit per
-    rotation of its shown order (:func:`rotated_orders`), kept in one batch by :func:`plan_batches`."""
+    rotation of its shown order (:func:`rotated_orders`), kept together by :func:`plan_batches`; with
+    ``task_weights``, each record is shown as many times as :func:`showings` says (each showing its own order)."""
     units: list[Unit] = []
+    counts = showings(records, task_weights or {}, seed, epoch)
     for index, record in enumerate(records):
-        order = shown_order(record, seed, epoch, shuffle_options, shuffle_fraction)
         per_option = renderer.form(record.question) == "per_option"
-        for rotated in rotated_orders(record, order, orders_per_record, per_option):
-            units.extend(record_units(renderer, record, index, rotated, seed=seed, epoch=epoch))
+        for copy in range(counts[index]):
+            key = record if copy == 0 else replace(record, id=f"{record.id}\x1f{copy}")
+            order = shown_order(key, seed, epoch, shuffle_options, shuffle_fraction)
+            for rotated in rotated_orders(record, order, orders_per_record, per_option):
+                made = record_units(renderer, key, index, rotated, seed=seed, epoch=epoch)
+                units.extend(made if copy == 0 else [replace(u, copy=copy) for u in made])
     return units
+
+
+def showings(records: Sequence[Record], task_weights: Mapping[str, float], seed: int, epoch: int) -> list[int]:
+    """How many times each record is shown in epoch ``epoch``: a task of weight w shows round(w · n) records' worth,
+    each of its n records ⌊w⌋ times and r of them once more. The r are the next slice of one seeded permutation of
+    the task's records each epoch, so every epoch has the same size (the schedule counts updates from epoch 0) and
+    every record gets its turn (weight 0.5: one half in even epochs, the other in odd ones). Weight 1: once each."""
+    counts = [1] * len(records)
+    by_task: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        if record.task in task_weights:
+            by_task.setdefault(record.task, []).append(index)
+    for task, members in by_task.items():
+        weight, n = task_weights[task], len(members)
+        whole = math.floor(weight)
+        more = min(n, max(0, round(weight * n) - whole * n))
+        turn = _rng(seed, 0, f"showings:{task}").sample(members, n)
+        start = epoch * more % n
+        extra = set((turn + turn)[start : start + more])
+        for index in members:
+            counts[index] = whole + (index in extra)
+    return counts
 
 
 def plan_batches(
     units: Sequence[Unit], batch_size: int, seed: int, epoch: int, length_buckets: bool = True
 ) -> list[list[Unit]]:
-    """Group units into batches of at most ``batch_size`` questions.
+    """Cut units into ⌈len(units) / batch_size⌉ batches of ``batch_size`` questions (the last one may be smaller).
 
-    The units on one state go into one batch (one prefix per state in a batch, and under DDP on one process; only a
-    state with more units than ``batch_size`` fills several batches); with ``length_buckets`` the state groups are
-    sorted by length inside windows of ``BUCKET_BATCHES`` batches, and the batches are then shuffled, so batches are
-    homogeneous in length but their order is random. Deterministic in (seed, epoch).
+    The units on one state are kept next to each other, so they share a batch, and the state's computation, unless
+    a batch fills up inside them: then the state continues in the next batch (computed once more). Every epoch of
+    the same units makes the same number of batches, whatever the order. With ``length_buckets`` the state groups
+    are sorted by length inside windows of ``BUCKET_BATCHES`` batches, and the batches are then shuffled, so batches
+    are homogeneous in length but their order is random. Deterministic in (seed, epoch).
     """
     rng = _rng(seed, epoch, "batches")
-    groups: dict[tuple[int, ...], list[Unit]] = {}
+    groups: dict[tuple[int, tuple[int, ...]], list[Unit]] = {}
     for unit in units:
-        groups.setdefault(unit.state_ids, []).append(unit)
+        groups.setdefault(unit.group, []).append(unit)
     ordered = list(groups.values())
     rng.shuffle(ordered)
     if length_buckets:
@@ -318,19 +356,8 @@ def plan_batches(
             for w in flat_windows
             for g in sorted(w, key=lambda g: len(g[0].prompt.prefix) + max(len(p.suffix) for u in g for p in u.prompts))
         ]
-    # whole states per batch, so no state is computed twice or split across processes (a batch goes to one
-    # process); a state with more than ``batch_size`` units is cut into batches of its own units
-    batches: list[list[Unit]] = []
-    batch: list[Unit] = []
-    for group in ordered:
-        for start in range(0, len(group), batch_size):
-            part = group[start : start + batch_size]
-            if batch and len(batch) + len(part) > batch_size:
-                batches.append(batch)
-                batch = []
-            batch.extend(part)
-    if batch:
-        batches.append(batch)
+    flat = [unit for group in ordered for unit in group]
+    batches = [flat[start : start + batch_size] for start in range(0, len(flat), batch_size)]
     rng.shuffle(batches)
     return batches
 

@@ -53,7 +53,9 @@ class EpochPlan:
         """Phase 0: every option in its given order; phase 1: the recipe's shuffling and rotations."""
         recipe = self.recipe
         if phase == 0:
-            units = epoch_units(self.renderer, self.records, recipe.seed, epoch, False)
+            units = epoch_units(
+                self.renderer, self.records, recipe.seed, epoch, False, task_weights=recipe.task_weights
+            )
         else:
             units = epoch_units(
                 self.renderer,
@@ -63,6 +65,7 @@ class EpochPlan:
                 recipe.shuffle_options,
                 recipe.shuffle_fraction,
                 recipe.orders_per_record,
+                recipe.task_weights,
             )
         return plan_batches(units, recipe.optim.batch_size, recipe.seed, epoch)
 

@@ -158,8 +158,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main:
         held.enter_context(directory_lock(run, "train"))
         open_run(run, recipe, resume, allow_change, data_sha256, accelerator, trackers)
-    if is_main and recipe.tasks:
-        log(f"tasks {recipe.tasks}: {kept}")
+    if is_main and kept:
+        log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
     majority = LabelPrior.from_records(train_records, "training split")
     if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
         log(note)
@@ -322,6 +322,14 @@ def selected_records(
         kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
     if recipe.train_limit:
         train_records = train_records[: recipe.train_limit]
+    if recipe.task_weights:
+        present = Counter(r.task for r in train_records)
+        if missing := sorted(set(recipe.task_weights) - set(present)):
+            raise ValueError(
+                f"task_weights: {missing} have no records to train on; the training tasks are {sorted(present)}"
+            )
+        shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items()}
+        kept = "; ".join(filter(None, [kept, f"task weights show {shown} records of those tasks per epoch"]))
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
     return train_records, dev_records, kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,47 @@ def test_order_schedule_switches_phase_once_and_carries_on_in_the_same_epoch() -
     assert warm.epoch_float(15) == pytest.approx(1.5) and warm.epoch_float(14) == pytest.approx(1.4)
     # every micro-batch maps to a batch that exists in its epoch's plan
     assert all(j < warm.per_epoch[phase] for phase, _, j in map(warm.locate, range(200)))
+
+
+def test_task_weights_show_a_small_task_more_often_and_keep_every_epoch_the_same_size(renderer: Renderer) -> None:
+    small = [parse_record({**CHOICE, "id": f"s{i}", "task": "small"})[0] for i in range(10)]
+    big = [parse_record({**SCORE, "id": f"b{i}", "task": "big", "state": f"review {i}"})[0] for i in range(40)]
+    records = small + big
+    sizes, seen = set(), Counter[int]()
+    for epoch in range(4):
+        units = epoch_units(renderer, records, 0, epoch, True, task_weights={"small": 2.5, "big": 0.5})
+        sizes.add(len(units))
+        seen.update(u.record_index for u in units)
+        per_record = Counter(u.record_index for u in units)
+        assert sorted(per_record[i] for i in range(10)).count(3) == 5  # 25 showings: each twice, 5 of them thrice
+        assert sum(per_record[i] for i in range(10, 50)) == 20  # half of the big task
+        batches = plan_batches(units, 4, seed=0, epoch=epoch)
+        assert len(batches) == -(-45 // 4)
+        together = sum(
+            len({u.record_index for u in b if u.record_index < 10}) < sum(u.record_index < 10 for u in b)
+            for b in batches
+        )
+        assert together <= 2  # two showings of one record are two groups, shuffled apart (together only by chance)
+    assert sizes == {45}
+    assert all(seen[i] > 0 for i in range(50))  # over four epochs every big record is drawn at least once
+    assert seen.total() == 4 * 45
+    # the showings of one choice record see the options in different orders
+    units = epoch_units(renderer, small[:1], 0, 0, True, task_weights={"small": 3})
+    assert len({u.target for u in units}) > 1 and {u.copy for u in units} == {0, 1, 2}
+    # weight 1 everywhere is the unweighted plan
+    plain = epoch_units(renderer, records, 0, 0, True)
+    assert plain == epoch_units(renderer, records, 0, 0, True, task_weights={"small": 1.0})
+
+
+def test_the_epoch_plan_counts_weighted_showings(renderer: Renderer) -> None:
+    from mydecide.config import TrainRecipe
+    from mydecide.training.epochs import EpochPlan
+
+    records = [parse_record({**CHOICE, "id": f"s{i}", "task": "small"})[0] for i in range(10)]
+    records += [parse_record({**SCORE, "id": f"b{i}", "state": f"review {i}", "task": "big"})[0] for i in range(30)]
+    plain = EpochPlan(TrainRecipe(optim={"batch_size": 4, "epochs": 2, "grad_accum": 1}), renderer, records, 1, 0)
+    weighted = TrainRecipe(optim={"batch_size": 4, "epochs": 2, "grad_accum": 1}, task_weights={"small": 3})
+    plan = EpochPlan(weighted, renderer, records, 1, 0)
+    assert (plain.micro_per_epoch, plan.micro_per_epoch, plan.total_updates) == (10, 15, 30)
+    shown = Counter(u.record_index for m in range(15, 30) for u in plan.units(m))  # the second epoch
+    assert [shown[i] for i in range(40)] == [3] * 10 + [1] * 30

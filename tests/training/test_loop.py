@@ -250,3 +250,22 @@ def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path
     no_dev = [r for r in dev_records if r.task != "spam"]
     with pytest.raises(ValueError, match=r"\['spam'\] have no records in .*dev.jsonl; train keeps the adapter that"):
         select_tasks(train_records, no_dev, ["spam"], data)
+
+
+def test_task_weights_name_a_task_with_no_training_records_and_refuse_bad_weights(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from mydecide.config import TrainRecipe
+    from mydecide.record_files import load_records
+    from mydecide.training.loop import selected_records
+
+    data = write_task(tmp_path / "data", 12, 4)
+    train_records, dev_records = load_records(data / "train.jsonl"), load_records(data / "dev.jsonl")
+    recipe = TrainRecipe(data=str(data), task_weights={"route": 2.5})
+    kept_train, _, note = selected_records(recipe, train_records, dev_records, data)
+    assert len(kept_train) == 12 and note == "task weights show {'route': 30} records of those tasks per epoch"
+    with pytest.raises(ValueError, match=r"task_weights: \['spam'\] have no records to train on; the training tasks"):
+        selected_records(TrainRecipe(data=str(data), task_weights={"spam": 2}), train_records, dev_records, data)
+    for bad in (0, -1, 101, float("nan")):
+        with pytest.raises(ValidationError, match="task weights must be > 0 and ≤ 100"):
+            TrainRecipe(task_weights={"route": bad})
