@@ -120,6 +120,9 @@ class TrainRecipe(ModelChoice):
     gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, slower
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     eval_every: int = Field(50, ge=1)  # optimizer updates between dev evaluations
+    # also evaluate the untrained adapter at update 0: the baseline line of metrics.jsonl (off: one dev pass fewer;
+    # the last update is always evaluated, so a best adapter is always chosen)
+    eval_at_start: bool = True
     dev_limit: int | None = Field(None, ge=1)  # score only the first N dev records during training
     save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
     keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept (the oldest are deleted)

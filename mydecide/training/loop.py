@@ -231,7 +231,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     # ---- train
     module.train()
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
-    if update == 0:
+    if update == 0 and recipe.eval_at_start:
         evaluate_dev(0.0)
     while update < total_updates:
         losses = []

@@ -109,6 +109,17 @@ def test_lora_weights_move_and_only_lora_is_saved(tiny_llama_dir: Path, tmp_path
     assert max(float(v.abs().max()) for v in lora_b) > 0  # B starts at zero: any non-zero value was learned
 
 
+@pytest.mark.parametrize("at_start", [True, False])
+def test_eval_at_start_decides_the_update_0_dev_pass(tiny_llama_dir: Path, tmp_path: Path, at_start: bool) -> None:
+    from mydecide.training.loop import train
+
+    data = write_task(tmp_path / "data", 16, 8)
+    overrides = ("optim.max_steps=2", "optim.grad_accum=1", "eval_every=100", f"eval_at_start={str(at_start).lower()}")
+    run = train(recipe_for(tiny_llama_dir, data, tmp_path / "run", *overrides))
+    assert [r["update"] for r in dev_rows(run)] == ([0, 2] if at_start else [2])
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()  # the last update's pass still picks one
+
+
 def test_all_linear_targets_cover_gated_deltanet_projections(tiny_qwen_dir: Path) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
