@@ -148,7 +148,13 @@ def main() -> None:
         defaults = Path(tmp) / "defaults.yaml"  # the library's defaults, changed below only where the seed differs
         defaults.write_text("model: smollm2-135m\n")
         common = [f"dev_limit={args.dev}", "optim.max_steps=null", "optim.epochs=1", "save_every=100000"]
-        common += ["eval_every=100000", "optim.batch_size=4", "optim.grad_accum=1", "precision=fp32"]
+        common += [
+            "eval_every=100000",
+            "eval_at_start=false",
+            "optim.batch_size=4",
+            "optim.grad_accum=1",
+            "precision=fp32",
+        ]
         commands = {
             "seed_model": lambda out: [sys.executable, __file__, "--seed-model", str(data), str(out)],
             "mydecide_seed_settings": lambda out: [
