@@ -62,14 +62,14 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     from mydecide.modeling import load_model
     from mydecide.scoring.spans import span_layout
 
-    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
+    model = load_model(str(tiny_llama_dir), render=head_config(label_read="line"), device="cpu")
     question = parse_question(QUESTION)
     text = " ".join(f"word{i}" for i in range(30))  # several windows of 16 tokens
     layout = span_layout(model.renderer, text, question)
     assert len(layout.sequences) > 1 and {s.label for s in layout.sequences} == {-1}
     decode = model.tokenizer.decode
     for seq in layout.sequences:
-        assert len(seq.label_lines) == 2  # each label read over its whole line, exactly its tokens
+        assert len(seq.label_lines) == 2  # label_read: line reads each label over its whole line, exactly its tokens
         lines = [decode(list(seq.ids[a:b])) for a, b in seq.label_lines]  # in order of their names
         assert lines == ["EMAIL — an e-mail address", "PERSON — a person's name"]
         assert [decode([seq.ids[a - 1]]) for a, _ in seq.label_lines] == ["\n", "\n"]
@@ -231,10 +231,11 @@ def test_a_render_config_saved_before_pooled_lines_reads_labels_at_their_last_to
         old.write_text(json.dumps({"max_state_tokens": 64, **saved}))
         config = read_render_config(old)
         assert (config.span.label_read, config.span.label_order) == ("last", "given")
-    assert (RenderConfig().span.label_read, RenderConfig().span.label_order) == ("line", "sorted")  # the defaults
-    save_render_config(tmp_path, RenderConfig())
+    assert (RenderConfig().span.label_read, RenderConfig().span.label_order) == ("last", "sorted")  # the defaults
+    line = RenderConfig.model_validate({"span": {"label_read": "line"}})
+    save_render_config(tmp_path, line)
     config = read_render_config(old)
-    assert (config.span.label_read, config.span.label_order) == ("line", "sorted")
+    assert (config.span.label_read, config.span.label_order) == ("line", "sorted")  # what was saved, not the default
 
 
 def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:

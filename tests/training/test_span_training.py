@@ -127,7 +127,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
         "echo": False,
         "prior": None,
         "read": "letters",
-        "label_read": "line",
+        "label_read": "last",
         "label_order": "sorted",
         "word_read": "last",
     }
