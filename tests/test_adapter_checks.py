@@ -108,7 +108,7 @@ def test_the_fingerprint_tells_two_bases_of_the_same_shapes_apart_and_not_two_dt
     import torch
     from transformers import AutoModelForCausalLM
 
-    from mydecide.modeling import weights_fingerprint
+    from mydecide.adapters import weights_fingerprint
 
     def fingerprint(path: Path, dtype: Any) -> str:
         return weights_fingerprint(AutoModelForCausalLM.from_pretrained(path, dtype=dtype))
@@ -122,7 +122,7 @@ def test_the_fingerprint_tells_two_bases_of_the_same_shapes_apart_and_not_two_dt
 def test_training_saves_the_base_name_and_fingerprint_beside_each_adapter(trained: Path, tiny_llama_dir: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from mydecide.modeling import BASE_FILE, weights_fingerprint
+    from mydecide.adapters import BASE_FILE, weights_fingerprint
 
     expected = weights_fingerprint(AutoModelForCausalLM.from_pretrained(tiny_llama_dir))
     for name in ("adapter", "last"):
@@ -134,7 +134,8 @@ def test_training_saves_the_base_name_and_fingerprint_beside_each_adapter(traine
 def test_load_model_refuses_another_base_of_the_same_shapes(
     trained: Path, tiny_llama_dir: Path, other_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mydecide.modeling import BASE_FILE, load_model
+    from mydecide.adapters import BASE_FILE
+    from mydecide.modeling import load_model
 
     adapter = trained / "adapter"
     load_model(str(tiny_llama_dir), adapter, device="cpu")  # its own base
@@ -160,7 +161,7 @@ def test_load_model_refuses_another_base_of_the_same_shapes(
 def test_a_command_on_an_adapter_without_its_base_record_warns_naming_the_file(
     trained: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
-    from mydecide.modeling import BASE_FILE
+    from mydecide.adapters import BASE_FILE
 
     legacy = shutil.copytree(trained / "adapter", tmp_path / "legacy")
     (legacy / BASE_FILE).unlink()

@@ -231,7 +231,8 @@ def register(app: typer.Typer) -> None:
                 f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
-        from mydecide.modeling import check_adapter, check_option_form, resolve_model_path
+        from mydecide.adapters import check_adapter
+        from mydecide.modeling import check_option_form, resolve_model_path
 
         # a missing model fails here with one line, not in the server's startup
         path, _ = resolve_model_path(recipe.model)

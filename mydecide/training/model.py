@@ -93,7 +93,7 @@ class TrainableModel:
     base: LoadedModel
     lm: Any  # the PEFT model (LoRA, and the span head among modules_to_save)
     module: Any  # build_module(lm): one forward call for option logits and span reads
-    base_weights: Any  # modeling.weights_fingerprint of the base, saved beside each adapter
+    base_weights: Any  # adapters.weights_fingerprint of the base, saved beside each adapter
     packing: str | None  # packing_mode of the model, when the recipe shares states
     cache_fails: bool  # the KV cache cannot serve (gradient checkpointing, recurrent layers)
     shared_prefix: bool  # a state is computed once per batch (packed or through the KV cache)
@@ -122,7 +122,8 @@ def trainable_model(
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from mydecide.modeling import load_model, peft_warnings_silenced, weights_fingerprint
+    from mydecide.adapters import weights_fingerprint
+    from mydecide.modeling import load_model, peft_warnings_silenced
     from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
 
     head = span.read == "head"

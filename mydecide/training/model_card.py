@@ -5,7 +5,7 @@ converted into (``~/.cache/mydecide/...``): a path that means nothing elsewhere.
 name the recipe used instead (a hub id, an alias such as ``smollm2-135m``, or the absolute path of a local
 directory), which ``mydecide.modeling.resolve_model_path`` turns back into a model wherever the cache now is, and
 ``mydecide_base.json`` beside it with that name and the base's weights fingerprint, which loading the adapter checks
-(``mydecide.modeling.check_base``: an adapter on another base of the same shapes is refused).
+(``mydecide.adapters.check_base``: an adapter on another base of the same shapes is refused).
 ``write_model_card`` replaces PEFT's empty template with the training data, the recipe and the dev metrics.
 """
 
@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mydecide.adapters import ADAPTER_CONFIG, BASE_FILE, FINGERPRINT
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.io import atomic_write_text
 from mydecide.jsonl import iter_jsonl
-from mydecide.modeling import BASE_FILE, FINGERPRINT
 from mydecide.records import Record
 
-ADAPTER_CONFIG = "adapter_config.json"
 DEV_COLUMNS = (
     "update",
     "epoch",
@@ -47,7 +46,7 @@ def portable_name(model: str) -> str:
 
 def record_base_model(adapter_dir: Path, model: str, fingerprint: str) -> None:
     """Write the portable base name into ``adapter_config.json`` (``base_model_name_or_path``), and the name with
-    the base's weights ``fingerprint`` (``mydecide.modeling.weights_fingerprint``) into ``mydecide_base.json``."""
+    the base's weights ``fingerprint`` (``mydecide.adapters.weights_fingerprint``) into ``mydecide_base.json``."""
     config_path = adapter_dir / ADAPTER_CONFIG
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = portable_name(model)
