@@ -191,7 +191,7 @@ def test_no_lower_layer_imports_a_higher_one() -> None:
 
 @pytest.mark.parametrize("modules", ["mydecide.commands.prepare, mydecide.data.prepare", "mydecide.config"])
 def test_the_prepare_path_imports_no_heavy_package(modules: str) -> None:
-    # `mydecide --help` has its own test (tests/test_cli.py); prepare and recipe validation must stay light too
+    # `mydecide --help` has its own test (tests/commands/test_cli.py); prepare and recipe validation must stay light too
     script = f"import sys\nimport {modules}\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -22,7 +22,7 @@ from mydecide.evaluation.run import permuted_orders, run_evaluation, threshold_r
 from mydecide.recipe_loading import load_recipe
 from mydecide.records import Record, parse_record
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHOICE = {
     "type": "choice",
     "instructions": "Which team should handle this ticket?",

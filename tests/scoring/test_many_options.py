@@ -266,7 +266,7 @@ def test_training_on_40_option_records_runs_and_dev_metrics_score_them(tiny_llam
     for name, n in (("train", 8), ("dev", 3)):
         rows = [record(40, (i * 7) % 40, f"{name}{i}").to_json() for i in range(n)]
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    smoke = Path(__file__).resolve().parents[1] / "recipes" / "train" / "smoke.yaml"
+    smoke = Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml"
     run = train(
         load_recipe(
             smoke,

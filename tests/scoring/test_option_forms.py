@@ -240,7 +240,7 @@ def test_training_in_the_per_option_form_learns_and_saves_the_form(tiny_llama_di
     for name, part in (("train", rows[:96]), ("dev", rows[96:])):
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     recipe = load_recipe(
-        Path(__file__).parent.parent / "recipes" / "train" / "smoke.yaml",
+        Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml",
         [
             f"model={tiny_llama_dir}",
             f"data={data}",

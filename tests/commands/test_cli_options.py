@@ -19,7 +19,7 @@ from mydecide.config import CalibrateRecipe, DataRecipe, EvalRecipe, ModelChoice
 from mydecide.recipe_loading import load_recipe
 from mydecide.recipe_parsing import RecipeError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _params(option: str) -> dict[str, list[typer.core.TyperOption]]:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from mydecide.cli import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
 RECORD = {
     "task": "route",

@@ -176,7 +176,7 @@ def test_training_in_the_threshold_form_learns_saves_the_form_and_every_command_
     data = _score_task(tmp_path / "data")
     lr = "2e-2" if objective == "proper" else "2e-3"
     recipe = load_recipe(
-        Path(__file__).parent.parent / "recipes" / "train" / "smoke.yaml",
+        Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml",
         [
             f"model={tiny_llama_dir}",
             f"data={data}",
