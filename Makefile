@@ -37,7 +37,7 @@ format:  ## apply ruff's fixes and formatting
 docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.py
 	$(PY) -m mydecide.recipe_docs
 
-bench:  ## the benchmarks: prints ratios against same-run baselines, writes bench/results.json
+bench:  ## the benchmarks: ratios against same-run baselines; bench/results.json is local (untracked)
 	$(PY) bench/run.py
 
 all: lint test  ## what CI runs

@@ -1,8 +1,9 @@
 """Run every benchmark (`bench/bench_*.py`), each in its own process, and merge their results.
 
 Each benchmark prints its own table of ratios against a baseline measured in the same run and writes
-`bench/results/<name>.json`; this script runs them in turn, prints a one-line summary per benchmark, and writes
-everything to `bench/results.json`.
+`bench/results/<name>.json` (committed); this script runs them in turn, prints a one-line summary per benchmark, and
+writes everything to `bench/results.json`, a local file that is not committed (.gitignore). The dated snapshots worth
+keeping go to docs/LOG.md, as an entry with the table and the commands that produced it.
 
     .venv/bin/python bench/run.py [NAME ...]      # e.g. `bench/run.py train serve`; default: all
 """
