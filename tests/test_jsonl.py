@@ -17,7 +17,7 @@ from mydecide.data.decontaminate import read_eval_jsonl
 from mydecide.jsonl import StrictJSONError, iter_jsonl, loads_strict, open_text, write_jsonl
 from mydecide.record_files import load_records, read_records
 from mydecide.records import RecordError
-from mydecide.serving.wire import RequestError, decode_body
+from mydecide.serving.request import RequestError, decode_body
 
 GOOD = {"task": "t", "state": "The server is down.", "question": {"type": "noul", "instructions": "Urgent?"}}
 DUPLICATE = (

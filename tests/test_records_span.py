@@ -155,7 +155,7 @@ def test_a_bad_span_row_is_rejected_with_its_file_and_line(tmp_path: Path) -> No
 def test_the_examples_of_spans_md_are_valid_records_and_requests() -> None:
     import re
 
-    from mydecide.serving.wire import parse_request
+    from mydecide.serving.request import parse_request
 
     docs = Path(__file__).resolve().parents[1] / "docs"
     blocks = re.findall(r"```json\n(.*?)```", (docs / "spans.md").read_text(encoding="utf-8"), re.S)

@@ -30,7 +30,8 @@ REQUEST = {
 
 def test_smollm2_loads_with_single_token_labels_and_answers_a_request(packaged_smollm2: str) -> None:
     from mydecide.modeling import load_model
-    from mydecide.serving.wire import answer_request, parse_request
+    from mydecide.serving.request import parse_request
+    from mydecide.serving.response import answer_request
 
     model = load_model("smollm2-135m", device="cpu")
     renderer = model.renderer

@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
         }
         recipe = recipe_from_command_line(ServeRecipe, args, options)
         from mydecide.modeling import load_model
-        from mydecide.serving.wire import RequestError, answer_request, decode_body, parse_request
+        from mydecide.serving.request import RequestError, decode_body, parse_request
+        from mydecide.serving.response import answer_request
 
         if request.is_dir():
             raise IsADirectoryError(f"{request} is a directory; give a JSON file holding one /v1/systemone request")

@@ -35,9 +35,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from mydecide.config import Limits
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, RequestError, check_span_floor, decode_body, parse_request, shorten
+from mydecide.serving.request import RequestError, decode_body, parse_request, shorten
+from mydecide.serving.response import check_span_floor
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel

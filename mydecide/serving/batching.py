@@ -28,20 +28,21 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mydecide.config import BatchOptions
+from mydecide.config import BatchOptions, Limits
 from mydecide.records import parse_question
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.packing import packing_agrees, score_packed, supports_packing
-from mydecide.serving.wire import Limits, Request, RequestError, build_response, render_request, score_spans
+from mydecide.serving.request import Request, RequestError
+from mydecide.serving.response import build_response, render_request, score_spans
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mydecide.modeling import LoadedModel
     from mydecide.scoring.render import Prompt
-    from mydecide.serving.wire import RenderedRequest
+    from mydecide.serving.response import RenderedRequest
 
 log = logging.getLogger("mydecide.serve")
 

@@ -193,7 +193,8 @@ def test_served_answer_has_every_option_and_matches_score_questions(model) -> No
             assert answer["choice"] == f"team_{int(np.argmax(expected))}"
             assert answer["confidence"] == pytest.approx((77 * p.max() - 1) / 76, abs=1e-9)
         assert mixed["usage"]["input_tokens"] > alone["usage"]["input_tokens"] > 0
-    from mydecide.serving.wire import Limits, RequestError, parse_request
+    from mydecide.config import Limits
+    from mydecide.serving.request import RequestError, parse_request
 
     with pytest.raises(RequestError, match="choice needs 2 to 40 options"):
         parse_request({"state": STATE, "questions": {"big": big}}, Limits(max_choice_options=40))
@@ -202,7 +203,8 @@ def test_served_answer_has_every_option_and_matches_score_questions(model) -> No
 
 
 def test_predict_answers_a_255_option_request(model) -> None:
-    from mydecide.serving.wire import answer_request, parse_request
+    from mydecide.serving.request import parse_request
+    from mydecide.serving.response import answer_request
 
     body = {"state": STATE, "questions": {"q": choice(255).to_json()}}
     out = answer_request(model, parse_request(body))

@@ -404,9 +404,9 @@ def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(
 def test_serve_counts_per_option_prompts_and_answers_a_255_option_choice(tiny_llama_dir: Path) -> None:
     from fastapi.testclient import TestClient
 
+    from mydecide.config import Limits
     from mydecide.modeling import load_model
     from mydecide.serving.app import create_app
-    from mydecide.serving.wire import Limits
 
     model = load_model(str(tiny_llama_dir), render=PER_OPTION, device="cpu")
     many = {"type": "choice", "instructions": "Which intent?", "criteria": {f"intent_{i}": "" for i in range(255)}}

@@ -20,7 +20,8 @@ from mydecide.scoring.engine import score_questions
 from mydecide.scoring.forward import collate, forward_option_logits, read_option_logits
 from mydecide.scoring.probabilities import to_probabilities
 from mydecide.scoring.render import LETTERS, TRUNCATION_MARK, LabelError, RenderConfig, Renderer
-from mydecide.serving.wire import answer_request, parse_request
+from mydecide.serving.request import parse_request
+from mydecide.serving.response import answer_request
 
 TEAM = parse_question(
     {

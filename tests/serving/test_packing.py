@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mydecide.scoring.render import RenderConfig
-from mydecide.serving.wire import parse_request, render_request
+from mydecide.serving.request import parse_request
+from mydecide.serving.response import render_request
 
 REQUESTS = [
     {

@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mydecide.config import Limits
 from mydecide.records import parse_question
 from mydecide.scoring.render import RenderConfig
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, answer_request, parse_request
+from mydecide.serving.request import parse_request
+from mydecide.serving.response import answer_request
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 TestClient = fastapi_testclient.TestClient

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from mydecide.config import Limits
 from mydecide.scoring.render import SpanWindows
-from mydecide.serving.wire import Limits, RequestError, parse_request
+from mydecide.serving.request import RequestError, parse_request
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 TestClient = fastapi_testclient.TestClient
@@ -223,7 +224,7 @@ def test_the_span_floor_never_refuses_what_the_token_count_accepts(model, span: 
     passes, so it only ever refuses a request the exact check refuses too."""
     from mydecide.scoring.render import RenderConfig, Renderer
     from mydecide.scoring.spans import span_layout
-    from mydecide.serving.wire import check_span_floor
+    from mydecide.serving.response import check_span_floor
 
     renderer = Renderer(model.tokenizer, RenderConfig(span=span))
     for body in (span_request(text, labels=3), span_request(text, labels=2, state={"request": "Mail Anna"})):

@@ -184,7 +184,7 @@ NOT_UTF8 = [
 @pytest.mark.parametrize(("case", "raw", "message"), NOT_UTF8, ids=[c[0] for c in NOT_UTF8])
 def test_a_body_that_is_not_plain_utf8_is_a_400(model, case: str, raw: bytes, message: str) -> None:
     from mydecide.serving.app import create_app
-    from mydecide.serving.wire import RequestError, decode_body
+    from mydecide.serving.request import RequestError, decode_body
 
     with pytest.raises(RequestError, match="invalid JSON"):  # predict reads request files the same way
         decode_body(raw)

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from mydecide.config import Limits
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.wire import Limits, parse_request, render_request
+from mydecide.serving.request import parse_request
+from mydecide.serving.response import render_request
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 TestClient = fastapi_testclient.TestClient

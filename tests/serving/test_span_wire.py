@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mydecide.scoring.render import RenderConfig, SpanWindows
-from mydecide.serving.wire import RequestError, answer_request, parse_request
+from mydecide.serving.request import RequestError, parse_request
+from mydecide.serving.response import answer_request
 from mydecide.spans import state_part
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
@@ -80,7 +81,7 @@ def test_the_order_a_client_lists_span_labels_in_changes_no_answer(model: Any) -
 
 def test_span_answers_carry_exact_offsets_text_and_the_contract_fields(model: Any) -> None:
     from mydecide.scoring.engine import score_questions
-    from mydecide.serving.wire import span_answer
+    from mydecide.serving.response import span_answer
 
     request = parse_request({"state": STATE, "questions": {"pii": SPAN}})
     question = request.questions["pii"]
@@ -146,7 +147,7 @@ def test_predict_answers_a_span_request_file(tiny_llama_dir: Path, tmp_path: Pat
 def test_concurrent_requests_with_span_questions_get_the_answers_they_get_alone(
     model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mydecide.serving import wire
+    from mydecide.serving import response
     from mydecide.serving.batching import BatchOptions, Scorer
 
     bodies = [
@@ -157,8 +158,8 @@ def test_concurrent_requests_with_span_questions_get_the_answers_they_get_alone(
     parsed = [parse_request(b) for b in bodies]
     alone = [answer_request(model, p) for p in parsed]
     calls: list[int] = []
-    read = wire.read_sequences
-    monkeypatch.setattr(wire, "read_sequences", lambda m, seqs: calls.append(len(seqs)) or read(m, seqs))
+    read = response.read_sequences
+    monkeypatch.setattr(response, "read_sequences", lambda m, seqs: calls.append(len(seqs)) or read(m, seqs))
     scorer = Scorer(model, BatchOptions(window_ms=50))
     futures = [scorer.submit(p) for p in parsed]  # queued before the worker starts: one micro-batch
     scorer.start()

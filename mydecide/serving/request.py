@@ -1,38 +1,23 @@
-"""Jev ``/v1/systemone`` requests and responses (docs/wire.md), shared by ``predict`` and ``serve``.
+"""Jev ``/v1/systemone`` requests (docs/wire.md): a body decoded and validated, shared by ``predict`` and ``serve``.
 
-``decode_body`` + ``parse_request`` validate a request body and name the question and the rule on any
-problem; ``answer_request`` scores every question of one request (sharing the state's computation) and
-builds the response. The server runs its two halves, ``render_request`` and ``build_response``, around the
-forward passes over the prompts of many concurrent requests: ``predict`` and ``serve`` run the same code.
-A choice with more than 26 options takes two rounds of prompts (``many_options``): each request's
-:class:`~mydecide.scoring.plan.ScoringPlan` says what to score next, and ``score_plans`` runs the rounds.
+``decode_body`` reads a body as strict JSON (UTF-8 only, no repeated key, no NaN or Infinity, bounded numbers and
+nesting) and ``parse_request`` checks it against the wire format and the limits that need no tokenizer (names,
+state, questions, options, prompt count and characters); both raise :class:`RequestError`, which names the question
+and the rule and is cut to :data:`MAX_ERROR_CHARS`. The token limits, checked once a request's prompts are
+tokenised, are in :mod:`mydecide.serving.response`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from mydecide.config import Limits
 from mydecide.jsonl import DuplicateKeyError, unique_keys
-from mydecide.records import (
-    Question,
-    RecordError,
-    parse_question,
-)
-from mydecide.scoring.forward import score_prompts
-from mydecide.scoring.plan import ScoringPlan, prompt_count, score_plans
-from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
-from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
-from mydecide.spans import merge_spans, state_part, words
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from mydecide.modeling import LoadedModel
-    from mydecide.scoring.render import Prompt, SpanWindows
-
+from mydecide.records import Question, RecordError, parse_question
+from mydecide.scoring.plan import prompt_count
+from mydecide.spans import state_part
 
 MAX_ERROR_CHARS = 300
 """The longest error message a client gets: a message quoting a 100 kB key or value is cut (:func:`shorten`)."""
@@ -288,219 +273,3 @@ def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
         len(o) + len(d) + OPTION_OVERHEAD_CHARS for o, d in zip(question.options, question.descriptions, strict=True)
     )
     return prompt_count(question) * (len(question.instructions) + PROMPT_OVERHEAD_CHARS) + options
-
-
-def jev_confidence(p_max: float, k: int) -> float:
-    """Jev's confidence: (K·p_max − 1)/(K − 1), 0 at the uniform distribution and 1 at certainty."""
-    return (k * p_max - 1.0) / (k - 1.0)
-
-
-def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
-    """The Jev answer object for one question from its probabilities (canonical option order)."""
-    p = [float(x) for x in probs]
-    if question.type == "noul":
-        return {"type": "noul", "noul": p[0]}
-    if question.type == "set":
-        probabilities = dict(zip(question.options, p, strict=True))
-        return {
-            "type": "set",
-            "probabilities": probabilities,
-            "selected": [label for label, v in probabilities.items() if v >= 0.5],
-        }
-    best = max(range(len(p)), key=p.__getitem__)
-    confidence = jev_confidence(p[best], len(p))
-    if question.type == "score":
-        return {
-            "type": "score",
-            "score": sum(i * v for i, v in enumerate(p)),
-            "confidence": confidence,
-            "probabilities": {str(i): v for i, v in enumerate(p)},
-            "legend": {str(i): d for i, d in enumerate(question.descriptions)},
-        }
-    return {
-        "type": "choice",
-        "choice": question.options[best],
-        "confidence": confidence,
-        "probabilities": dict(zip(question.options, p, strict=True)),
-    }
-
-
-@dataclass(frozen=True)
-class RenderedRequest:
-    """A request's scoring plan over its questions but span ones (``names``, in request order); ``prompts`` are its
-    first-round prompts, ``owner[i]`` indexes prompt i's question in ``names``. Span questions have their sequences
-    in ``spans`` (name → layout) and, once read (:func:`score_spans`), their grids in ``span_grids``."""
-
-    request: Request
-    plan: ScoringPlan
-    shared_prefix: bool = True
-    names: tuple[str, ...] = ()
-    spans: dict[str, SpanLayout] = field(default_factory=dict)
-    span_grids: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def prompts(self) -> list[Prompt]:
-        return self.plan.prompts
-
-    @property
-    def owner(self) -> list[int]:
-        return self.plan.owner
-
-    @property
-    def input_tokens(self) -> int:
-        """Tokens processed: per round, with a shared prefix the state prefix once plus every question's suffix,
-        else every prompt in full, and every span sequence. (Two requests about the same state batched together count
-        once each.)"""
-        return self.plan.tokens(self.shared_prefix) + sum(len(s.ids) for v in self.spans.values() for s in v.sequences)
-
-
-def render_request(
-    model: LoadedModel, request: Request, *, shared_prefix: bool = True, limits: Limits | None = None
-) -> RenderedRequest:
-    """Tokenise every question of a request (the first round of its scoring plan).
-
-    With ``limits``, raises :class:`RequestError` when one prompt holds more than ``max_prompt_tokens`` tokens, or
-    all of them more than ``max_input_tokens`` (the state prefix once plus every prompt's suffix, whatever
-    ``shared_prefix``), naming the question; span questions that cannot fit are refused before their text is
-    tokenised (:func:`check_span_floor`).
-    """
-    if limits is not None:
-        check_span_floor(request, model.renderer.config.span, limits)
-    names = [name for name, q in request.questions.items() if q.type != "span"]
-    items = [(request.state, request.questions[name]) for name in names]
-    spans = {
-        name: span_layout(model.renderer, request.state, q) for name, q in request.questions.items() if q.type == "span"
-    }
-    rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix, tuple(names), spans)
-    if limits is not None:
-        _check_span_limits(spans, limits)
-    if limits is not None and items:
-        longest = max(range(len(rendered.prompts)), key=lambda i: len(rendered.prompts[i]))
-        if len(rendered.prompts[longest]) > limits.max_prompt_tokens:
-            raise RequestError(
-                f"question {names[rendered.owner[longest]]!r}: a prompt of "
-                f"{len(rendered.prompts[longest])} tokens is over the limit of "
-                f"{limits.max_prompt_tokens} tokens in one prompt (the state, cut to "
-                f"{len(rendered.prompts[longest].prefix)}, plus the question)"
-            )
-        max_input_tokens = limits.max_input_tokens
-        tokens = rendered.plan.tokens(shared_prefix=True)
-        if tokens > max_input_tokens:
-            per_question = [0] * len(items)
-            for n, prompt in zip(rendered.owner, rendered.prompts, strict=True):
-                per_question[n] += len(prompt.suffix)
-            largest = max(range(len(names)), key=per_question.__getitem__)
-            raise RequestError(
-                f"the request's prompts hold {tokens} tokens, over the limit of {max_input_tokens} "
-                f"input tokens (question {names[largest]!r} holds the most: "
-                f"{per_question[largest]}, the state {len(rendered.prompts[0].prefix)})"
-            )
-    return rendered
-
-
-def build_response(
-    rendered: RenderedRequest, temperature: TemperatureLookup | None = None, model_name: str = ""
-) -> dict[str, Any]:
-    """The Jev response of one request whose plan has been scored (``score_plans``)."""
-    request = rendered.request
-    logits = dict(zip(rendered.names, rendered.plan.logits(), strict=True))
-    answers = {}
-    for name, question in request.questions.items():
-        t = temperature(question.type, question.k) if temperature else 1.0
-        if question.type == "span":
-            probs = to_probabilities("span", rendered.span_grids[name], t)
-            answers[name] = span_answer(state_part(request.state, question.over), question, probs)
-        else:
-            answers[name] = build_answer(question, to_probabilities(question.type, logits[name], t))
-    return {
-        "model": request.model or model_name,
-        "answers": answers,
-        "usage": {"input_tokens": rendered.input_tokens, "output_tokens": 0},
-    }
-
-
-def answer_request(
-    model: LoadedModel,
-    request: Request,
-    temperature: TemperatureLookup | None = None,
-    *,
-    shared_prefix: bool = True,
-    model_name: str | None = None,
-    batch_size: int = 16,
-) -> dict[str, Any]:
-    """Score every question of one request (one shared state prefix) and build the Jev response."""
-    rendered = render_request(model, request, shared_prefix=shared_prefix)
-    score_plans(
-        [rendered.plan],
-        lambda prompts: score_prompts(model, prompts, batch_size=batch_size, shared_prefix=shared_prefix),
-    )
-    score_spans(model, rendered)
-    return build_response(rendered, temperature, model_name or model.name)
-
-
-def score_spans(model: LoadedModel, requests: RenderedRequest | list[RenderedRequest]) -> None:
-    """Read the sequences of the span questions of one or many requests (in one call, batched by length) into each
-    request's ``span_grids``; a request already read is left as it is."""
-    pending = [r for r in (requests if isinstance(requests, list) else [requests]) if r.spans and not r.span_grids]
-    layouts = [(r, name, layout) for r in pending for name, layout in r.spans.items()]
-    sequences = [s for _, _, layout in layouts for s in layout.sequences]
-    reads = read_sequences(model, sequences) if sequences else []
-    at = 0
-    for rendered, name, layout in layouts:
-        rendered.span_grids[name] = layout.grid(reads[at : at + len(layout.sequences)])
-        at += len(layout.sequences)
-
-
-def span_answer(part: str, question: Question, probs: np.ndarray) -> dict[str, Any]:
-    """A span question's answer: P(there is any span) (the grid's highest word probability) and the merged spans."""
-    return {
-        "type": "span",
-        "noul": float(probs.max()) if len(probs) else 0.0,
-        "spans": merge_spans(part, [float(p) for p in probs], question.options),
-    }
-
-
-def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> None:
-    """Refuse span questions whose text alone cannot fit in ``max_input_tokens``, without tokenising anything.
-
-    :func:`span_layout` tokenises a span question's text word by word, each word on its own, and puts every word in
-    at least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
-    with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
-    so words × sequences is the fewest tokens :func:`_check_span_limits` can count, whatever the tokenizer and however
-    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the
-    limit on that count would be refused by the exact check anyway, after tokenising the whole text (a second or more
-    of the scorer's time for 100,000 characters); one under it is left to the exact check.
-    """
-    per_word = 2 if span.echo else 1
-    counts = {
-        name: (len(words(state_part(request.state, q.over))), 1 if span.read == "head" else q.k)
-        for name, q in request.questions.items()
-        if q.type == "span"
-    }
-    floor = sum(n_words * sequences * per_word for n_words, sequences in counts.values())
-    if floor > limits.max_input_tokens:
-        name = max(counts, key=lambda n: counts[n][0] * counts[n][1])
-        n_words, sequences = counts[name]
-        raise RequestError(
-            f"the request's span questions hold at least {floor} tokens, over the limit of {limits.max_input_tokens} "
-            f"input tokens (every word of a span question's text is at least one token in each sequence that reads "
-            f"it: question {name!r} has {n_words} words, read in {sequences * per_word} sequence(s) each)"
-        )
-
-
-def _check_span_limits(spans: dict[str, SpanLayout], limits: Limits) -> None:
-    """A span question's sequences count against the same token limits as prompts, each a whole prompt."""
-    total = 0
-    for name, layout in spans.items():
-        for seq in layout.sequences:
-            if len(seq.ids) > limits.max_prompt_tokens:
-                raise RequestError(
-                    f"question {name!r}: a span window of {len(seq.ids)} tokens is over the limit of "
-                    f"{limits.max_prompt_tokens} tokens in one prompt"
-                )
-            total += len(seq.ids)
-    if total > limits.max_input_tokens:
-        raise RequestError(
-            f"the request's span questions hold {total} tokens (their sequences over every window), over the "
-            f"limit of {limits.max_input_tokens} input tokens"
-        )
