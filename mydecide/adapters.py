@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mydecide.errors import UserError
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_FILE = "mydecide_base.json"  # beside an adapter: the base it was trained on, by name and weights fingerprint
@@ -49,13 +51,13 @@ def weights_fingerprint(lm: Any) -> str:
 
 
 def read_json_file(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object file of an adapter; ValueError naming it when it is not one."""
+    """A JSON object file of an adapter; a :class:`~mydecide.errors.UserError` naming it when it is not one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:  # ValueError: not JSON, not UTF-8
-        raise ValueError(f"{path}: not a readable {what} ({' '.join(str(err).split())[:160]})") from None
+        raise UserError(f"{path}: not a readable {what} ({' '.join(str(err).split())[:160]})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a readable {what} (a JSON object is expected)")
+        raise UserError(f"{path}: not a readable {what} (a JSON object is expected)")
     return data
 
 
@@ -72,7 +74,7 @@ def check_adapter(adapter: str | Path) -> None:
     config = read_json_file(config_path, "adapter config")
     r = config.get("r")
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise ValueError(f"{config_path}: r must be a positive whole number (the LoRA rank), not {r!r}")
+        raise UserError(f"{config_path}: r must be a positive whole number (the LoRA rank), not {r!r}")
     weights = adapter / ADAPTER_WEIGHTS
     if not weights.is_file():
         if (adapter / "adapter_model.bin").is_file():  # a pickled adapter: peft reads (and checks) it itself
@@ -83,13 +85,13 @@ def check_adapter(adapter: str | Path) -> None:
             ranks = {key: handle.get_slice(key).get_shape()[0] for key in handle.keys() if ".lora_A." in key}  # noqa: SIM118
     except Exception as err:  # safetensors' own error type: a header that does not parse, a file cut short
         reason = " ".join(str(err).split())[:160] or type(err).__name__
-        raise ValueError(f"{weights}: not a readable safetensors file ({reason}); the adapter is damaged") from None
+        raise UserError(f"{weights}: not a readable safetensors file ({reason}); the adapter is damaged") from None
     if config.get("rank_pattern"):  # per-module ranks: peft matches them to the weights as it loads
         return
     other = sorted({rank for rank in ranks.values() if rank != r})
     if other:
         key = next(k for k, rank in ranks.items() if rank != r)
-        raise ValueError(
+        raise UserError(
             f"{config_path}: r={r}, but {weights} holds rank-{other[0]} LoRA weights ({key}); "
             "the config and the weights do not belong together"
         )
@@ -111,7 +113,7 @@ def check_base(adapter: Path, name: str, lm: Any, allow_other_base: bool = False
     record = read_json_file(record_path, "base model record")
     recorded = record.get("weights_fingerprint")
     if not isinstance(recorded, str):
-        raise ValueError(f"{record_path}: not a readable base model record (no weights_fingerprint)")
+        raise UserError(f"{record_path}: not a readable base model record (no weights_fingerprint)")
     here = weights_fingerprint(lm)
     if here == recorded:
         return
@@ -120,5 +122,5 @@ def check_base(adapter: Path, name: str, lm: Any, allow_other_base: bool = False
         f"not on {name} (fingerprint {here[:12]}): the two bases' weights differ"
     )
     if not allow_other_base:
-        raise ValueError(f"{message}; load it on its own base, or pass --allow-other-base to load it anyway")
+        raise UserError(f"{message}; load it on its own base, or pass --allow-other-base to load it anyway")
     print(f"[mydecide] warning: {message}; loading it anyway (--allow-other-base)", file=sys.stderr)

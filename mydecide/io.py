@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mydecide.errors import UserError
+
 TRACKED_PACKAGES = ("mydecide", "torch", "transformers", "peft", "accelerate", "datasets", "datasketch")
 
 
@@ -129,8 +131,9 @@ def holds(directory: str | Path, path: str | Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-class DirectoryBusy(RuntimeError):
-    """Another process holds the lock of a run or output directory."""
+class DirectoryBusy(UserError, RuntimeError):
+    """Another process holds the lock of a run or output directory (a :class:`UserError`: wait for it or choose
+    another directory; still a ``RuntimeError``, as it was)."""
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 
 MAX_DEPTH = 64  # nested objects and lists in a row (a record nested deeper is refused, never recursed into)
@@ -38,7 +39,7 @@ RAW_HEAD_CHARS = 200  # of a too-long line, kept as its raw content in rejects.j
 Line = tuple[str, Any, str | None]  # (where, object or raw line, error)
 
 
-class StrictJSONError(ValueError):
+class StrictJSONError(UserError):
     """Text that ``json.loads`` would accept but that is not standard JSON, or is ambiguous."""
 
 
@@ -158,7 +159,7 @@ def open_text(path: str | Path) -> BoundedText:
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such file or directory")
     if p.is_dir():
-        raise ValueError(f"{p}: is a directory, expected a file")
+        raise UserError(f"{p}: is a directory, expected a file")
     if p.is_fifo():  # read as any Unix reader does, once, as it is written; said, since nothing moves until then
         print(f"[mydecide] {p} is a named pipe: waiting for its writer (Ctrl-C stops)", file=sys.stderr, flush=True)
     if p.suffix in COMPRESSIONS:
@@ -192,7 +193,7 @@ class BoundedText(io.TextIOWrapper):
     def __next__(self) -> str:  # type: ignore[override]  # (typeshed: as TextIOWrapper itself)
         line = self.next_line()
         if isinstance(line, LongLine):
-            raise ValueError(f"{self.path}:{self.lines}: {line.reason()}")
+            raise UserError(f"{self.path}:{self.lines}: {line.reason()}")
         if not line:
             raise StopIteration
         return line
@@ -215,7 +216,7 @@ class BoundedText(io.TextIOWrapper):
             length += len(text)
             if not chunk or text != chunk:  # the end of the file, or of the line
                 return LongLine(length, head)
-        raise ValueError(
+        raise UserError(
             f"{self.path}:{self.lines}: no end of line in the first {MAX_SKIP_CHARS} characters of this line "
             "(mydecide.jsonl.MAX_SKIP_CHARS); the file is given up: is it a text file?"
         )
@@ -234,7 +235,7 @@ class _Decompressed(io.RawIOBase):
         try:
             return int(self.packed.readinto(buffer))
         except (EOFError, OSError, zlib.error) as err:
-            raise ValueError(f"{self.path}: corrupt or truncated {self.path.suffix} file ({err})") from None
+            raise UserError(f"{self.path}: corrupt or truncated {self.path.suffix} file ({err})") from None
 
     def close(self) -> None:
         self.packed.close()

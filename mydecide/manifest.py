@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, sha256_file
 from mydecide.jsonl import StrictJSONError, loads_strict
 
@@ -100,9 +101,9 @@ def read_manifest(directory: str | Path) -> dict[str, Any] | None:
     try:
         data = loads_strict(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, StrictJSONError) as err:
-        raise ValueError(f"{path}: unreadable ({err}); re-run `mydecide prepare`") from None
+        raise UserError(f"{path}: unreadable ({err}); re-run `mydecide prepare`") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: unreadable (not a JSON object); re-run `mydecide prepare`")
+        raise UserError(f"{path}: unreadable (not a JSON object); re-run `mydecide prepare`")
     return data
 
 
@@ -125,7 +126,7 @@ def check_against_manifest(path: str | Path, digests: Digests | None = None) -> 
         present = {f"{path.name}/{p.name}" for p in part_files(path)}
         if present != listed:
             odd = sorted(present ^ listed)
-            raise ValueError(
+            raise UserError(
                 f"{path}: its part files are not the ones {path.parent / MANIFEST} lists ({', '.join(odd[:3])} "
                 "missing or extra); the directory mixes two prepare runs, re-run `mydecide prepare`"
             )
@@ -138,7 +139,7 @@ def check_against_manifest(path: str | Path, digests: Digests | None = None) -> 
     if not isinstance(entry, dict) or "sha256" not in entry:
         return
     if file_digest(path, digests) != entry["sha256"]:
-        raise ValueError(
+        raise UserError(
             f"{path}: does not match the sha256 that {manifest_dir / MANIFEST} records for it (the directory mixes "
             "two prepare runs, or the file was changed after); re-run `mydecide prepare`"
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide.adapters import ADAPTER_CONFIG, check_adapter, read_json_file
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
 from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
 from mydecide.record_files import read_records
@@ -84,8 +85,8 @@ SAMPLE_QUESTIONS: list[tuple[Any, dict[str, Any]]] = [
 ]
 
 
-class MergeError(ValueError):
-    """The merge cannot start (bad paths, an existing output) or produced a model that answers differently."""
+class MergeError(UserError):
+    """The merge cannot start: bad paths, an existing output, no records to check it with."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def stored_dtype(model: str) -> str:
     config = Path(path) / "config.json"
     if kwargs or not config.is_file():  # a GGUF file or a hub name
         return "float32"
-    data = json.loads(config.read_text(encoding="utf-8"))
+    data = read_json_file(config, "model config")
     name = str(data.get("dtype") or data.get("torch_dtype") or "float32")
     return name if name in SAVE_DTYPES else "float32"
 
@@ -253,7 +254,7 @@ def _merge(
 
     merged = load_model(str(tmp), device=device, dtype=torch.float32)
     if hasattr(merged.lm, "peft_config") or any("lora_" in k for k in merged.lm.state_dict()):
-        raise MergeError(f"{tmp}: the saved model still carries LoRA weights")
+        raise RuntimeError(f"{tmp}: the saved model still carries LoRA weights")  # a bug, not the user's
     gap, worst = max_probability_gap(reference, option_probabilities(merged, items))
     report = MergeReport(
         out=str(out),

@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mydecide.errors import UserError
+
 EPS = 1e-15
 """Probabilities are clipped at this value before a log, so 0·log 0 = 0 and a wrong certainty stays finite."""
 
@@ -275,11 +277,11 @@ def auto_act_threshold(right: float, wrong: float, escalate: float) -> float:
     values = {"right": right, "wrong": wrong, "escalate": escalate}
     for name, value in values.items():
         if not math.isfinite(value):
-            raise ValueError(f"payoff {name} must be a finite number, got {value}")
+            raise UserError(f"payoff {name} must be a finite number, got {value}")
     if not right > wrong:
-        raise ValueError(f"payoff right ({right}) must be greater than payoff wrong ({wrong})")
+        raise UserError(f"payoff right ({right}) must be greater than payoff wrong ({wrong})")
     if not wrong <= escalate <= right:
-        raise ValueError(f"payoff escalate ({escalate}) must lie between wrong ({wrong}) and right ({right})")
+        raise UserError(f"payoff escalate ({escalate}) must lie between wrong ({wrong}) and right ({right})")
     return (escalate - wrong) / (right - wrong)
 
 

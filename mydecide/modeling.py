@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from mydecide.adapters import check_adapter, check_base
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 from mydecide.scoring.render import OPTION_FORMS, SCORE_FORMS, RenderConfig, Renderer
 
@@ -184,12 +187,18 @@ def read_render_config(path: Path) -> RenderConfig:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable render config ({err})") from None
+        raise UserError(f"{path}: not a readable render config ({err})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a render config is a JSON object")
+        raise UserError(f"{path}: a render config is a JSON object")
     if isinstance(data.get("span", {}), dict):  # a span head trained before these keys read labels as it was trained
         data = {**data, "span": {**SPAN_KEYS_BEFORE, **data.get("span", {})}}
-    return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
+    try:
+        return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'the config'}: {e['msg']}" for e in err.errors()[:3]
+        )
+        raise UserError(f"{path}: not a valid render config ({problems})") from err
 
 
 SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last"}
@@ -213,9 +222,9 @@ def check_option_form(
     ``score_form`` (if asked) are forms and the ones it was trained with: scoring an adapter in a form it was not
     trained in would give meaningless probabilities."""
     if option_form is not None and option_form not in OPTION_FORMS:
-        raise ValueError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
+        raise UserError(f"option form {option_form!r} is not one of {', '.join(OPTION_FORMS)}")
     if score_form is not None and score_form not in SCORE_FORMS:
-        raise ValueError(f"score form {score_form!r} is not one of {', '.join(SCORE_FORMS)}")
+        raise UserError(f"score form {score_form!r} is not one of {', '.join(SCORE_FORMS)}")
     saved, where = saved_render_config(model_path, adapter)
     if saved is None or where is None:
         return saved, where
@@ -225,7 +234,7 @@ def check_option_form(
     ):
         trained = getattr(saved, key)
         if asked is not None and trained != asked:
-            raise ValueError(
+            raise UserError(
                 f"{where.parent}: trained to score {what} with {key}={trained}; it cannot score with {key}={asked} "
                 "(leave it unset to score as trained)"
             )
@@ -240,8 +249,12 @@ def load_adapter(lm: Any, adapter: Path, name: str) -> Any:
         with peft_warnings_silenced():
             return PeftModel.from_pretrained(lm, str(adapter))
     except (RuntimeError, ValueError, KeyError, TypeError, OSError) as err:  # size mismatch, bad config values
-        reason = " ".join(str(err).split())[:200] or type(err).__name__
-        raise ValueError(f"{adapter}: the adapter cannot be loaded on {name} ({reason})") from None
+        raise UserError(f"{adapter}: the adapter cannot be loaded on {name} ({one_line(err)})") from None
+
+
+def one_line(err: BaseException, most: int = 200) -> str:
+    """A library's error message in one line of at most ``most`` characters (its type's name when it has none)."""
+    return " ".join(str(err).split())[:most] or type(err).__name__
 
 
 # ---------------------------------------------------------------------------------------------- loading a model
@@ -279,11 +292,17 @@ def load_model(
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    except ValueError as err:  # transformers' word for a directory or GGUF file it cannot read a tokenizer from
+        raise UserError(f"{name}: the tokenizer cannot be loaded ({one_line(err)})") from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    try:
+        lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
+    except ValueError as err:  # an unknown model_type, a config or GGUF file transformers cannot load
+        raise UserError(f"{name}: not a causal language model transformers can load ({one_line(err)})") from err
     if adapter is not None:
         check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model
     render = render or RenderConfig()

@@ -18,8 +18,10 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from mydecide.errors import UserError
 
-class RecipeError(ValueError):
+
+class RecipeError(UserError):
     """A recipe file or override is invalid; the message names the file and the key."""
 
 
@@ -103,6 +105,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise RecipeError(f"{path}: no such recipe file")
     try:
         data = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); is it a recipe?") from None
     except yaml.YAMLError as err:
         raise RecipeError(f"{path}: {yaml_problem(err)}") from None
     if not isinstance(data, dict):

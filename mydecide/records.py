@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mydecide.errors import UserError
 from mydecide.jsonl import value_problem
 from mydecide.spans import MAX_SPAN_LABELS, Span, grid_target, span_gold
 
@@ -27,7 +28,7 @@ NOUL_OPTIONS = ("yes", "no")
 SOFT_TARGET_TOLERANCE = 1e-3
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A record breaks a schema rule. ``str(err)`` names where (``file:line``) and the rule."""
 
     def __init__(self, rule: str, where: str | None = None):

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mydecide.errors import UserError
+
 DEFAULT_PART = "answer"
 """The part a span question without ``over`` is asked over when the state is an object of named parts."""
 MAX_SPAN_LABELS = 32
@@ -49,55 +51,55 @@ def state_part(state: Any, over: str | None) -> str:
     object state its part ``over`` (default ``"answer"``)."""
     if isinstance(state, str):
         if over is not None:
-            raise ValueError(f"over names the part {over!r}, but the state is plain text (it has no named parts)")
+            raise UserError(f"over names the part {over!r}, but the state is plain text (it has no named parts)")
         return state
     if not isinstance(state, dict):
-        raise ValueError("a span question needs a state that is text or an object of named text parts")
+        raise UserError("a span question needs a state that is text or an object of named text parts")
     name = DEFAULT_PART if over is None else over
     known = sorted(k for k, v in state.items() if isinstance(v, str))
     if name not in state:
         default = " (the default part when over is absent)" if over is None else ""
-        raise ValueError(f"over part {name!r}{default} is not in the state; its text parts are {known}")
+        raise UserError(f"over part {name!r}{default} is not in the state; its text parts are {known}")
     if not isinstance(state[name], str):
-        raise ValueError(f"over part {name!r} is not text; the state's text parts are {known}")
+        raise UserError(f"over part {name!r} is not text; the state's text parts are {known}")
     return str(state[name])
 
 
 def parse_gold_spans(answer: Any, part: str, labels: Sequence[str]) -> tuple[Span, ...]:
     """Validate a span answer (a list of ``{"label", "start", "end"[, "text"]}``) against its part and labels."""
     if not isinstance(answer, list):
-        raise ValueError('span answer must be a list of {"label", "start", "end"} objects (empty: nothing to find)')
+        raise UserError('span answer must be a list of {"label", "start", "end"} objects (empty: nothing to find)')
     spans = []
     for n, item in enumerate(answer):
         where = f"span answer[{n}]"
         if not isinstance(item, dict):
-            raise ValueError(f'{where} must be an object {{"label", "start", "end"}}')
+            raise UserError(f'{where} must be an object {{"label", "start", "end"}}')
         unknown = set(item) - {"label", "start", "end", "text"}
         missing = {"label", "start", "end"} - set(item)
         if unknown or missing:
-            raise ValueError(f"{where} has unknown key(s) {sorted(unknown)} / lacks {sorted(missing)}")
+            raise UserError(f"{where} has unknown key(s) {sorted(unknown)} / lacks {sorted(missing)}")
         label, start, end = item["label"], item["start"], item["end"]
         if label not in labels:
-            raise ValueError(f"{where}: label {label!r} is not one of the labels {list(labels)}")
+            raise UserError(f"{where}: label {label!r} is not one of the labels {list(labels)}")
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):
-            raise ValueError(f"{where}: start and end must be integers (character offsets)")
+            raise UserError(f"{where}: start and end must be integers (character offsets)")
         if not 0 <= start < end <= len(part):
-            raise ValueError(
+            raise UserError(
                 f"{where}: offsets {start}..{end} are outside the text (need 0 <= start < end <= {len(part)})"
             )
         if not part[start:end].strip():
-            raise ValueError(
+            raise UserError(
                 f"{where}: offsets {start}..{end} hold only whitespace ({part[start:end]!r}), no word to mark"
             )
         if "text" in item and item["text"] != part[start:end]:
-            raise ValueError(f"{where}: text {item['text']!r} is not the text at {start}..{end} ({part[start:end]!r})")
+            raise UserError(f"{where}: text {item['text']!r} is not the text at {start}..{end} ({part[start:end]!r})")
         spans.append(Span(start, end, label))
     spans.sort()
     last_end: dict[str, Span] = {}
     for span in spans:
         before = last_end.get(span.label)
         if before is not None and span.start < before.end:
-            raise ValueError(
+            raise UserError(
                 f"span answer: gold spans {before.start}..{before.end} and {span.start}..{span.end} of label "
                 f"{span.label!r} overlap (spans of one label may not)"
             )
@@ -113,12 +115,12 @@ def span_gold(
     target. A broken rule raises ``error`` (``records.RecordError``) with the rule."""
     try:
         if record.get("target") is not None:
-            raise ValueError("span questions take an answer (a list of spans); a soft target is not supported")
+            raise UserError("span questions take an answer (a list of spans); a soft target is not supported")
         if record.get("answer") is not None and record.get("expected") is not None:
-            raise ValueError("give either answer or its alias expected, not both")
+            raise UserError("give either answer or its alias expected, not both")
         answer = record["answer"] if record.get("answer") is not None else record.get("expected")
         if answer is None:
-            raise ValueError("record has no gold label: give answer (or expected), a list of spans")
+            raise UserError("record has no gold label: give answer (or expected), a list of spans")
         return parse_gold_spans(answer, state_part(state, question.over), question.options)
     except ValueError as err:
         raise error(str(err)) from None

@@ -19,6 +19,7 @@ from mydecide.calibration.temperatures import (
 from mydecide.config import dump_recipe
 from mydecide.data.dedup import state_text
 from mydecide.data.shingles import normalise
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance
 from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
 from mydecide.modeling import load_model
@@ -128,7 +129,7 @@ def check_calibration_data(path: str | Path, force: bool = False, adapter: str |
     """Raise ValueError when ``path`` is a training or held-out split (of ``adapter`` too), unless ``force``."""
     reason = protected_split(path, adapter)
     if reason and not force:
-        raise ValueError(
+        raise UserError(
             f"refusing to calibrate on {path}: {reason}; fit temperatures on dev data "
             "(dev.jsonl), or pass --force if this file really is held-out dev data"
         )
@@ -155,7 +156,7 @@ def calibrate(
     :func:`~mydecide.calibration.temperatures.fit_temperatures` returns.
     """
     if not records:
-        raise ValueError("cannot calibrate on zero records")
+        raise UserError("cannot calibrate on zero records")
     if scorer is None:
         if model is None:
             raise ValueError("calibrate needs a model or a scorer")
@@ -181,25 +182,25 @@ def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
     # the recipe beside it: a dev directory that holds it holds the target too; a link in its place is replaced by
     # the write, not followed, so the side file is compared as it is named (holds would follow a link)
     if holds(data, target) or side == Path(os.path.realpath(data)):
-        raise ValueError(f"{out}: would overwrite the dev data {data}; choose another --out")
+        raise UserError(f"{out}: would overwrite the dev data {data}; choose another --out")
     if adapter is not None and holds(adapter, target.parent):
-        raise ValueError(f"{out}: is inside the adapter {adapter}, which calibrate must not change; choose --out")
+        raise UserError(f"{out}: is inside the adapter {adapter}, which calibrate must not change; choose --out")
     folder = target.parent
     if (folder / "adapter_config.json").is_file():
-        raise ValueError(f"{out}: is inside an adapter directory ({folder}); choose another --out")
+        raise UserError(f"{out}: is inside an adapter directory ({folder}); choose another --out")
     if (folder / MANIFEST).is_file():
-        raise ValueError(f"{out}: is inside a prepare output ({folder}); choose another --out")
+        raise UserError(f"{out}: is inside a prepare output ({folder}); choose another --out")
     if target.is_dir():
-        raise ValueError(f"{out}: is a directory; give the temperatures file's path (e.g. {out}/temperatures.json)")
+        raise UserError(f"{out}: is a directory; give the temperatures file's path (e.g. {out}/temperatures.json)")
     if target.exists():
         try:
             written = json.loads(target.read_text(encoding="utf-8")).get("format")
         except (OSError, UnicodeDecodeError, ValueError, AttributeError):
             written = None
         if written != TEMPERATURES_FORMAT:
-            raise ValueError(f"{out}: exists and is not a temperatures.json written by calibrate; choose another --out")
+            raise UserError(f"{out}: exists and is not a temperatures.json written by calibrate; choose another --out")
     elif side.exists():
-        raise ValueError(f"{side}: exists beside --out {out}, which calibrate did not write; choose another --out")
+        raise UserError(f"{side}: exists beside --out {out}, which calibrate did not write; choose another --out")
 
 
 def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bool = True) -> dict:
@@ -208,7 +209,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
     Returns the written document.
     """
     if recipe.data is None:
-        raise ValueError("give the dev data to fit on: --data DEV.jsonl")
+        raise UserError("give the dev data to fit on: --data DEV.jsonl")
     data = Path(recipe.data)
     if not data.exists():
         raise FileNotFoundError(f"{data}: no such data file or split directory")

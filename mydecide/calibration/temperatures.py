@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mydecide.config import CalibrateRecipe
+from mydecide.errors import UserError
 from mydecide.metrics import ece, ece_band, log_loss
 from mydecide.records import QUESTION_TYPES
 from mydecide.scoring.probabilities import answer_rows, softmax
@@ -345,9 +346,11 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        raise UserError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from None
     if not isinstance(data, dict) or not isinstance(data.get("types"), dict):
-        raise ValueError(f"{path}: a temperatures file needs a 'types' object (see mydecide calibrate)")
+        raise UserError(f"{path}: a temperatures file needs a 'types' object (see mydecide calibrate)")
 
     low, high = TEMPERATURE_RANGE
     bucket_names = list(dict.fromkeys(option_bucket(k) for k in range(BUCKET_STARTS[0], 256)))
@@ -355,9 +358,9 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     def value(entry: object, key: str) -> float:
         t = entry.get("temperature") if isinstance(entry, dict) else entry
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
-            raise ValueError(f"{path}: {key}: temperature must be a finite number > 0, got {t!r}")
+            raise UserError(f"{path}: {key}: temperature must be a finite number > 0, got {t!r}")
         if not low <= t <= high:
-            raise ValueError(
+            raise UserError(
                 f"{path}: {key}: temperature {t!r} is outside the range {low:.4g} to {high:.4g} that "
                 "mydecide calibrate fits in"
             )
@@ -365,7 +368,7 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
 
     def known_type(qtype: str, key: str) -> str:
         if qtype not in QUESTION_TYPES:
-            raise ValueError(
+            raise UserError(
                 f"{path}: {key}: unknown question type {qtype!r} (the types are {', '.join(QUESTION_TYPES)})"
             )
         return qtype
@@ -376,14 +379,14 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
     buckets: dict[str, dict[str, float]] = {}
     raw_buckets = data.get("buckets") or {}
     if not isinstance(raw_buckets, dict):
-        raise ValueError(f"{path}: buckets must be an object type → bucket → entry")
+        raise UserError(f"{path}: buckets must be an object type → bucket → entry")
     for qtype, entries in raw_buckets.items():
         known_type(qtype, f"buckets.{qtype}")
         if not isinstance(entries, dict):
-            raise ValueError(f"{path}: buckets.{qtype} must be an object bucket → entry")
+            raise UserError(f"{path}: buckets.{qtype} must be an object bucket → entry")
         for name in entries:
             if name not in bucket_names:
-                raise ValueError(
+                raise UserError(
                     f"{path}: buckets.{qtype}.{name}: unknown option-count bucket {name!r} (the "
                     f"buckets are {', '.join(bucket_names)})"
                 )

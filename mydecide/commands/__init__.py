@@ -10,9 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from mydecide.io import DirectoryBusy
-from mydecide.recipe_parsing import RecipeError
-from mydecide.records import RecordError
+from mydecide.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENVIRONMENT_ERRNOS = {
@@ -41,9 +39,11 @@ def fail(message: str, code: int = 2) -> None:
 def friendly_errors(fn: F) -> F:
     """Turn expected user errors (bad files and directories, recipes, records, models) into one line and exit code 2.
 
-    Recipe validation errors, unknown models, an existing run directory or a file where a directory belongs all
-    raise one of the caught types with a message naming what and where; anything else is a bug and keeps its
-    traceback."""
+    A user's mistake raises :class:`~mydecide.errors.UserError` (recipe and record errors, a busy directory and the
+    other subclasses included) with a message naming what and where; a missing file, an existing run directory or a
+    file where a directory belongs raise the matching ``OSError`` subclass, and the file system's refusals
+    (read-only, full, no permission) are told in one line too. Anything else, a plain ``ValueError`` included, is a
+    bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -54,13 +54,8 @@ def friendly_errors(fn: F) -> F:
             FileExistsError,
             NotADirectoryError,
             IsADirectoryError,
-            RecipeError,
-            RecordError,
-            DirectoryBusy,
-            ValueError,
+            UserError,
         ) as err:
-            if isinstance(err, typer.Exit):
-                raise
             fail(str(err))
         except OSError as err:  # the file system said no: read-only, full, no permission, a file in the way
             if err.errno not in ENVIRONMENT_ERRNOS:

@@ -24,6 +24,7 @@ from mydecide.commands.options import (
     recipe_from_command_line,
 )
 from mydecide.config import EvalRecipe
+from mydecide.errors import UserError
 
 ARGS_HELP = "[RECIPE.yaml] [KEY=VALUE ...] and more data files (--data a.jsonl b.jsonl works)."
 SUMMARY_COLUMNS = (
@@ -42,11 +43,11 @@ def parse_costs(text: str) -> dict[str, float]:
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or key not in ("right", "wrong", "escalate"):
-            raise ValueError(f"--costs {text!r}: expected right=…,wrong=…,escalate=… (got {part!r})")
+            raise UserError(f"--costs {text!r}: expected right=…,wrong=…,escalate=… (got {part!r})")
         try:
             costs[key] = float(value)
         except ValueError:
-            raise ValueError(f"--costs {text!r}: {key} must be a number, got {value!r}") from None
+            raise UserError(f"--costs {text!r}: {key} must be a number, got {value!r}") from None
     return costs
 
 

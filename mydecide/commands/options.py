@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 
+from mydecide.errors import UserError
 from mydecide.recipe_loading import load_recipe
 
 R = TypeVar("R", bound=BaseModel)
@@ -79,9 +80,9 @@ def split_args(args: list[str] | None, *, data_files: bool = False) -> tuple[str
         elif recipe is None and (arg.endswith((".yaml", ".yml")) or not data_files):
             recipe = arg
         elif arg.endswith((".yaml", ".yml")):
-            raise ValueError(f"two recipes given ({recipe} and {arg}); pass one")
+            raise UserError(f"two recipes given ({recipe} and {arg}); pass one")
         elif not data_files:
-            raise ValueError(f"unexpected argument {arg!r} after the recipe {recipe}: overrides are KEY=VALUE")
+            raise UserError(f"unexpected argument {arg!r} after the recipe {recipe}: overrides are KEY=VALUE")
         else:
             files.append(arg)
     return recipe, overrides, files
@@ -98,7 +99,7 @@ def recipe_from_command_line(
     if files:
         current = getattr(recipe, "data", None)
         if not isinstance(current, list):
-            raise ValueError(f"unexpected argument(s) {files}: pass the data file with --data")
+            raise UserError(f"unexpected argument(s) {files}: pass the data file with --data")
         recipe = load_recipe(path, overrides, model=model, options={**options, "data": [*current, *files]})
     return recipe
 

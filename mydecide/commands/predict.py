@@ -19,6 +19,7 @@ from mydecide.commands.options import (
     recipe_from_command_line,
 )
 from mydecide.config import ServeRecipe
+from mydecide.errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
             limits = recipe.limits.model_copy(update={"max_body_bytes": 2**62})
             parsed = parse_request(decode_body(request.read_bytes()), limits)
         except RequestError as err:
-            raise ValueError(f"{request}: {err}") from None
+            raise UserError(f"{request}: {err}") from None
         temperature = None
         if recipe.temperatures is not None:
             from mydecide.calibration.temperatures import load_temperatures

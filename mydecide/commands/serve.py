@@ -22,6 +22,7 @@ from mydecide.commands.options import (
     recipe_from_command_line,
 )
 from mydecide.config import BatchOptions, Limits, ServeRecipe
+from mydecide.errors import UserError
 
 DEFAULT = ServeRecipe()  # the defaults the help shows: the recipe model's fields
 
@@ -93,9 +94,9 @@ def limit_values(items: list[str]) -> dict[str, int]:
         name, sep, value = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in names:
-            raise ValueError(f"--limit {item!r}: use NAME=VALUE with NAME one of {', '.join(names)}")
+            raise UserError(f"--limit {item!r}: use NAME=VALUE with NAME one of {', '.join(names)}")
         if not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"--limit {item!r}: the value must be a whole number ≥ 1")
+            raise UserError(f"--limit {item!r}: the value must be a whole number ≥ 1")
         values[name] = int(value)
     return values
 
@@ -264,7 +265,7 @@ def register(app: typer.Typer) -> None:
                     score_form=recipe.score_form,
                     allow_other_base=recipe.allow_other_base,
                 )
-            except (FileNotFoundError, ValueError) as err:
+            except (FileNotFoundError, UserError) as err:  # the user's mistake: one line; a bug keeps its traceback
                 refused.append(str(err))
                 raise
 

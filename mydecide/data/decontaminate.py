@@ -38,6 +38,7 @@ from mydecide.data.near_dedup import (
     sketch,
 )
 from mydecide.data.shingles import Shingles, Shingling, Words, normalise, shingle, tokens, words
+from mydecide.errors import UserError
 from mydecide.jsonl import iter_jsonl
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def read_eval_jsonl(path: str | Path) -> tuple[list[EvalItem], list[str]]:
         name = str(item_id) if item_id not in (None, "") else where
         items.append(EvalItem(str(path), name, state_text(state), *question_of(obj)))
     if not items:
-        raise ValueError(f"{path}: no eval item with a state to decontaminate against")
+        raise UserError(f"{path}: no eval item with a state to decontaminate against")
     return items, problems
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from mydecide.config import DataRecipe, OutputConfig, dump_recipe
 from mydecide.data import dedup
 from mydecide.data.ledger import Ledger, Row
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_text, foreign_entries, holds, provenance, staged_directory
 from mydecide.jsonl import json_line, write_jsonl
 from mydecide.manifest import MANIFEST, SPLIT_FILES, listed_outputs, read_manifest, split_dir, write_manifest
@@ -108,7 +109,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
     * one that holds a source or a ``decontaminate_against`` file of the recipe."""
     target = Path(os.path.realpath(out))
     if holds(out, Path.cwd()):
-        raise ValueError(f"{out}: is the working directory or above it, which prepare would replace; choose --out")
+        raise UserError(f"{out}: is the working directory or above it, which prepare would replace; choose --out")
     inputs = [("sources", i, spec.path) for i, spec in enumerate(recipe.sources)]
     for i, entry in enumerate(recipe.decontaminate_against):
         inputs.append(("decontaminate_against", i, entry if isinstance(entry, str) else entry.path))
@@ -116,7 +117,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
         if path is None:
             continue
         if holds(out, path):
-            raise ValueError(
+            raise UserError(
                 f"{section}[{i}]: {path} is inside --out {out}, which prepare replaces whole; move it out or choose "
                 "another --out"
             )
@@ -128,18 +129,18 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
     try:
         earlier = read_manifest(target)
     except ValueError:
-        raise ValueError(
+        raise UserError(
             f"{target / MANIFEST}: unreadable, so prepare cannot tell its own files from yours; remove it or choose "
             "an empty or new output directory"
         ) from None
     if earlier is None or "conservation" not in earlier:
-        raise ValueError(
+        raise UserError(
             f"{out}: holds {', '.join(present[:5])} but no manifest.json of an earlier prepare: these are not its "
             "outputs to replace; choose an empty or new output directory"
         )
     foreign = foreign_entries(target, {*OUTPUT_FILES, *earlier_outputs(target)})
     if foreign:
-        raise ValueError(
+        raise UserError(
             f"{out}: holds {', '.join(foreign[:5])}, which this command did not write; choose an empty or new "
             "output directory"
         )

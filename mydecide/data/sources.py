@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from mydecide.errors import UserError
+
 PACKAGE = "data_sources"
 
 
-class UnknownSourceError(ValueError):
+class UnknownSourceError(UserError):
     """A recipe names a source kind that is not a module in ``data_sources/``."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from mydecide.data.dedup import state_text
 from mydecide.data.shingles import normalise
+from mydecide.errors import UserError
 from mydecide.records import Record
 
 SPLITS = ("train", "dev", "test", "heldout")
@@ -54,7 +55,7 @@ def split_records(
     tasks = {r.task for r in records}
     missing = [t for t in heldout_tasks if t not in tasks]
     if missing:
-        raise ValueError(f"split.heldout_tasks: no records for task(s) {missing}; the tasks are {sorted(tasks)}")
+        raise UserError(f"split.heldout_tasks: no records for task(s) {missing}; the tasks are {sorted(tasks)}")
     held = set(heldout_tasks)
     out: dict[str, list[int]] = {name: [] for name in SPLITS}
     for index, record in enumerate(records):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mydecide import metrics
+from mydecide.errors import UserError
 from mydecide.io import (
     atomic_write_bytes,
     atomic_write_json,
@@ -262,10 +263,10 @@ def check_report_dir(out: str | Path, inputs: Sequence[tuple[str, str | None]]) 
     * one that holds files but no report.json of an earlier evaluate (a prepare output, an adapter, your files);
     * one that holds a file evaluate does not write (checked again when the outputs are swapped in)."""
     if holds(out, Path.cwd()):
-        raise ValueError(f"--out {out}: is the working directory or above it, which evaluate replaces; choose --out")
+        raise UserError(f"--out {out}: is the working directory or above it, which evaluate replaces; choose --out")
     for option, path in inputs:
         if path is not None and holds(out, path):
-            raise ValueError(f"--out {out}: holds {option} {path}, and evaluate replaces it whole; choose --out")
+            raise UserError(f"--out {out}: holds {option} {path}, and evaluate replaces it whole; choose --out")
     target = Path(os.path.realpath(out))
     if not target.exists():
         return
@@ -275,13 +276,13 @@ def check_report_dir(out: str | Path, inputs: Sequence[tuple[str, str | None]]) 
     if not present:
         return
     if not _written_by_evaluate(target / "report.json"):
-        raise ValueError(
+        raise UserError(
             f"--out {out}: holds {', '.join(present[:5])} but no report.json of an earlier evaluate: these are not "
             "its outputs to replace; choose an empty or new output directory"
         )
     foreign = foreign_entries(target, (*OUTPUT_FILES, RECIPE_FILE))
     if foreign:
-        raise ValueError(
+        raise UserError(
             f"--out {out}: holds {', '.join(foreign[:5])}, which evaluate did not write; choose an empty or new "
             "output directory"
         )

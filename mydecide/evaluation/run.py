@@ -32,6 +32,7 @@ from mydecide import metrics
 from mydecide.calibration.run import protected_split
 from mydecide.calibration.temperatures import load_temperatures
 from mydecide.config import Costs, EvalRecipe, dump_recipe
+from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.report import check_report_dir, write_outputs
@@ -109,7 +110,7 @@ def _check_scorable(records: Sequence[Record]) -> None:
     for r in records:
         most = limits.get(r.question.type)
         if most is not None and r.question.k > most:
-            raise ValueError(
+            raise UserError(
                 f"record {r.id!r} ({r.task}): {r.question.k} options, but a {r.question.type} "
                 f"question has at most {most}"
             )
@@ -142,7 +143,7 @@ def run_evaluation(
     (tests; a base scorer is otherwise the model under ``disable_adapter()`` when an adapter is loaded).
     """
     if not records:
-        raise ValueError("nothing to evaluate: no records")
+        raise UserError("nothing to evaluate: no records")
     if permutations < 0:
         raise ValueError(f"permutations must be >= 0, got {permutations}")
     if model is None and scorer is None:
@@ -288,7 +289,7 @@ def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:
     """``mydecide evaluate``: read the files (strictly: the first bad line is an error naming file and line),
     load the model, evaluate, and write every output into ``recipe.out``."""
     if not recipe.data:
-        raise ValueError("give the records to evaluate: --data FILE.jsonl [MORE.jsonl ...]")
+        raise UserError("give the records to evaluate: --data FILE.jsonl [MORE.jsonl ...]")
     inputs: list[tuple[str, str | None]] = [("--data", str(path)) for path in recipe.data]
     inputs += [("--adapter", recipe.adapter), ("--temperatures", recipe.temperatures)]
     if recipe.model is not None and Path(recipe.model).exists():  # a local model, not a hub name

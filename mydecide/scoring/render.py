@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mydecide.errors import UserError
 from mydecide.records import Question
 
 LETTERS = string.ascii_uppercase
@@ -117,7 +118,7 @@ class RenderConfig(BaseModel):
     span: SpanWindows = Field(default_factory=SpanWindows)
 
 
-class LabelError(ValueError):
+class LabelError(UserError):
     """The tokenizer cannot show the answer labels as single tokens."""
 
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mydecide.errors import UserError
 from mydecide.records import Question
 from mydecide.scoring.forward import decoder_of, output_head, read_option_logits
 from mydecide.scoring.render import Renderer, render_state
@@ -304,7 +305,7 @@ def span_read_logits(
 
         head = span_head_of(lm)
         if head is None:
-            raise ValueError(
+            raise UserError(
                 "prompt.span.read is 'head', but the model has no span head: it comes with an adapter (or a merged "
                 "model) trained with it; an untrained model reads span questions with prompt.span.read=letters"
             )

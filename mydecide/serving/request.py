@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mydecide.config import Limits
+from mydecide.errors import UserError
 from mydecide.jsonl import DuplicateKeyError, unique_keys
 from mydecide.records import Question, RecordError, parse_question
 from mydecide.scoring.plan import prompt_count
@@ -37,7 +38,7 @@ def shorten(message: str, limit: int = MAX_ERROR_CHARS) -> str:
     return f"{message[:head]} …[{len(message) - head - tail} characters cut]… {message[-tail:]}"
 
 
-class RequestError(ValueError):
+class RequestError(UserError):
     """A malformed request; the message names the question (when there is one) and the rule, cut to
     :data:`MAX_ERROR_CHARS` (``predict`` prints it and ``serve`` answers it: neither echoes a 100 kB key)."""
 
@@ -220,7 +221,7 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
                 state_part(state, question.over)  # the part must exist and be text
         except RecordError as err:
             raise RequestError(str(err)) from None
-        except ValueError as err:
+        except UserError as err:  # the span question's part (state_part); a bug's ValueError stays a 500
             raise RequestError(f"question {name!r}: {err}") from None
         prompt_chars += _check_text_limits(name, question, limits)
         if prompt_chars > limits.max_prompt_chars:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import TrainRecipe
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 from mydecide.recipe_parsing import RecipeError, read_yaml
 
@@ -163,7 +164,7 @@ def resume_newest(accelerator: Any, run: Path, model: Any) -> tuple[Path, dict[s
         log(f"checkpoint {path.name} is damaged or unreadable ({reason or 'on another process'}); skipped")
         damaged.append(path.name)
     if damaged:
-        raise ValueError(
+        raise UserError(
             f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); "
             "start a new run with another --out"
         )
@@ -249,7 +250,7 @@ def saved_training(run: Path) -> tuple[dict[str, Any], dict[str, str], str]:
             unreadable.append(f"{path / STATE_FILE} (its recipe or data_sha256 is not a mapping)")
             continue
         return recipe, data, f"checkpoint {path.name}"
-    raise ValueError(
+    raise UserError(
         f"--resume {run}: no checkpoint could be read: {'; '.join(unreadable)}; start a new run with another --out"
     )
 
@@ -287,7 +288,7 @@ def legacy_training(run: Path, checkpoint: Path) -> tuple[dict[str, Any], dict[s
     provenance = saved.pop("_provenance", None)
     data = provenance.get("data_sha256") if isinstance(provenance, dict) else None
     if not isinstance(data, dict):
-        raise ValueError(
+        raise UserError(
             f"{cannot}, and {saved_file} records no data hashes (_provenance.data_sha256): the data cannot be "
             "checked; start a new run with another --out"
         )
@@ -324,7 +325,7 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
     differ. Returns what the recipe was checked against (``checkpoint update-N``, or a legacy run's recipe.yaml)."""
     unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
     if unsafe:
-        raise ValueError(
+        raise UserError(
             f"--allow-change: {', '.join(unsafe)} cannot change on resume (only "
             f"{', '.join(SAFE_CHANGES)} can); start a new run with another --out"
         )
@@ -339,4 +340,4 @@ def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str],
         hint = (
             f"start a new run with another --out (only {', '.join(SAFE_CHANGES)} may change, with --allow-change KEY)"
         )
-    raise ValueError(f"--resume {run}: the recipe or data differs from what {where} was trained with: {listed}; {hint}")
+    raise UserError(f"--resume {run}: the recipe or data differs from what {where} was trained with: {listed}; {hint}")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mydecide.config import TrainRecipe
+from mydecide.errors import UserError
 from mydecide.records import Record
 from mydecide.scoring.render import Renderer
 from mydecide.training.batches import OrderSchedule, Unit, epoch_units, plan_batches
@@ -40,7 +41,7 @@ class EpochPlan:
         ordered = len(self._plans[(0, 0)]) // world if (0, 0) in self._plans else shuffled_per_epoch
         per_epoch = (ordered, shuffled_per_epoch)
         if min(per_epoch) == 0:
-            raise ValueError(f"{len(records)} training records make fewer batches than processes ({world})")
+            raise UserError(f"{len(records)} training records make fewer batches than processes ({world})")
         self.micro_per_epoch = per_epoch[1]
         self.total_updates = recipe.optim.max_steps or math.ceil(
             self.micro_per_epoch * recipe.optim.epochs / self.accum

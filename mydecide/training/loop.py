@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import TrainRecipe, dump_recipe
+from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior
 from mydecide.io import atomic_write_text, directory_lock, provenance
 from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, split_digest, split_path
@@ -49,7 +50,7 @@ def prepared_data(data: str | None) -> Path:
     directory without train.jsonl and dev.jsonl, or one whose recipe.yaml is not the one its manifest records, is an
     error that says which (the splits themselves are checked against the manifest as they are read)."""
     if data is None:
-        raise ValueError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
+        raise UserError("no training data: give --data DIR (a `mydecide prepare` output) or set data: in the recipe")
     path = Path(data)
     if path.is_file():
         if (path.parent / "train.jsonl").is_file():
@@ -81,13 +82,13 @@ def select_tasks(
     present = Counter(r.task for r in train_records)
     missing = [t for t in tasks if t not in present]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"tasks: {missing} have no records in {data_dir / 'train.jsonl'}; its tasks are {sorted(present)}"
         )
     wanted = set(tasks)
     dev = [r for r in dev_records if r.task in wanted]
     if dev_records and not dev:
-        raise ValueError(f"tasks: {tasks} have no records in {split_path(data_dir, 'dev')}; {DEV_NEEDED}")
+        raise UserError(f"tasks: {tasks} have no records in {split_path(data_dir, 'dev')}; {DEV_NEEDED}")
     return [r for r in train_records if r.task in wanted], dev
 
 
@@ -102,7 +103,7 @@ def dev_split(data_dir: Path, digests: Digests | None = None) -> list[Record]:
     except RecordError as err:
         if err.rule != NO_RECORDS:
             raise
-        raise ValueError(
+        raise UserError(
             f"{err.where}: {NO_RECORDS}; {DEV_NEEDED} (prepare {data_dir} with split.dev_fraction > 0)"
         ) from None
 
@@ -135,7 +136,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if resume:
         check_resumable(Path(recipe.out), recipe, data_sha256, allow_change)
     elif allow_change:
-        raise ValueError("--allow-change applies to --resume only")
+        raise UserError("--allow-change applies to --resume only")
     resolve_model_path(recipe.model, convert=False)
 
     import torch
@@ -325,7 +326,7 @@ def selected_records(
     if recipe.task_weights:
         present = Counter(r.task for r in train_records)
         if missing := sorted(set(recipe.task_weights) - set(present)):
-            raise ValueError(
+            raise UserError(
                 f"task_weights: {missing} have no records to train on; the training tasks are {sorted(present)}"
             )
         shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items()}

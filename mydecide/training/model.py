@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mydecide.config import TrainRecipe
+from mydecide.errors import UserError
 from mydecide.records import Record
 from mydecide.scoring.packed import batch_packing, packing_mode
 from mydecide.training.batches import TrainBatch, Unit, make_batch
@@ -28,7 +29,7 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
 
     if spec != "all-linear":
         if last_layers:
-            raise ValueError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
+            raise UserError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
         return spec
     decoder = lm.get_decoder()
     prefix = next(name for name, module in lm.named_modules() if module is decoder)
@@ -40,12 +41,12 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
         }
     )
     if not leaves:
-        raise ValueError(f"no linear layers found in the decoder of {type(lm).__name__}")
+        raise UserError(f"no linear layers found in the decoder of {type(lm).__name__}")
     layers = ""
     if last_layers:
         n = len(decoder.layers)
         if last_layers > n:
-            raise ValueError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
+            raise UserError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
         layers = rf"layers\.(?:{'|'.join(str(i) for i in range(n - last_layers, n))})\."
     return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from mydecide.adapters import ADAPTER_CONFIG, BASE_FILE, FINGERPRINT
 from mydecide.config import TrainRecipe, dump_recipe
+from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 from mydecide.jsonl import iter_jsonl
 from mydecide.records import Record
@@ -72,7 +73,7 @@ def dev_table(metrics_file: Path) -> str:
     rows = []
     for where, row, error in iter_jsonl(metrics_file) if metrics_file.is_file() else []:
         if error is not None:
-            raise ValueError(f"{metrics_file.parent / where}: {error}")
+            raise UserError(f"{metrics_file.parent / where}: {error}")
         if row["kind"] == "dev":
             rows.append(row)
     if not rows:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from mydecide.config import TrainRecipe
+from mydecide.errors import UserError
 
 TRACKER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",)}
 
@@ -22,7 +23,7 @@ def check_trackers(report_to: list[Any]) -> list[str]:
     for tracker in wanted:
         packages = TRACKER_PACKAGES[tracker]
         if not any(importlib.util.find_spec(p) for p in packages):
-            raise ValueError(
+            raise UserError(
                 f"report_to: {tracker} needs the {packages[0]} package, which is not installed "
                 f"(pip install {packages[0]}), or drop it from report_to"
             )
