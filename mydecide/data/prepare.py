@@ -5,83 +5,38 @@ decontaminate → cap per task → split → augment → write. Every step count
 question type) and says why each removed row left; each removed or rejected row goes to ``rejects.jsonl`` with its
 step, its reason, its source location and (for duplicates and contamination) the row or eval item it matched.
 Before anything is written the conservation law is checked: input rows = kept + rejected + removed, exactly.
+
+Convert and validate live in :mod:`mydecide.data.inputs`; the steps that remove rows (dedup, unique ids,
+decontamination, the cap per task) and the :class:`~mydecide.data.filtering.Engine` the two heavy ones run on, in
+:mod:`mydecide.data.filtering`; the split and augment steps here; the writing in :mod:`mydecide.data.outputs`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from mydecide.config import DataRecipe, SourceSpec, SplitConfig
+from mydecide.config import DataRecipe, SplitConfig
 from mydecide.data import augment as augmenting
 from mydecide.data import split
-from mydecide.data.decontaminate import Contamination, EvalIndex, EvalItem, question_of, read_eval_jsonl
-from mydecide.data.dedup import exact_duplicates, exact_key, state_text
-from mydecide.data.ledger import (
-    Ledger,
-    Row,
-    decision_sketches,
-    decision_words,
-    decisions,
-    in_out,
-    progress_bar,
-    reason_pattern,
-    release,
-    shingling,
-    short_reasons,
+from mydecide.data.filtering import (
+    Engine,
+    LocalEngine,
+    cap_per_task,
+    decontaminate,
+    exact_dedup,
+    near_dedup,
+    unique_ids,
 )
-from mydecide.data.near_dedup import NearMatch, near_duplicates_of
+from mydecide.data.inputs import convert_and_validate
+from mydecide.data.ledger import Ledger, Row, short_reasons
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
-from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.io import directory_lock
 from mydecide.recipe_parsing import RecipeError
-from mydecide.records import RecordError, parse_record
 
 Log = Callable[[str], None]
-
-
-class Engine(Protocol):
-    """Where the two heavy steps run: :class:`LocalEngine` in this process, or ``distributed.RayEngine`` on a Ray
-    cluster. Both give the same answer; every other step, and all the counting, is the pipeline's own."""
-
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
-        """``{removed index: NearMatch}``: near_dedup's keep rule over the rows (``bar.update(n)``: progress)."""
-        ...
-
-    def contamination(
-        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
-    ) -> list[Contamination | None]:
-        """The first eval overlap of each row, or None."""
-        ...
-
-
-class LocalEngine:
-    """The heavy steps in this process (numpy shingles and MinHash, datasketch's LSH)."""
-
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
-        near = recipe.dedup.near
-        found = decisions(rows)
-        return near_duplicates_of(
-            decision_sketches(rows, found, recipe.dedup.near),
-            threshold=near.threshold,
-            progress=bar.update,
-            shingling=shingling(near),
-            keep_slot_changes=near.keep_slot_changes,
-            decisions=found,
-        )
-
-    def contamination(
-        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
-    ) -> list[Contamination | None]:
-        found = decisions(rows)
-        return index.match(
-            found.texts,
-            progress=bar.update,
-            tokenised=decision_words(rows, found),
-            sketches=decision_sketches(rows, found, recipe.dedup.near) if recipe.decontamination.near else None,
-        )
 
 
 # ------------------------------------------------------------------------------------------------- the pipeline
@@ -130,285 +85,6 @@ def prepare(
 
 
 # ----------------------------------------------------------------------------------------------------- steps
-
-
-def source_labels(specs: Sequence[SourceSpec]) -> list[str]:
-    """A label per source: its ``name``, else its kind (``kind#i`` when several sources share a kind)."""
-    kinds = Counter(spec.kind for spec in specs if spec.name is None)
-    labels = [spec.name or (f"{spec.kind}#{i}" if kinds[spec.kind] > 1 else spec.kind) for i, spec in enumerate(specs)]
-    repeated = sorted(label for label, n in Counter(labels).items() if n > 1)
-    if repeated:
-        raise RecipeError(f"sources: the name(s) {repeated} are used by more than one source")
-    return labels
-
-
-def converted(spec: SourceSpec, index: int, section: str = "sources") -> Iterator[dict[str, Any]]:
-    """The converter's rows; a recipe problem (unknown kind or option, missing file) names the source."""
-    what = f"{section}[{index}] (kind {spec.kind})"
-    try:
-        module = load_source(spec.kind)
-        rows = module.convert(spec.path, limit=spec.limit, seed=spec.seed, **spec.options)
-    except (UnknownSourceError, TypeError, FileNotFoundError, ValueError) as err:  # TypeError: bad options
-        raise RecipeError(f"{what}: {err}") from None
-    try:
-        yield from rows
-    except (FileNotFoundError, ValueError) as err:
-        raise RecipeError(f"{what}: {err}") from None
-
-
-def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: bool = False) -> list[Row]:
-    """Run every converter and validate each row; bad rows are rejected with their location and reason."""
-    rows: list[Row] = []
-    per_source: dict[str, dict[str, int]] = {}
-    reasons: Counter[str] = Counter()
-    for index, (label, spec) in enumerate(zip(source_labels(specs), specs, strict=True)):
-        counts = per_source.setdefault(label, {"in": 0, "rejected": 0, "out": 0})
-        with progress_bar(progress, f"convert {label}") as bar:
-            for obj in converted(spec, index):
-                bar.update(1)
-                counts["in"] += 1
-                ledger.rows_read += 1
-                where = str(obj.pop("_where", f"{label}:{counts['in']}"))
-                if "_error" in obj:
-                    reason = str(obj["_error"])
-                    raw = obj.get("raw")
-                else:
-                    try:
-                        records = parse_record(obj)
-                    except RecordError as err:
-                        reason, raw = err.rule, obj
-                    else:
-                        rows.extend(Row(record, label, where) for record in records)
-                        ledger.exploded_extra += len(records) - 1
-                        counts["out"] += len(records)
-                        continue
-                ledger.reject("validate", label, where, reason, raw)
-                counts["rejected"] += 1
-                reasons[reason_pattern(reason)] += 1
-        if counts["out"] == 0 and spec.limit != 0:
-            raise RecipeError(
-                f"sources[{index}] (kind {spec.kind}, {spec.path or 'its default data'}): "
-                + (
-                    "no rows"
-                    if counts["in"] == 0
-                    else f"all {counts['in']} rows were rejected, the "
-                    f"first: {ledger.dropped[-counts['rejected']]['where']}: "
-                    f"{ledger.dropped[-counts['rejected']]['reason']}"
-                )
-            )
-    ledger.steps.append(
-        {
-            "step": "validate",
-            "in": ledger.rows_read + ledger.exploded_extra,
-            "out": len(rows),
-            "rejected": ledger.rejected,
-            "rows_read": ledger.rows_read,
-            "exploded_extra": ledger.exploded_extra,
-            "reasons": dict(reasons.most_common()),
-            "by_source": per_source,
-            "by_type": {t: {"out": n} for t, n in sorted(Counter(r.record.question.type for r in rows).items())},
-            "seconds": ledger.lap(),
-        }
-    )
-    return rows
-
-
-def exact_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
-    """Drop rows whose normalised key repeats an earlier row's (the first is kept)."""
-    if not recipe.dedup.exact:
-        return ledger.step("exact_dedup", rows, rows, [], skipped=True)
-    duplicates = exact_duplicates([exact_key(row.record) for row in rows])
-    conflicts = sum(rows[i].record.target != rows[k].record.target for i, k in duplicates.items())
-    removed = [(rows[i], "exact duplicate", rows[k].ref()) for i, k in duplicates.items()]
-    kept = [row for i, row in enumerate(rows) if i not in duplicates]
-    return ledger.step("exact_dedup", rows, kept, removed, label_conflicts=conflicts)
-
-
-def unique_ids(rows: list[Row], ledger: Ledger) -> list[Row]:
-    """Keep the first record of each id, in source order then line order; a later one is removed, naming where the
-    first is (ids are the strings records carry, so ``7`` and ``"7"`` are one id).
-
-    It runs after exact dedup, whose keep rule is the same (the first): an exact copy is counted once, as an exact
-    duplicate, and what reaches this step under one id is two different records (or, with ``dedup.exact: false``,
-    copies, which an id cannot tell apart either)."""
-    first: dict[str, Row] = {}
-    kept, removed = [], []
-    for row in rows:
-        seen = first.setdefault(row.record.id, row)
-        if seen is row:
-            kept.append(row)
-        else:
-            removed.append((row, "duplicate id", seen.ref()))
-    return ledger.step("duplicate_ids", rows, kept, removed)
-
-
-def near_dedup(
-    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
-) -> list[Row]:
-    """Drop rows that ask the same question as an earlier kept row about a nearly identical state."""
-    near = recipe.dedup.near
-    if not near.enabled or not rows:
-        return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
-    with progress_bar(progress, "near dedup", total=len(rows)) as bar:
-        matches = (engine or LocalEngine()).near_matches(rows, recipe, bar)
-    removed = [
-        (rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
-        for i, m in sorted(matches.items())
-    ]
-    kept = [row for i, row in enumerate(rows) if i not in matches]
-    ledger.near_pairs = near_pairs(rows, matches)
-    bands = Counter(similarity_band(m.similarity) for m in matches.values())
-    return ledger.step(
-        "near_dedup",
-        rows,
-        kept,
-        removed,
-        threshold=near.threshold,
-        num_perm=near.num_perm,
-        ngram=near.ngram,
-        shingling=shingling(near).describe(),
-        keep_slot_changes=near.keep_slot_changes,
-        by_similarity={band: bands[band] for band in SIMILARITY_BANDS if bands[band]},
-        pairs="near_pairs.jsonl",
-    )
-
-
-SIMILARITY_BANDS = ("<0.7", "0.7-0.8", "0.8-0.9", "0.9-1.0", "1.0")
-PAIR_CHARS = 1000  # of each state in near_pairs.jsonl (the whole removed record is in rejects.jsonl)
-
-
-def similarity_band(similarity: float) -> str:
-    if similarity >= 1.0:
-        return "1.0"
-    return next(
-        (f"{lo}-{hi}" for lo, hi in (("0.9", "1.0"), ("0.8", "0.9"), ("0.7", "0.8")) if similarity >= float(lo)), "<0.7"
-    )
-
-
-def near_pairs(rows: Sequence[Row], matches: dict[int, NearMatch]) -> list[dict[str, Any]]:
-    """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top."""
-
-    def side(row: Row) -> dict[str, Any]:
-        text = row.text
-        return {**row.ref(), "state": text if len(text) <= PAIR_CHARS else text[:PAIR_CHARS] + "…"}
-
-    return [
-        {
-            "similarity": round(m.similarity, 4),
-            "band": similarity_band(m.similarity),
-            "removed": side(rows[i]),
-            "kept": side(rows[m.kept]),
-        }
-        for i, m in sorted(matches.items(), key=lambda item: (item[1].similarity, item[0]))
-    ]
-
-
-def eval_items(recipe: DataRecipe) -> tuple[list[EvalItem], dict[str, dict[str, Any]]]:
-    """The states of every eval file or source in ``decontaminate_against``, and per-file counts.
-
-    Only the state matters here, so a source's error row still counts when its raw row has a ``state``
-    (evaluation files without gold answers, such as public benchmark suites, come out as error rows).
-    """
-    items: list[EvalItem] = []
-    files: dict[str, dict[str, Any]] = {}
-    for index, entry in enumerate(recipe.decontaminate_against):
-        if isinstance(entry, str):
-            name = entry
-            found, problems = read_eval_jsonl(entry)
-        else:
-            name = entry.name or f"{entry.kind}:{entry.path}"
-            found, problems = [], []
-            for obj in converted(entry, index, section="decontaminate_against"):
-                where = str(obj.pop("_where", "?"))
-                raw = obj.get("raw") if "_error" in obj else obj
-                try:
-                    records = [] if "_error" in obj else parse_record(obj)
-                except RecordError:
-                    records = []
-                if records:
-                    found.extend(
-                        EvalItem(name, r.id, state_text(r.state), r.question.instructions, r.question.type)
-                        for r in records
-                    )
-                elif isinstance(raw, dict) and raw.get("state") not in (None, "", [], {}):
-                    item = EvalItem(name, str(raw.get("id") or where), state_text(raw["state"]), *question_of(raw))
-                    found.append(item)
-                else:
-                    problems.append(f"{where}: {obj.get('_error', 'no state')}")
-            if not found:
-                raise RecipeError(f"decontaminate_against[{index}] ({name}): no eval item with a state")
-        files[name] = {"items": len(found), "unreadable": len(problems), "unreadable_examples": problems[:5]}
-        items.extend(found)
-    return items, files
-
-
-def decontaminate(
-    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
-) -> list[Row]:
-    """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
-    if not recipe.decontaminate_against:
-        release(rows)
-        return ledger.step("decontaminate", rows, rows, [], eval_files={})
-    items, files = eval_items(recipe)
-    settings, near = recipe.decontamination, recipe.dedup.near
-    index = EvalIndex(
-        items,
-        exact=settings.exact,
-        near=settings.near,
-        threshold=settings.near_threshold or near.threshold,
-        num_perm=near.num_perm,
-        shingling=shingling(near),
-        seed=near.seed,
-        overlap_words=settings.ngram,
-        whole_min_words=settings.whole_min_words,
-        short_edits=settings.short_edits,
-        keep_slot_changes=near.keep_slot_changes,
-    )
-    with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
-        found = (engine or LocalEngine()).contamination(rows, index, recipe, bar)
-    removed = [
-        (row, f"eval overlap ({hit.method})", hit.to_json())
-        for row, hit in zip(rows, found, strict=True)
-        if hit is not None
-    ]
-    kept = [row for row, hit in zip(rows, found, strict=True) if hit is None]
-    for file, info in files.items():
-        info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
-    release(rows)
-    return ledger.step(
-        "decontaminate",
-        rows,
-        kept,
-        removed,
-        eval_files=files,
-        ngram=settings.ngram,
-        whole_min_words=settings.whole_min_words,
-        short_edits=settings.short_edits,
-        near_threshold=index.threshold,
-        shingling=index.shingling.describe(),
-    )
-
-
-def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
-    """Keep at most the cap of each task (a stable hash sample, not the first rows)."""
-    caps = recipe.cap_per_task
-    if isinstance(caps, dict):
-        unknown = sorted(set(caps) - {row.record.task for row in rows})
-        if unknown:
-            raise RecipeError(f"cap_per_task names task(s) {unknown} that have no records")
-    over = split.capped([row.record for row in rows], caps, recipe.split.seed)
-    removed = (
-        [
-            (rows[i], "over the task cap", {"cap": caps if isinstance(caps, int) else caps[task]})
-            for i, task in sorted(over.items())
-        ]
-        if isinstance(caps, (int, dict))
-        else []
-    )
-    kept = [row for i, row in enumerate(rows) if i not in over]
-    return ledger.step(
-        "cap_per_task", rows, kept, removed, cap=caps, by_task=in_out(rows, kept, lambda r: r.record.task)
-    )
 
 
 def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str, list[Row]]:

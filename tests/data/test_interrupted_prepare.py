@@ -221,9 +221,10 @@ def test_prepare_never_replaces_a_users_own_split_files(source: Path, tmp_path: 
     refused before any work, byte for byte unchanged; so are a source inside --out and --out at the working
     directory or above it."""
     import mydecide.data.prepare as prepare_module
+    from mydecide.data.inputs import convert_and_validate
 
     converted: list[object] = []
-    real = prepare_module.convert_and_validate
+    real = convert_and_validate
     monkeypatch.setattr(prepare_module, "convert_and_validate", lambda *a, **k: converted.append(a) or real(*a, **k))
     mine = tmp_path / "mydata"
     mine.mkdir()
