@@ -26,13 +26,13 @@ test-slow:  ## the slow tier: the real packaged smollm2-135m
 	$(BIN)/pytest -q -m slow
 
 lint:  ## ruff (lint + format check) and mypy on the package
-	$(BIN)/ruff check mydecide data_sources tests bench
-	$(BIN)/ruff format --check mydecide data_sources tests bench
+	$(BIN)/ruff check mydecide data_sources tests bench scripts
+	$(BIN)/ruff format --check mydecide data_sources tests bench scripts
 	$(BIN)/mypy
 
 format:  ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix mydecide data_sources tests bench
-	$(BIN)/ruff format mydecide data_sources tests bench
+	$(BIN)/ruff check --fix mydecide data_sources tests bench scripts
+	$(BIN)/ruff format mydecide data_sources tests bench scripts
 
 docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.py
 	$(PY) -m mydecide.recipe_docs

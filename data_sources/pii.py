@@ -1,7 +1,7 @@
 """Generated PII texts (made with Faker, no real people): where are names, e-mails, phones and addresses (span).
 
 **Generated data, not real data.** The shipped sample ``samples/pii_spans.jsonl`` holds 800 short texts
-written from templates by ``samples/make_pii_sample.py`` (seed 13, Faker 40.63.0): support tickets, e-mails,
+written from templates by ``scripts/make_pii_sample.py`` (seed 13, Faker 40.63.0): support tickets, e-mails,
 chat logs, CV headers, shipping notes and texts with no personal data, with names, e-mail addresses, phone
 numbers and postal addresses from Faker's en_US, en_GB, de_DE, fr_FR, sv_SE, es_ES and pl_PL locales (names
 with non-ASCII letters, lower-cased names in chats, e-mails in angle brackets, phone numbers written with and

@@ -2,9 +2,11 @@
 
 prepare (bundled real samples) → train (smollm2-135m, LoRA, CPU) → calibrate (dev) → evaluate the base, tuned and
 tuned + calibrated model on the test split of the trained tasks, and on the held-out task → a comparison table and
-``runs/demo/summary.json``. Each step runs the real ``mydecide`` command, so the demo is also a check of the CLI.
+``runs/demo/summary.json`` (the tables: ``summary.md``). Each step runs the real ``mydecide`` command, so the demo is
+also a check of the CLI. The README's table is this run's ``summary.md``, copied in by ``scripts/update_readme.py``
+(a developer tool of the repository, not part of the package).
 
-    python -m mydecide.demo [--out runs/demo] [--data PREPARED] [--trained RUN] [--update-readme] [TRAIN_OVERRIDE ...]
+    python -m mydecide.demo [--out runs/demo] [--data PREPARED] [--trained RUN] [TRAIN_OVERRIDE ...]
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ MODEL = ModelChoice().model  # the recipes' default base model
 COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "ece_band", "flip_rate")
 """``ece_band``: the ECE a perfectly calibrated model with the same confidences reaches on that many questions (90th
 percentile of resamplings, ``metrics.ece_band``): an ECE below it is no evidence of miscalibration."""
-README_START, README_END = "<!-- demo:start -->", "<!-- demo:end -->"
 
 
 def step(title: str, args: list[str]) -> float:
@@ -141,7 +142,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "demo")
     parser.add_argument("--model", default=MODEL, help=f"Base model (default: the packaged {MODEL}).")
-    parser.add_argument("--update-readme", action="store_true", help="Write the results into README.md.")
     parser.add_argument(
         "--data",
         type=Path,
@@ -252,19 +252,6 @@ def main() -> None:
     print("\n" + text)
     print(f"wrote {out / 'summary.json'}, {out / 'summary.md'}, plots in {out / 'eval_test' / 'reliability.png'}")
     print(f"total {summary['total_seconds']:.0f}s")
-    if args.update_readme:
-        update_readme(text, out)
-
-
-def update_readme(text: str, out: Path) -> None:
-    docs = ROOT / "docs"
-    docs.mkdir(exist_ok=True)
-    shutil.copy(out / "eval_test" / "reliability.png", docs / "demo-reliability.png")
-    readme = ROOT / "README.md"
-    content = readme.read_text()
-    start, end = content.index(README_START), content.index(README_END)
-    block = f"{README_START}\n{text}\n![reliability diagram](docs/demo-reliability.png)\n{README_END}"
-    atomic_write_text(readme, content[:start] + block + content[end + len(README_END) :])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The demo driver end to end on a tiny model: every step runs and the summary has the promised blocks."""
+"""The demo driver end to end on a tiny model: every step runs and the summary has the promised blocks; and
+scripts/update_readme.py, which puts a run's summary.md into README.md."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+UPDATE_README = REPO / "scripts" / "update_readme.py"
+START, END = "<!-- demo:start -->", "<!-- demo:end -->"
 
 
 def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> None:
@@ -46,6 +49,17 @@ def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> 
     assert temperatures and any(test_report.get(qtype, {}).get("n") for qtype in temperatures)
     for qtype in (t for t in temperatures if test_report.get(t, {}).get("n")):
         assert f"| {qtype} | {temperatures[qtype]['temperature']:.3f} |" in result.stdout
+    # the README's table is this run's summary.md, as the demo printed it (scripts/update_readme.py)
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "README.md").write_text(f"intro\n{START}\nold table\n{END}\n", encoding="utf-8")
+    subprocess.run([sys.executable, str(UPDATE_README), "--out", str(out), "--root", str(root)], check=True, timeout=60)
+    summary_md = (out / "summary.md").read_text(encoding="utf-8")
+    assert summary_md in result.stdout
+    assert (root / "README.md").read_text(encoding="utf-8") == (
+        f"intro\n{START}\n{summary_md}\n![reliability diagram](docs/demo-reliability.png)\n{END}\n"
+    )
+    assert (root / "docs" / "demo-reliability.png").read_bytes() == (out / "eval_test" / "reliability.png").read_bytes()
 
 
 def test_the_demo_refuses_reused_data_inside_the_directory_it_empties(tmp_path: Path) -> None:
@@ -64,3 +78,33 @@ def test_the_demo_refuses_reused_data_inside_the_directory_it_empties(tmp_path: 
         f"demo: --data {data} is inside --out {tmp_path / 'demo'}, which the demo empties first: give another --out"
     )
     assert (data / "train.jsonl").exists()  # nothing was deleted
+
+
+def test_update_readme_replaces_only_the_block_between_the_markers(tmp_path: Path) -> None:
+    out, root = tmp_path / "demo", tmp_path / "repo"
+    (out / "eval_test").mkdir(parents=True)
+    (out / "summary.md").write_text("Test split (3 questions):\n\n| model | n |\n|---|---|\n| tuned | 3 |\n", "utf-8")
+    (out / "eval_test" / "reliability.png").write_bytes(b"png")
+    root.mkdir()
+    readme = f"# mydecide\n\nThe numbers:\n\n{START}\nold\n{END}\n\n## Next\n"
+    (root / "README.md").write_text(readme, encoding="utf-8")
+    command = [sys.executable, str(UPDATE_README), "--out", str(out), "--root", str(root)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (root / "README.md").read_text(encoding="utf-8") == (
+        f"# mydecide\n\nThe numbers:\n\n{START}\nTest split (3 questions):\n\n| model | n |\n|---|---|\n"
+        f"| tuned | 3 |\n\n![reliability diagram](docs/demo-reliability.png)\n{END}\n\n## Next\n"
+    )
+    assert (root / "docs" / "demo-reliability.png").read_bytes() == b"png"
+
+    missing = tmp_path / "no-run"
+    refused = subprocess.run(
+        [sys.executable, str(UPDATE_README), "--out", str(missing), "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"update_readme: no {missing / 'summary.md'}: run the demo first (python -m mydecide.demo --out {missing})"
+    )

@@ -1,7 +1,7 @@
 """Every link between the docs lands: each relative markdown link in README.md and docs/*.md names a file (or folder)
 that exists, and a link with a #fragment names a heading of that page (GitHub's slug of it). Plain-text pointers of
-the form docs/NAME.md#anchor in recipe headers, module docstrings and bench scripts are held to the same rule, so
-moving a section (say, into the lab log) cannot leave a pointer behind."""
+the form docs/NAME.md#anchor in recipe headers, module docstrings, bench scripts and scripts/ are held to the same
+rule, so moving a section (say, into the lab log) cannot leave a pointer behind."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ POINTER_FILES = [
     *sorted((ROOT / "recipes").rglob("*.yaml")),
     *sorted((ROOT / "mydecide").rglob("*.py")),
     *sorted((ROOT / "bench").glob("*.py")),
+    *sorted((ROOT / "scripts").glob("*.py")),
 ]
 
 FENCE = re.compile(r"^\s*(```|~~~)")

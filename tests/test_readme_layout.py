@@ -97,11 +97,11 @@ def test_the_layout_matches_the_tree(readme: str, files: set[str]) -> None:
 
 
 def test_a_module_or_folder_without_a_line_is_caught(readme: str, files: set[str]) -> None:
-    added = files | {"mydecide/training/model_new.py", "mydecide/newpkg/__init__.py", "scripts/make_thing.py"}
+    added = files | {"mydecide/training/model_new.py", "mydecide/newpkg/__init__.py", "tools/make_thing.py"}
     assert layout_problems(readme, added) == [
         "mydecide/newpkg/ has no line in the layout",
         "mydecide/training/model_new.py has no line in the layout",
-        "scripts/ has no line in the layout",
+        "tools/ has no line in the layout",
     ]
     without_rows = "\n".join(line for line in readme.splitlines() if not line.startswith("    rows.py "))
     assert layout_problems(without_rows, files) == ["mydecide/evaluation/rows.py has no line in the layout"]

