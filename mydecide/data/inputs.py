@@ -42,7 +42,7 @@ def converted(spec: SourceSpec, index: int, section: str = "sources") -> Iterato
         raise RecipeError(f"{what}: {err}") from None
     try:
         yield from rows
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # a converter's ValueError names its file or option (its contract)
         raise RecipeError(f"{what}: {err}") from None
 
 

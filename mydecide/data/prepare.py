@@ -33,6 +33,7 @@ from mydecide.data.filtering import (
 from mydecide.data.inputs import convert_and_validate
 from mydecide.data.ledger import Ledger, Row, short_reasons
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
+from mydecide.errors import UserError
 from mydecide.io import directory_lock
 from mydecide.recipe_parsing import RecipeError
 
@@ -98,7 +99,7 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
             test_fraction=cfg.test_fraction,
             seed=cfg.seed,
         )
-    except ValueError as err:
+    except UserError as err:  # split.heldout_tasks names a task with no records
         raise RecipeError(str(err)) from None
     splits = {name: [rows[i] for i in idx] for name, idx in indices.items()}
     empty = empty_by_recipe(splits, rows, recipe, ledger)
