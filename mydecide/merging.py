@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mydecide.adapters import ADAPTER_CONFIG, check_adapter, read_json_file
+from mydecide.adapters import ADAPTER_CONFIG, read_json_file
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
-from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, load_model, resolve_model_path
+from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, check_model, load_model, resolve_model_path
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
@@ -229,8 +229,7 @@ def _merge(
     device: str | None,
     allow_other_base: bool,
 ) -> MergeReport:
-    resolve_model_path(model)  # a wrong or unreachable name fails here, before torch is imported
-    check_adapter(adapter)  # so does a damaged adapter
+    checked = check_model(model, adapter)  # a wrong name or a damaged adapter fails here, before torch is imported
 
     import torch
 
@@ -240,7 +239,7 @@ def _merge(
         dtype = stored_dtype(model)
     items = list(items) if items is not None else sample_items()
 
-    unmerged = load_model(model, adapter, device=device, dtype=torch.float32, allow_other_base=allow_other_base)
+    unmerged = load_model(checked, device=device, dtype=torch.float32, allow_other_base=allow_other_base)
     reference = option_probabilities(unmerged, items)
     merged_lm = unmerged.lm.merge_and_unload()  # W + (alpha / r)·B·A, in float32, in place
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")

@@ -260,8 +260,33 @@ def one_line(err: BaseException, most: int = 200) -> str:
 # ---------------------------------------------------------------------------------------------- loading a model
 
 
+@dataclass(frozen=True)
+class CheckedModel:
+    """A model (and adapter) that passed every check :func:`load_model` makes before torch loads anything: the name
+    resolves to a local path, the adapter's files are whole, the forms asked for are the ones it was trained with.
+    A command checks once, early, and hands this to :func:`load_model`, which then does not check again."""
+
+    name: str
+    adapter: Path | None
+    path: str
+    kwargs: dict[str, Any]
+    saved: RenderConfig | None  # the render config saved with the adapter or the (merged) model directory
+    where: Path | None  # the file it came from
+
+
+def check_model(
+    name: str, adapter: str | Path | None = None, option_form: str | None = None, score_form: str | None = None
+) -> CheckedModel:
+    """The cheap checks of a model and adapter, without importing torch (:class:`CheckedModel`); one line each."""
+    path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
+    if adapter is not None:
+        check_adapter(adapter)  # a damaged adapter, before its render config is read or the base loads
+    saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
+    return CheckedModel(name, Path(adapter) if adapter is not None else None, path, kwargs, saved, where)
+
+
 def load_model(
-    name: str = DEFAULT_MODEL,
+    name: str | CheckedModel = DEFAULT_MODEL,
     adapter: str | Path | None = None,
     *,
     render: RenderConfig | None = None,
@@ -271,20 +296,25 @@ def load_model(
     score_form: str | None = None,
     allow_other_base: bool = False,
 ) -> LoadedModel:
-    """Load base model + tokenizer (+ adapter).
+    """Load base model + tokenizer (+ adapter): ``name`` is a model name, or what :func:`check_model` returned.
 
-    An adapter's files are checked before the base loads (:func:`check_adapter`), and the base against the one it
-    was trained on after (:func:`check_base`; ``allow_other_base`` turns a mismatch into a warning).
+    Name, adapter files and forms are checked before the base loads (:func:`check_model`, skipped for a
+    :class:`CheckedModel`), and the base against the one the adapter was trained on after (:func:`check_base`;
+    ``allow_other_base`` turns a mismatch into a warning).
 
     Render config precedence: the one saved with the adapter, then ``render``, then one saved in the model
     directory (``mydecide merge`` writes it there), then the defaults. ``option_form`` (``score_form``) asks for a
     way of scoring choice options (score levels): applied to a model without a saved config, and an error when it
     contradicts the form an adapter (or a merged model) was trained with.
     """
-    path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
-    saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
-    if adapter is not None:
-        check_adapter(adapter)  # and a damaged adapter, before the base loads
+    if isinstance(name, CheckedModel):
+        if adapter is not None or option_form is not None or score_form is not None:
+            raise TypeError("a CheckedModel carries its adapter and forms: pass them to check_model")
+        checked = name
+    else:
+        checked = check_model(name, adapter, option_form, score_form)
+    name, adapter, path, kwargs = checked.name, checked.adapter, checked.path, checked.kwargs
+    saved, where = checked.saved, checked.where
     if saved is not None and (render is None or (adapter is not None and where == Path(adapter) / RENDER_CONFIG_FILE)):
         render = saved
     import torch

@@ -230,6 +230,30 @@ def test_an_adapter_brings_its_render_config(tiny_llama_dir: Path, tmp_path: Pat
         load_model(str(tiny_llama_dir), tmp_path / "nope", device="cpu")
 
 
+def test_a_model_checked_once_loads_without_a_second_check(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mydecide.modeling import CheckedModel, check_model
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter")
+    save_render_config(tmp_path / "adapter", RenderConfig(max_state_tokens=12, system_prompt=None))
+    checked = check_model(str(tiny_llama_dir), tmp_path / "adapter")
+    assert isinstance(checked, CheckedModel) and checked.saved is not None and checked.saved.max_state_tokens == 12
+    with pytest.raises(FileNotFoundError, match="nope"):
+        check_model(str(tiny_llama_dir), tmp_path / "nope")  # a damaged adapter fails the cheap check
+    calls: list[str] = []
+    monkeypatch.setattr(modeling, "check_adapter", lambda adapter: calls.append(str(adapter)))
+    monkeypatch.setattr(modeling, "check_option_form", lambda *a: calls.append("forms") or (None, None))
+    model = load_model(checked, device="cpu")  # what serve and merge do: the checks ran before, at startup
+    assert calls == [] and model.renderer.config.max_state_tokens == 12  # the checked render config is used
+    with pytest.raises(TypeError, match="check_model"):
+        load_model(checked, tmp_path / "adapter", device="cpu")  # two adapters: one would be silently ignored
+
+
 # -------------------------------------------------------------------------------------------- probabilities
 
 

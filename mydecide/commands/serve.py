@@ -232,15 +232,12 @@ def register(app: typer.Typer) -> None:
                 f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
-        from mydecide.adapters import check_adapter
-        from mydecide.modeling import check_option_form, resolve_model_path
+        from mydecide.modeling import check_model
 
-        # a missing model fails here with one line, not in the server's startup
-        path, _ = resolve_model_path(recipe.model)
+        # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the
+        # server's startup
         adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
-        if adapter_dir is not None:
-            check_adapter(adapter_dir)  # a damaged adapter too
-        check_option_form(path, adapter_dir, recipe.option_form, recipe.score_form)  # and forms it was not trained with
+        checked = check_model(recipe.model, adapter_dir, recipe.option_form, recipe.score_form)
         temperature = None
         if recipe.temperatures is not None:
             from mydecide.calibration.temperatures import load_temperatures
@@ -257,14 +254,7 @@ def register(app: typer.Typer) -> None:
 
         def loader():  # runs in the app's lifespan, after uvicorn has started
             try:
-                return load_model(
-                    recipe.model,
-                    adapter_dir,
-                    device=recipe.device,
-                    option_form=recipe.option_form,
-                    score_form=recipe.score_form,
-                    allow_other_base=recipe.allow_other_base,
-                )
+                return load_model(checked, device=recipe.device, allow_other_base=recipe.allow_other_base)
             except (FileNotFoundError, UserError) as err:  # the user's mistake: one line; a bug keeps its traceback
                 refused.append(str(err))
                 raise
