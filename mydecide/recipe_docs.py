@@ -37,7 +37,8 @@ A recipe is a YAML file (see `recipes/`); every command also takes dotted `KEY=V
 (`lora.r=16 optim.lr=3e-4`), parsed as YAML values (`1e-4`, `true`, `[a, b]`). Unknown keys are errors: a typo
 never falls back silently to a default. So is a value of another type than its key's, with no conversion: `true` is
 not the integer 1, `"5"` is not the number 5. A key `a.b` below is written `a: {b: ...}` in YAML; `sources[].kind`
-is the `kind` of each entry of the `sources` list.
+is the `kind` of each entry of the `sources` list. An override merges into the recipe's mapping of the same key, except
+an empty one: `task_weights={}` clears what the recipe file set there.
 """
 
 # (command, recipe model name in mydecide.config, what it is for)

@@ -49,9 +49,10 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` over ``base``, mapping into mapping; an empty mapping in ``update`` replaces (clears) its key."""
     out = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
             out[key] = value

@@ -78,6 +78,14 @@ def test_dotted_overrides_parse_and_win_over_the_file(tmp_path: Path) -> None:
     assert load_recipe(path, model=TrainRecipe).objective == CeObjective()
 
 
+def test_an_empty_mapping_override_clears_what_the_file_set(tmp_path: Path) -> None:
+    path = write(tmp_path, "task_weights: {spans: 3}\nlora: {r: 8, dropout: 0.1}\n")
+    assert load_recipe(path, model=TrainRecipe).task_weights == {"spans": 3}
+    assert load_recipe(path, ["task_weights={}"], model=TrainRecipe).task_weights == {}  # not merged into
+    assert load_recipe(path, ["lora={}"], model=TrainRecipe).lora.r == TrainRecipe().lora.r  # the defaults again
+    assert load_recipe(path, ["task_weights={other: 2}"], model=TrainRecipe).task_weights == {"spans": 3, "other": 2}
+
+
 def test_parse_overrides_nests_and_parses_yaml_scalars() -> None:
     assert parse_overrides(
         [
