@@ -114,8 +114,8 @@ def main() -> None:
 
     from mydecide.io import atomic_write_text
     from mydecide.modeling import load_model
+    from mydecide.prompt import RenderConfig
     from mydecide.scoring.packed import packing_mode
-    from mydecide.scoring.render import RenderConfig
     from mydecide.training.batches import epoch_units, plan_batches
     from mydecide.training.model import build_module, lora_targets, set_checkpointing
     from mydecide.training.objectives import proper_loss

@@ -15,8 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from mydecide.prompt import OptionForm, RenderConfig, ScoreForm
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS
-from mydecide.scoring.render import OptionForm, RenderConfig, ScoreForm
 
 
 class Strict(BaseModel):

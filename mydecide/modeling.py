@@ -28,7 +28,8 @@ from pydantic import ValidationError
 from mydecide.adapters import check_adapter, check_base
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
-from mydecide.scoring.render import OPTION_FORMS, SCORE_FORMS, RenderConfig, Renderer
+from mydecide.prompt import OPTION_FORMS, SCORE_FORMS, RenderConfig
+from mydecide.scoring.render import Renderer
 
 if TYPE_CHECKING:
     import torch

@@ -21,8 +21,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("mydecide", "mydecide.io", "mydecide.jsonl", "mydecide.manifest", "mydecide.metrics"),
     # 1. the record format
     ("mydecide.records", "mydecide.record_files", "mydecide.spans"),
-    # 2. how a question is shown (a recipe holds a RenderConfig), and the recipes themselves
-    ("mydecide.scoring.render", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
+    # 2. the recipes: how a question is shown (the prompt section, a RenderConfig) and every command's recipe
+    ("mydecide.prompt", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
     # 3. prepare: sources, dedup, splits
     ("mydecide.data",),
     # 4. the scoring layer and the model it runs on
@@ -36,8 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     # 8. the command line
     ("mydecide.commands", "mydecide.cli", "mydecide.demo"),
 ]
-"""Lowest first. A module belongs to the layer of its longest listed prefix (``mydecide.scoring.render`` sits
-below the rest of ``mydecide.scoring``); a module may import its own layer and the layers below."""
+"""Lowest first. A module belongs to the layer of its longest listed prefix (``mydecide.records`` is not
+``mydecide``'s); a module may import its own layer and the layers below."""
 
 HEAVY = ("torch", "transformers", "peft", "scipy", "matplotlib")
 

@@ -16,10 +16,10 @@ import pytest
 
 import mydecide.modeling as modeling
 from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.engine import score_questions
 from mydecide.scoring.probabilities import to_probabilities
-from mydecide.scoring.render import RenderConfig
 
 TEAM = parse_question(
     {

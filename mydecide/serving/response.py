@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mydecide.modeling import LoadedModel
-    from mydecide.scoring.render import Prompt, SpanWindows
+    from mydecide.prompt import SpanWindows
+    from mydecide.scoring.render import Prompt
 
 
 def jev_confidence(p_max: float, k: int) -> float:

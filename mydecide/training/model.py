@@ -18,7 +18,8 @@ from mydecide.training.diagnostics import span_log_odds
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel
-    from mydecide.scoring.render import Renderer, SpanWindows
+    from mydecide.prompt import SpanWindows
+    from mydecide.scoring.render import Renderer
 
 
 def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None) -> str | list[str]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.plan import (
     ScoringPlan,
@@ -18,7 +19,6 @@ from mydecide.scoring.plan import (
     sub_question,
 )
 from mydecide.scoring.probabilities import log_softmax
-from mydecide.scoring.render import RenderConfig
 
 STATE = "The invoice was charged twice and the customer wants a refund."
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.render import RenderConfig, Renderer
+from mydecide.scoring.render import Renderer
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
 CRITERIA = {

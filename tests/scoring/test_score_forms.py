@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question, parse_record
 from mydecide.scoring.plan import threshold_logits
-from mydecide.scoring.render import RenderConfig
 
 THRESHOLDS = RenderConfig(score_form="thresholds")
 LEVELS = ["not urgent", "this week", "today", "within the hour", "blocking everyone"]

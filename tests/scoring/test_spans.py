@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mydecide.prompt import RenderConfig, SpanWindows
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.render import RenderConfig, SpanWindows
 from mydecide.scoring.spans import owners, score_span_questions, span_layout, windows
 from mydecide.spans import merge_spans, words
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from conftest import CHATML, CORPUS
 
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.plan import ScoringPlan
-from mydecide.scoring.render import RenderConfig, Renderer, question_text, question_units, render_state
+from mydecide.scoring.render import Renderer, question_text, question_units, render_state
 
 LLAMA3 = (
     "{{ '<|begin_of_text|>' }}{% for message in messages %}{{ '<|start_header_id|>' + message['role']"

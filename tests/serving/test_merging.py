@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mydecide.cli import app
-from mydecide.scoring.render import RenderConfig
+from mydecide.prompt import RenderConfig
 
 RENDER = RenderConfig(system_prompt="You route support tickets. Answer with one letter.", max_state_tokens=200)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mydecide.scoring.render import RenderConfig
+from mydecide.prompt import RenderConfig
 from mydecide.serving.request import parse_request
 from mydecide.serving.response import render_request
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mydecide.config import Limits
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
-from mydecide.scoring.render import RenderConfig
 from mydecide.serving.batching import BatchOptions, Scorer
 from mydecide.serving.request import parse_request
 from mydecide.serving.response import answer_request

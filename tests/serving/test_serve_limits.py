@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mydecide.config import Limits
-from mydecide.scoring.render import SpanWindows
+from mydecide.prompt import SpanWindows
 from mydecide.serving.request import RequestError, parse_request
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
@@ -222,7 +222,8 @@ SPAN_TEXTS = [
 def test_the_span_floor_never_refuses_what_the_token_count_accepts(model, span: SpanWindows, text: str) -> None:
     """The floor is at most the exact count (the tokens of every sequence): with the limit at the exact count it
     passes, so it only ever refuses a request the exact check refuses too."""
-    from mydecide.scoring.render import RenderConfig, Renderer
+    from mydecide.prompt import RenderConfig
+    from mydecide.scoring.render import Renderer
     from mydecide.scoring.spans import span_layout
     from mydecide.serving.response import check_span_floor
 

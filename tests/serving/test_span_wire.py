@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mydecide.scoring.render import RenderConfig, SpanWindows
+from mydecide.prompt import RenderConfig, SpanWindows
 from mydecide.serving.request import RequestError, parse_request
 from mydecide.serving.response import answer_request
 from mydecide.spans import state_part

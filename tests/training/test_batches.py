@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_record
-from mydecide.scoring.render import RenderConfig, Renderer
+from mydecide.scoring.render import Renderer
 from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches, shown_order
 
 CHOICE = {

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from mydecide.modeling import load_model
+from mydecide.prompt import RenderConfig
 from mydecide.records import parse_record
 from mydecide.scoring.packed import CHUNK, CONV_HISTORY, PackedBatch, batch_packing, pack, packing_mode
-from mydecide.scoring.render import RenderConfig
 from mydecide.training.batches import epoch_units, make_batch, plan_batches
 from mydecide.training.objectives import proper_loss
 

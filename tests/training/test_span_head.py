@@ -53,7 +53,7 @@ def write_data(out: Path, seed: int, n: int, n_train: int, every: int = 2) -> li
 
 
 def head_config(**span: object) -> object:
-    from mydecide.scoring.render import RenderConfig
+    from mydecide.prompt import RenderConfig
 
     return RenderConfig(span={"read": "head", "window_tokens": 16, "overlap_tokens": 4, **span})
 
@@ -78,7 +78,7 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     # every cell once: the letters layout reads the same words, one sequence per label
     owned = sorted(w for s in layout.sequences for w in s.words)
     assert owned == list(range(30))
-    from mydecide.scoring.render import RenderConfig
+    from mydecide.prompt import RenderConfig
 
     letters_config = RenderConfig(span={"read": "letters", "window_tokens": 16, "overlap_tokens": 4})
     letters = span_layout(load_model(str(tiny_llama_dir), render=letters_config, device="cpu").renderer, text, question)
@@ -224,7 +224,7 @@ def test_a_render_config_saved_before_pooled_lines_reads_labels_at_their_last_to
     tmp_path: Path,
 ) -> None:
     from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
-    from mydecide.scoring.render import RenderConfig
+    from mydecide.prompt import RenderConfig
 
     old = tmp_path / RENDER_CONFIG_FILE
     for saved in ({"span": {"read": "head", "window_tokens": 64, "overlap_tokens": 8}}, {}):

@@ -167,7 +167,7 @@ def test_the_span_prior_shifts_every_read_by_its_log_odds_in_scoring_and_trainin
     import torch
 
     from mydecide.modeling import load_model
-    from mydecide.scoring.render import RenderConfig, SpanWindows
+    from mydecide.prompt import RenderConfig, SpanWindows
     from mydecide.scoring.spans import score_span_questions
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
@@ -208,7 +208,7 @@ def test_train_reports_the_span_cells_share_and_warns_when_the_prior_is_far_from
 
 def test_a_render_config_saved_before_the_span_prior_reads_spans_without_an_offset(tmp_path: Path) -> None:
     from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
-    from mydecide.scoring.render import RenderConfig, SpanWindows
+    from mydecide.prompt import RenderConfig, SpanWindows
 
     old = tmp_path / RENDER_CONFIG_FILE
     for span in ({"window_tokens": 64, "overlap_tokens": 8, "echo": False}, None):
