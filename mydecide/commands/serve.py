@@ -198,6 +198,12 @@ def register(app: typer.Typer) -> None:
             help="Turn off micro-batching and shared-prefix "
             "scoring: one prompt and one forward pass per question (for benchmarks).",
         ),
+        engine: str | None = typer.Option(
+            None,
+            "--engine",
+            help=f"What runs the forward passes: torch or vllm (default {DEFAULT.engine}; vllm is not written yet, "
+            "docs/serving.md).",
+        ),
         device: Device = None,
         log_level: str | None = typer.Option(None, help="debug, info, warning or error (default info)."),
     ) -> None:
@@ -223,6 +229,7 @@ def register(app: typer.Typer) -> None:
             "batching.max_pending": max_pending,
             "batching.slice_tokens": slice_tokens,
             "request_timeout_s": request_timeout,
+            "engine": engine,
             "device": device,
             "log_level": log_level.lower() if log_level else None,
         }
@@ -232,6 +239,9 @@ def register(app: typer.Typer) -> None:
                 f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
+        from mydecide.serving.engines import engine_factory
+
+        make_engine = engine_factory(recipe.engine)  # an engine that cannot run here fails now, in one line
         from mydecide.modeling import check_model
 
         # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the
@@ -269,6 +279,7 @@ def register(app: typer.Typer) -> None:
             request_timeout_s=recipe.request_timeout_s,
             body_timeout_s=body_timeout,
             allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
+            engine=make_engine,
         )
         typer.echo(
             f"mydecide serve: http://{recipe.host}:{recipe.port}/v1/systemone (model {recipe.model}"

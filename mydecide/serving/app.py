@@ -2,13 +2,15 @@
 a trailing slash (never a redirect).
 
 ``create_app`` builds a FastAPI app around one model, loaded in the app's lifespan (never at import), and one
-:class:`~mydecide.serving.batching.Scorer` thread that runs it. A request goes through, in order:
+:class:`~mydecide.serving.batching.Scorer` thread that runs it through an engine (``serving/engines.py``; default the
+torch forward pass). A request goes through, in order:
 
 0. the Host header must be one of ``allowed_hosts`` (when given; against DNS rebinding) → 400, on every path;
 1. bearer-token check (when an API key is set; exactly one Authorization header; constant-time compare) → 401;
 2. body size: the Content-Length header, then the bytes actually received → 413; a compressed body or a charset
    other than UTF-8 → 415;
 3. strict JSON decoding (UTF-8 only) → 400; the wire-format rules and limits → 422 naming the question and the rule;
+   a question type the engine does not serve (span questions without a span path) → 422 naming it;
 4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
 
 Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
@@ -38,6 +40,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from mydecide.config import Limits
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
+from mydecide.serving.engines import LogitsEngine, check_served, served_types
 from mydecide.serving.request import RequestError, decode_body, parse_request, shorten
 from mydecide.serving.response import check_span_floor
 
@@ -265,29 +268,39 @@ def create_app(
     body_timeout_s: float = 30.0,
     warm_up: bool = True,
     allowed_hosts: Sequence[str] | None = None,
+    engine: Callable[[LoadedModel], LogitsEngine] | None = None,
 ) -> FastAPI:
     """Build the app. ``model`` is a loaded model or a function that loads one (called at startup).
 
     ``model_name`` is reported when a request names no model (default: the model's name, a path cut to its last
     part); ``api_key`` (when set) is required as a bearer token on ``/v1/systemone``. ``batching`` chooses
     micro-batching and shared-prefix scoring. ``allowed_hosts`` (host names, ``*`` for any; ``None``: no check) are
-    the Host headers answered; ``mydecide serve`` passes the loopback names when there is no API key.
+    the Host headers answered; ``mydecide serve`` passes the loopback names when there is no API key. ``engine``
+    builds the scoring engine from the loaded model at startup (default: the torch engine on it).
     """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = model if not callable(model) else await asyncio.to_thread(model)
-        scorer = Scorer(loaded, batching, temperature, model_name or public_name(loaded.name)).start()
+        scorer = Scorer(
+            loaded,
+            batching,
+            temperature,
+            model_name or public_name(loaded.name),
+            engine=engine(loaded) if engine is not None else None,
+        ).start()
         if warm_up:  # the first forward pass is slow (allocations, kernel choice): pay it before serving
             await asyncio.to_thread(scorer.answer, parse_request(WARMUP_REQUEST))  # whatever the limits
         scorer.limits = limits
         app.state.scorer = scorer
         log.info(
-            "serving %s (batching=%s, shared_prefix=%s, auth=%s)",
+            "serving %s (engine=%s, batching=%s, shared_prefix=%s, auth=%s; %s)",
             scorer.model_name,
+            scorer.engine.name,
             batching.batching,
             batching.shared_prefix,
             "on" if api_key else "off",
+            ", ".join(f"{t} {v['path']}" for t, v in served_types(scorer.engine, loaded.renderer).items()),
         )
         try:
             yield
@@ -365,6 +378,8 @@ def create_app(
             "pending": scorer.pending,
             "packed": scorer.packed,
             "batching": scorer.options.batching,
+            "engine": scorer.engine.name,
+            "question_types": served_types(scorer.engine, scorer.model.renderer),
             "stats": scorer.stats.as_dict(),
         }
 
@@ -382,6 +397,7 @@ def create_app(
         try:
             parsed = parse_request(body, limits, renderer.form)
             check_span_floor(parsed, renderer.config.span, limits)  # here, so it never waits in the scorer's queue
+            check_served(parsed, request.app.state.scorer.engine)
         except RequestError as err:
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)

@@ -2,7 +2,8 @@
 
 Requests are queued by the HTTP handlers. The worker takes the first waiting request, keeps collecting for a
 short window (``window_ms``) or until a batch is full, renders all of their prompts and scores them in one
-call (``score_packed`` where the model allows it, else ``score_prompts``): questions on one state share the
+call of its engine (``serving/engines.py``; the default torch engine runs ``score_packed`` where the model allows
+it, else ``score_prompts``): questions on one state share the
 state's prefix computation, and different requests fill the batch (a choice with more than 26 options adds
 a second round, ``many_options``: the final rounds of the batch's requests are scored together too). While
 the model is busy new requests pile
@@ -29,11 +30,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mydecide.config import BatchOptions, Limits
-from mydecide.records import parse_question
-from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
-from mydecide.serving.packing import packing_agrees, score_packed, supports_packing
+from mydecide.serving.engines import LogitsEngine, TorchEngine, check_served, prompt_scorer
 from mydecide.serving.request import Request, RequestError
 from mydecide.serving.response import build_response, render_request, score_spans
 
@@ -103,7 +102,10 @@ def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
 
 
 class Scorer:
-    """Owns the model and its worker thread; ``submit`` returns a future with the Jev response."""
+    """Owns the model, its engine and its worker thread; ``submit`` returns a future with the Jev response.
+
+    ``engine`` (default: :class:`~mydecide.serving.engines.TorchEngine` on ``model``) turns the prompts' token ids
+    into label logits; ``model`` renders the requests (and reads span questions when the engine serves them)."""
 
     def __init__(
         self,
@@ -112,14 +114,17 @@ class Scorer:
         temperature: TemperatureLookup | None = None,
         model_name: str | None = None,
         limits: Limits | None = None,
+        engine: LogitsEngine | None = None,
     ):
         self.model = model
+        self.engine = engine if engine is not None else TorchEngine(model, options)
+        self._score_prompts = prompt_scorer(self.engine, model.renderer)
         self.options = options
         self.limits = limits  # the token limits are checked once a request is tokenised (render_request)
         self.temperature = temperature
         self.model_name = model_name or model.name
         self.stats = BatchStats()
-        self.packed = False  # decided in start(): packing is used only where it reproduces score_prompts
+        self.packed = False  # the torch engine's choice in start(): packing only where it reproduces score_prompts
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._backlog: deque[Any] = deque()  # jobs taken from the queue that start the next batches, oldest first
@@ -127,7 +132,8 @@ class Scorer:
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self) -> Scorer:
-        self.packed = self.options.shared_prefix and self.options.packing and self._packing_works()
+        self.engine.start()
+        self.packed = bool(getattr(self.engine, "packed", False))
         self._thread = threading.Thread(target=self._loop, name="mydecide-scorer", daemon=True)
         self._thread.start()
         return self
@@ -138,26 +144,6 @@ class Scorer:
         self._queue.put(_STOP)
         self._thread.join(timeout)
         self._thread = None
-
-    def _packing_works(self) -> bool:
-        if not supports_packing(self.model.lm):
-            return False
-        probe = [
-            Request(
-                "",
-                state,
-                {
-                    "a": parse_question({"type": "noul", "instructions": "Is it ready?"}, "a"),
-                    "b": parse_question({"type": "choice", "instructions": "Which?", "criteria": ["x", "y", "z"]}, "b"),
-                },
-            )
-            for state in ("A short state.", "A somewhat longer state, to make the rows differ in length.")
-        ]
-        prompts = [p for r in probe for p in render_request(self.model, r).prompts]
-        if packing_agrees(self.model, prompts):
-            return True
-        log.warning("packed scoring does not reproduce score_prompts on %s; using the KV-cache path", self.model_name)
-        return False
 
     def score(self, prompts: list[Prompt]) -> list[np.ndarray]:
         """Option logits for prompts of any number of requests (the worker's forward passes): in one go, or in
@@ -172,11 +158,7 @@ class Scorer:
         return out  # type: ignore[return-value]
 
     def _score_now(self, prompts: list[Prompt]) -> list[np.ndarray]:
-        if self.packed:
-            return score_packed(self.model, prompts, max_batch_tokens=self.options.max_batch_tokens)
-        return score_prompts(
-            self.model, prompts, batch_size=self.options.forward_batch, shared_prefix=self.options.shared_prefix
-        )
+        return self._score_prompts(prompts)  # the engine's label logits, in each question's canonical order
 
     def _answer_waiting(self) -> None:
         """Between two slices of a large batch: answer the requests queued since that fit in one slice (the
@@ -286,6 +268,7 @@ class Scorer:
             if not job.future.set_running_or_notify_cancel():
                 continue  # the client went away while it waited
             try:
+                check_served(job.request, self.engine)  # a span question the engine cannot read: the client's 422
                 job.rendered = render_request(
                     self.model, job.request, shared_prefix=self.options.shared_prefix, limits=self.limits
                 )

@@ -1,0 +1,314 @@
+"""The scoring-engine seam (serving/engines.py) on the tiny models: the torch engine is the old forward path bit for
+bit, and a fake engine that reads the same token ids by another route answers every question type but spans as the
+default server does, through the HTTP app; span questions are refused by name, and /health says what serves what."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mydecide.config import BatchOptions, Limits
+from mydecide.prompt import RenderConfig
+from mydecide.scoring.forward import score_prompts
+from mydecide.scoring.plan import score_plans
+from mydecide.serving import engines
+from mydecide.serving.batching import Scorer
+from mydecide.serving.engines import TokenPrompt, TorchEngine, prompt_scorer
+from mydecide.serving.packing import score_packed
+from mydecide.serving.request import RequestError, parse_request
+from mydecide.serving.response import build_response, render_request
+
+fastapi_testclient = pytest.importorskip("fastapi.testclient")
+TestClient = fastapi_testclient.TestClient
+
+URL = "/v1/systemone"
+STATE = "Checkout returns HTTP 500 for every customer since 09:10; the invoice was charged twice."
+MANY = [f"option {i}" for i in range(40)]
+QUESTIONS: dict[str, Any] = {
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering", "support"]},
+    "many": {"type": "choice", "instructions": "Which option fits?", "criteria": MANY},
+    "outage": {"type": "noul", "instructions": "Is a production system down?"},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["not urgent", "soon", "today", "now"]},
+    "labels": {
+        "type": "set",
+        "instructions": "Which labels apply?",
+        "criteria": {"bug": "A defect", "billing": "Money", "outage": "Down", "refund": "Money back", "ux": "Design"},
+    },
+}
+LETTERS_QUESTIONS = {**QUESTIONS, "many": {**QUESTIONS["many"], "criteria": MANY[:30]}}  # K = 30: a second round
+SPAN = {"type": "span", "instructions": "Which pieces of text are amounts?", "criteria": {"AMOUNT": "an amount"}}
+LIMITS = Limits(max_prompts=512)
+
+
+def temperature(kind: str, k: int) -> float:
+    """T ≠ 1 per type, and per bucket for choice."""
+    return {"choice": 2.0 if k <= 4 else 0.5, "noul": 1.7, "score": 0.6, "set": 1.3}.get(kind, 1.0)
+
+
+class AloneEngine:
+    """A stand-in for an engine that receives token ids: every prompt run alone as one whole sequence (no prefix
+    shared, no padding, no packing), the full vocabulary's logits formed at the last position and the label ids read
+    from them. Records every call's reads."""
+
+    name = "fake"
+    spans = False
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.calls: list[list[TokenPrompt]] = []
+
+    def start(self) -> None:
+        pass
+
+    def label_logits(self, prompts: Sequence[TokenPrompt]) -> list[np.ndarray]:
+        import torch
+
+        self.calls.append(list(prompts))
+        out = []
+        with torch.inference_mode():
+            for p in prompts:
+                ids = torch.tensor([list(p.ids)], device=self.model.device)
+                logits = self.model.lm(input_ids=ids).logits[0, -1]  # (V,)
+                out.append(logits[list(p.label_ids)].double().cpu().numpy())
+        return out
+
+
+def load(path: Path, **render: Any) -> Any:
+    from mydecide.modeling import load_model
+
+    return load_model(str(path), render=RenderConfig(**render), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def per_option(tiny_llama_dir: Path) -> Any:
+    return load(tiny_llama_dir, option_form="per_option", score_form="per_option")
+
+
+@pytest.fixture(scope="module")
+def letters(tiny_llama_dir: Path) -> Any:
+    return load(tiny_llama_dir, option_form="letters", score_form="letters")
+
+
+@pytest.fixture(scope="module")
+def thresholds(tiny_llama_dir: Path) -> Any:
+    return load(tiny_llama_dir, option_form="per_option", score_form="thresholds")
+
+
+@contextmanager
+def serve(model: Any, fake: bool, temps: Any = None) -> Iterator[Any]:
+    from mydecide.serving.app import create_app
+
+    app = create_app(model, model_name="tiny", limits=LIMITS, temperature=temps, engine=AloneEngine if fake else None)
+    with TestClient(app) as client:
+        yield client
+
+
+def post(client: Any, questions: dict[str, Any], state: Any = STATE) -> Any:
+    body = {"state": state, "questions": questions}
+    return client.post(URL, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+def answers(client: Any, questions: dict[str, Any], state: Any = STATE) -> dict[str, Any]:
+    r = post(client, questions, state)
+    assert r.status_code == 200, r.text
+    return dict(r.json()["answers"])
+
+
+def probabilities(answer: dict[str, Any]) -> np.ndarray:
+    if answer["type"] == "noul":
+        return np.array([answer["noul"]])
+    return np.array(list(answer["probabilities"].values()))
+
+
+def assert_same(a: dict[str, Any], b: dict[str, Any], tol: float = 1e-5) -> None:
+    assert list(a) == list(b)
+    for name in a:
+        x, y = a[name], b[name]
+        assert set(x) == set(y) and x["type"] == y["type"], name
+        assert probabilities(x) == pytest.approx(probabilities(y), abs=tol), name
+        for key in ("choice", "selected"):
+            assert x.get(key) == y.get(key), (name, key)
+        for key in ("confidence", "score"):
+            if key in x:
+                assert x[key] == pytest.approx(y[key], abs=10 * tol), (name, key)
+
+
+# ------------------------------------------------------------------------------- the torch engine: no change at all
+
+
+@pytest.mark.parametrize("options", [BatchOptions(), BatchOptions(packing=False), BatchOptions.baseline()])
+def test_the_torch_engine_gives_the_old_paths_numbers_bit_for_bit(letters: Any, options: BatchOptions) -> None:
+    parsed = parse_request({"state": STATE, "questions": LETTERS_QUESTIONS}, LIMITS)
+    scorer = Scorer(letters, options, temperature).start()
+    try:
+        served = scorer.answer(parsed, timeout=120)
+    finally:
+        scorer.stop()
+    assert scorer.packed == (options.packing and options.shared_prefix)  # the tiny Llama packs
+
+    # what Scorer._score_now called before the seam existed
+    rendered = render_request(letters, parsed, shared_prefix=options.shared_prefix)
+    if scorer.packed:
+        score_plans([rendered.plan], lambda p: score_packed(letters, p, max_batch_tokens=options.max_batch_tokens))
+    else:
+        score_plans(
+            [rendered.plan],
+            lambda p: score_prompts(letters, p, batch_size=options.forward_batch, shared_prefix=options.shared_prefix),
+        )
+    assert served == build_response(rendered, temperature, scorer.model_name)  # exact floats
+
+
+def test_the_torch_engine_reads_only_the_renderers_labels(letters: Any) -> None:
+    engine = TorchEngine(letters)
+    engine.start()
+    labels = tuple(letters.renderer.label_ids)
+    prompt = render_request(letters, parse_request({"state": STATE, "questions": {"q": QUESTIONS["team"]}})).prompts[0]
+    row = engine.label_logits([TokenPrompt(prompt.prefix, prompt.suffix, labels[:3])])[0]
+    assert row.shape == (3,) and row.dtype == np.float64
+    with pytest.raises(ValueError, match="the torch engine reads the answer labels"):
+        engine.label_logits([TokenPrompt(prompt.prefix, prompt.suffix, (labels[1], labels[0]))])
+
+
+def test_prompt_scorer_refuses_an_engine_that_returns_the_wrong_rows(letters: Any) -> None:
+    class Short(AloneEngine):
+        def label_logits(self, prompts: Sequence[TokenPrompt]) -> list[np.ndarray]:
+            return [np.zeros(1) for _ in prompts]
+
+    prompts = render_request(letters, parse_request({"state": STATE, "questions": {"q": QUESTIONS["team"]}})).prompts
+    with pytest.raises(ValueError, match="returned 1 logits for 3 labels"):
+        prompt_scorer(Short(letters), letters.renderer)(prompts)
+
+
+# ------------------------------------------------------------------------------ a fake engine through the seam
+
+
+def test_the_engine_gets_mydecides_token_ids_and_label_ids_round_by_round(letters: Any, per_option: Any) -> None:
+    labels = tuple(letters.renderer.label_ids)
+    for model, name, rounds in ((letters, "many", [[15, 15], [2]]), (per_option, "team", [[2, 2, 2]])):
+        questions = {name: (LETTERS_QUESTIONS if model is letters else QUESTIONS)[name]}
+        parsed = parse_request({"state": STATE, "questions": questions}, LIMITS)
+        engine = AloneEngine(model)
+        scorer = Scorer(model, BatchOptions(), engine=engine).start()
+        try:
+            scorer.answer(parsed, timeout=120)
+        finally:
+            scorer.stop()
+        assert [[len(p.label_ids) for p in call] for call in engine.calls] == rounds  # K = 30: groups, then leaders
+        assert all(p.label_ids == labels[: len(p.label_ids)] for call in engine.calls for p in call)
+        first = render_request(model, parsed).prompts  # the exact ids mydecide rendered, the state as their prefix
+        assert [(p.prefix, p.suffix) for p in engine.calls[0]] == [(p.prefix, p.suffix) for p in first]
+        assert scorer.stats.prompts == sum(len(r) for r in rounds)
+
+
+@pytest.mark.parametrize("form", ["per_option", "letters", "thresholds"])
+def test_the_engine_answers_every_type_as_the_torch_server_does(form: str, request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue(form)  # thresholds: score questions as K − 1 yes/no reads
+    questions = LETTERS_QUESTIONS if form == "letters" else QUESTIONS  # K = 3 and 40 / 30, noul, score, 5 labels
+    for temps in (None, temperature):
+        with serve(model, fake=False, temps=temps) as torch_client, serve(model, fake=True, temps=temps) as fake:
+            assert_same(answers(fake, questions), answers(torch_client, questions))
+
+
+def test_temperatures_per_type_and_bucket_apply_to_the_engines_rows(per_option: Any) -> None:
+    with serve(per_option, fake=True) as plain, serve(per_option, fake=True, temps=temperature) as tempered:
+        cold, warm = answers(plain, QUESTIONS), answers(tempered, QUESTIONS)
+    for name, question in QUESTIONS.items():
+        t = temperature(question["type"], len(question.get("criteria") or [0, 0]))
+        p, q = probabilities(cold[name]), probabilities(warm[name])
+        if question["type"] in ("noul", "set"):  # sigmoid(z / T) of z = logit(p)
+            want = 1 / (1 + np.exp(-np.log(p / (1 - p)) / t))
+        else:  # softmax(log p / T)
+            z = np.log(p) / t
+            want = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        assert q == pytest.approx(want, abs=1e-9), name
+        assert np.abs(q - p).max() > 1e-6, name  # T ≠ 1 changed something
+    assert warm["team"]["confidence"] == pytest.approx((3 * probabilities(warm["team"]).max() - 1) / 2, abs=1e-12)
+
+
+def test_permuting_options_permutes_the_engines_probabilities(per_option: Any) -> None:
+    rng = np.random.default_rng(0)
+    questions = {
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "eng", "support", "sales"]},
+        "labels": QUESTIONS["labels"],
+    }
+    with serve(per_option, fake=True) as fake:
+        base = answers(fake, questions)
+        for _ in range(2):
+            shuffled = {}
+            for name, q in questions.items():
+                criteria = q["criteria"]
+                keys = [list(criteria)[i] for i in rng.permutation(len(criteria))]
+                shuffled[name] = {
+                    **q,
+                    "criteria": {k: criteria[k] for k in keys} if isinstance(criteria, dict) else keys,
+                }
+            got = answers(fake, shuffled)
+            for name in questions:
+                for option, p in got[name]["probabilities"].items():
+                    assert p == pytest.approx(base[name]["probabilities"][option], abs=1e-6), (name, option)
+
+
+def test_span_questions_are_refused_by_name_and_health_says_what_serves_each_type(per_option: Any) -> None:
+    questions = {"amounts": SPAN, "outage": QUESTIONS["outage"]}
+    with serve(per_option, fake=True) as fake, serve(per_option, fake=False) as torch_client:
+        refused = post(fake, questions)
+        assert refused.status_code == 422
+        error = refused.json()["error"]
+        assert "question 'amounts'" in error and "span questions are not served by the fake engine" in error
+        assert post(torch_client, questions).status_code == 200  # the torch path reads spans
+        assert answers(fake, {"outage": QUESTIONS["outage"]})  # the rest of the server is untouched
+        health = fake.get("/health").json()
+        assert health["engine"] == "fake"
+        assert {t: v["path"] for t, v in health["question_types"].items()} == {
+            "choice": "engine",
+            "noul": "engine",
+            "score": "engine",
+            "set": "engine",
+            "span": "refused",
+        }
+        assert health["question_types"]["choice"]["form"] == "per_option"
+        torch_health = torch_client.get("/health").json()
+        assert torch_health["engine"] == "torch"
+        assert {v["path"] for v in torch_health["question_types"].values()} == {"torch"}
+
+    scorer = Scorer(per_option, engine=AloneEngine(per_option)).start()  # a caller past the app is refused too
+    try:
+        with pytest.raises(RequestError, match="question 'amounts': span questions"):
+            scorer.answer(parse_request({"state": STATE, "questions": questions}), timeout=60)
+    finally:
+        scorer.stop()
+
+
+# ----------------------------------------------------------------------------------------------- mydecide serve
+
+
+def test_serve_engine_vllm_fails_at_startup_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    find_spec = importlib.util.find_spec
+    installed = {"vllm": False}
+
+    def fake_find_spec(name: str, *args: Any) -> Any:
+        if name == "vllm":
+            return object() if installed["vllm"] else None
+        return find_spec(name, *args)
+
+    monkeypatch.setattr(engines.importlib.util, "find_spec", fake_find_spec)
+    missing = CliRunner().invoke(app, ["serve", "--engine", "vllm"])
+    assert missing.exit_code == 2
+    assert missing.output.strip() == "error: --engine vllm needs vLLM, which is not installed: pip install -e .[vllm]"
+    installed["vllm"] = True
+    unwritten = CliRunner().invoke(app, ["serve", "engine=vllm"])
+    assert unwritten.exit_code == 2 and len(unwritten.output.strip().splitlines()) == 1
+    assert "vLLM engine is not written yet" in unwritten.output
+    bad = CliRunner().invoke(app, ["serve", "--engine", "tpu"])
+    assert bad.exit_code == 2 and "engine" in bad.output and "'torch' or 'vllm'" in bad.output
