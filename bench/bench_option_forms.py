@@ -2,10 +2,13 @@
 
 The ``banking77`` converter turns ``bench/data/banking77_synthetic.csv`` (one customer message per intent, written
 for the benchmarks) into choice questions: the gold intent among 3 or 9 sampled others, and all 77 intents. Each set
-is scored by the same loaded model twice, once per form (``letters``: one read over A, B, … per prompt, groups of
-≤ 26 plus a final round above 26 options; ``per_option``: one yes / no continuation per option from a prefix
-holding the state and the question). The table gives seconds per question (batched: wall time of scoring every
-question divided by their number), prompts and tokens processed per question, and the ratio per-option / letters.
+is scored by the same loaded model three times (``letters``: one read over A, B, … per prompt, groups of ≤ 26 plus a
+final round above 26 options; ``per_option``: one yes / no continuation per option from a prefix holding the state
+and the question, every continuation repeating the answer format: the default ``prompt.continuation: full``;
+``per_option_lean``: the answer format said once in the prefix, a continuation only the option's line and the
+template's tail). The table gives seconds per question (batched: wall time of scoring every
+question divided by their number), prompts and tokens processed per question, and each per-option form's ratio to
+letters.
 Accuracy of the untuned model is printed for orientation only (zero-shot, near chance in both forms).
 
     .venv/bin/python bench/bench_option_forms.py [--limit 12] [--threads 1] [--model smollm2-135m]
@@ -50,14 +53,16 @@ def main() -> None:
 
     sets = {4: records(num_distractors=3), 10: records(num_distractors=9), 77: records(all_options=True)}
     base = load_model(args.model)
+    configs = {
+        "letters": {"option_form": "letters"},
+        "per_option": {"option_form": "per_option", "continuation": "full"},
+        "per_option_lean": {"option_form": "per_option", "continuation": "lean"},
+    }
     models = {
         form: LoadedModel(
-            base.lm,
-            base.tokenizer,
-            Renderer(base.tokenizer, base.renderer.config.model_copy(update={"option_form": form})),
-            base.name,
+            base.lm, base.tokenizer, Renderer(base.tokenizer, base.renderer.config.model_copy(update=update)), base.name
         )
-        for form in ("letters", "per_option")
+        for form, update in configs.items()
     }
     for model in models.values():  # warm-up
         score_questions(model, [(r.state, r.question) for r in sets[4][:1]])
@@ -78,10 +83,9 @@ def main() -> None:
                 "tokens_per_question": plan.tokens() / len(items),
                 "zero_shot_accuracy": accuracy,
             }
-        row["ratio"] = {
-            "time": row["per_option"]["s_per_question"] / row["letters"]["s_per_question"],
-            "tokens": row["per_option"]["tokens_per_question"] / row["letters"]["tokens_per_question"],
-        }
+        for form in ("per_option", "per_option_lean"):
+            row[form]["time_ratio"] = row[form]["s_per_question"] / row["letters"]["s_per_question"]
+            row[form]["token_ratio"] = row[form]["tokens_per_question"] / row["letters"]["tokens_per_question"]
         results[str(k)] = row
 
     load = os.getloadavg()
@@ -90,29 +94,32 @@ def main() -> None:
         f"load average {load[0]:.1f} on {os.cpu_count()} cores"
     )
     print(
-        f"{'K':>4}{'form':>12}{'prompts/q':>11}{'tokens/q':>10}{'s/q':>9}{'acc@0':>7}{'time ratio':>12}"
+        f"{'K':>4}{'form':>17}{'prompts/q':>11}{'tokens/q':>10}{'s/q':>9}{'acc@0':>7}{'time ratio':>12}"
         f"{'token ratio':>13}"
     )
     for k, row in results.items():
-        for form in ("letters", "per_option"):
-            r = row[form]
-            ratio = f"{row['ratio']['time']:.2f}x" if form == "per_option" else ""
-            tokens = f"{row['ratio']['tokens']:.2f}x" if form == "per_option" else ""
+        for form, r in row.items():
+            ratio = f"{r['time_ratio']:.2f}x" if "time_ratio" in r else ""
+            tokens = f"{r['token_ratio']:.2f}x" if "token_ratio" in r else ""
             print(
-                f"{k:>4}{form:>12}{r['prompts_per_question']:>11.1f}{r['tokens_per_question']:>10.0f}"
+                f"{k:>4}{form:>17}{r['prompts_per_question']:>11.1f}{r['tokens_per_question']:>10.0f}"
                 f"{r['s_per_question']:>9.3f}{r['zero_shot_accuracy']:>7.2f}{ratio:>12}{tokens:>13}"
             )
     atomic_write_json(
         args.out,
         {
             "benchmark": "option_forms",
-            "what": "seconds per question of the per-option form against letters on 4-, 10- and 77-option choice "
-            "questions, same model, same run",
+            "what": "seconds per question of the per-option form (full continuation, the default; and lean) "
+            "against letters on 4-, 10- and 77-option choice questions, same model, same run",
             "model": args.model,
             "torch_threads": torch.get_num_threads(),
             "results": results,
-            "ratio": {f"per_option_over_letters_time_k{k}": row["ratio"]["time"] for k, row in results.items()},
-            "time_ratio_k4": results["4"]["ratio"]["time"],
+            "ratio": {
+                f"{form}_over_letters_time_k{k}": row[form]["time_ratio"]
+                for k, row in results.items()
+                for form in ("per_option", "per_option_lean")
+            },
+            "time_ratio_k4": results["4"]["per_option"]["time_ratio"],
             "load_average_1m": load[0],
             "cpu_count": os.cpu_count(),
             "provenance": provenance(),

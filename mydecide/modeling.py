@@ -184,7 +184,8 @@ def default_dtype(device: str) -> torch.dtype:
 
 
 def read_render_config(path: Path) -> RenderConfig:
-    """A saved render config. One written before the scoring forms existed was scored with letters: it says so."""
+    """A saved render config. A key it was saved without is read as scoring was before the key existed (letters,
+    the full continuation, the span keys in ``SPAN_KEYS_BEFORE``)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
@@ -194,7 +195,9 @@ def read_render_config(path: Path) -> RenderConfig:
     if isinstance(data.get("span", {}), dict):  # a span head trained before these keys read labels as it was trained
         data = {**data, "span": {**SPAN_KEYS_BEFORE, **data.get("span", {})}}
     try:
-        return RenderConfig.model_validate({"option_form": "letters", "score_form": "letters", **data})
+        return RenderConfig.model_validate(
+            {"option_form": "letters", "score_form": "letters", "continuation": "full", **data}
+        )
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in e['loc']) or 'the config'}: {e['msg']}" for e in err.errors()[:3]

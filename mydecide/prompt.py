@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
 ScoreForm = Literal["letters", "per_option", "thresholds"]
+Continuation = Literal["full", "lean"]
 SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds")
 
 
@@ -93,5 +94,11 @@ class RenderConfig(BaseModel):
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
+    # per_option and thresholds: what each yes / no continuation repeats. "full" = every continuation repeats the
+    # answer format (A. yes, B. no, the letter only), as every adapter so far was trained; "lean" = the answer format
+    # is said once in the shared prefix and a continuation is the option's line and the chat template's tail (about
+    # 16 fewer tokens per option on smollm2; docs/scoring-forms.md#the-lean-continuation). A render config saved
+    # before the key existed means "full" (modeling.read_render_config)
+    continuation: Continuation = "full"
     # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)
     span: SpanWindows = Field(default_factory=SpanWindows)

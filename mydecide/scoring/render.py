@@ -84,9 +84,13 @@ def option_text(question: Question, index: int, show_ids: bool) -> str:
     return option
 
 
-def per_option_question_text(question: Question, show_ids: bool, list_options: bool) -> str:
-    """The shared part of a per-option prompt: the question, and (``list_options``) every option in an order the
-    client cannot change — choice options sorted by id, score levels lowest first."""
+LEAN_ANSWER_FORMAT = "Answer A for yes or B for no, with the letter only."
+
+
+def per_option_question_text(question: Question, show_ids: bool, list_options: bool, lean: bool = False) -> str:
+    """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
+    client cannot change — choice options sorted by id, score levels lowest first — and (``lean``) the answer
+    format that a full continuation repeats."""
     kind = {
         "choice": "Exactly one option is right. Is the option below the right one?",
         "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?",
@@ -99,22 +103,27 @@ def per_option_question_text(question: Question, show_ids: bool, list_options: b
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
+    if lean:
+        lines.append(LEAN_ANSWER_FORMAT)
     return "\n".join(lines)
 
 
-def threshold_question_text(question: Question) -> str:
-    """The shared part of every threshold read of a score question: the question and its levels, lowest first."""
+def threshold_question_text(question: Question, lean: bool = False) -> str:
+    """The shared part of every threshold read of a score question: the question and its levels, lowest first
+    (and, ``lean``, the answer format)."""
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
     lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
     lines.append("Is the right level the level below or a higher one?")
+    if lean:
+        lines.append(LEAN_ANSWER_FORMAT)
     return "\n".join(lines)
 
 
-def per_option_suffix_text(question: Question, index: int, show_ids: bool) -> str:
+def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean: bool = False) -> str:
+    """One option's continuation: its line, then (unless ``lean``: the prefix said it once) the answer format."""
     name = "Level" if question.type == "score" else "Option"
-    return "\n".join(
-        ["", f"{name}: {option_text(question, index, show_ids)}", "A. yes", "B. no", "Answer with the letter only."]
-    )
+    line = f"{name}: {option_text(question, index, show_ids)}"
+    return "\n".join(["", line] if lean else ["", line, "A. yes", "B. no", "Answer with the letter only."])
 
 
 def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
@@ -279,13 +288,15 @@ class Renderer:
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
         state_ids, truncated = self.encode_state(state)
-        shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options)
+        lean = self.config.continuation == "lean"
+        shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options, lean)
         prefix = state_ids + tuple(self._encode_user(shared))
         indices = range(question.k) if indices is None else indices
+        show = self.config.show_option_ids
         return [
             Prompt(
                 prefix,
-                tuple(self._encode_user(per_option_suffix_text(question, i, self.config.show_option_ids), self.tail)),
+                tuple(self._encode_user(per_option_suffix_text(question, i, show, lean), self.tail)),
                 (0, 1),
                 truncated,
             )
@@ -298,11 +309,12 @@ class Renderer:
         if question.type != "score":
             raise ValueError(f"a {question.type} question has no threshold form")
         state_ids, truncated = self.encode_state(state)
-        prefix = state_ids + tuple(self._encode_user(threshold_question_text(question)))
+        lean = self.config.continuation == "lean"
+        prefix = state_ids + tuple(self._encode_user(threshold_question_text(question, lean)))
         return [
             Prompt(
                 prefix,
-                tuple(self._encode_user(per_option_suffix_text(question, i, False), self.tail)),
+                tuple(self._encode_user(per_option_suffix_text(question, i, False, lean), self.tail)),
                 (0, 1),
                 truncated,
             )

@@ -63,17 +63,53 @@ def per_option_model_dir(model_dir: Path, out: Path, **config: object) -> Path:
 # ------------------------------------------------------------------------------------------------- rendering
 
 
-def test_per_option_prompts_share_one_prefix_and_name_one_option_each(renderer: Renderer) -> None:
+@pytest.mark.parametrize("continuation", ["lean", "full"])
+def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
+    tiny_tokenizer_dir: Path, continuation: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    renderer = Renderer(
+        AutoTokenizer.from_pretrained(tiny_tokenizer_dir), PER_OPTION.model_copy(update={"continuation": continuation})
+    )
     q = choice(CRITERIA)
     prompts = renderer.render_per_option(STATE, q)
     assert len(prompts) == 4 and len({p.prefix for p in prompts}) == 1 and all(p.k == 2 for p in prompts)
     prefix = renderer.tokenizer.decode(list(prompts[0].prefix))
     assert "Which team should handle this ticket?" in prefix and STATE in prefix
+    tail = renderer.tokenizer.decode(renderer._encode(renderer.tail))
     for prompt, (option, description) in zip(prompts, CRITERIA.items(), strict=True):
         suffix = renderer.tokenizer.decode(list(prompt.suffix))
-        assert f"Option: {option} — {description}" in suffix and "A. yes" in suffix and "B. no" in suffix
+        assert f"Option: {option} — {description}" in suffix
+        if continuation == "lean":  # the option's line and the template's tail, nothing the prefix already says
+            assert suffix == f"\nOption: {option} — {description}{tail}"
+        else:
+            assert "A. yes" in suffix and "B. no" in suffix and "letter only" in suffix
         assert not any(other in suffix for other in CRITERIA if other != option)  # no other option, no position
         assert prefix.count(option) == 0  # the options are not listed unless asked
+    assert ("A for yes or B for no" in prefix) == (continuation == "lean")  # the answer format, said once
+
+
+def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one(
+    tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    cost = {}
+    for continuation in ("lean", "full"):
+        prompts = Renderer(tok, PER_OPTION.model_copy(update={"continuation": continuation})).render_per_option(
+            STATE, choice(CRITERIA)
+        )
+        cost[continuation] = len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
+    assert cost["lean"] < cost["full"] - 3 * 4  # the answer format is paid once, not once per option
+    saved = json.loads(PER_OPTION.model_dump_json())
+    del saved["continuation"]  # a render config saved before prompt.continuation existed
+    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
+    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).continuation == "full"  # read as it was trained
+    assert RenderConfig().continuation == "full"  # the default until the lean one holds the demo (docs)
 
 
 def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:
@@ -111,13 +147,14 @@ def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> 
 # -------------------------------------------------------------------------------------- scoring (inference)
 
 
-@pytest.mark.parametrize("k", [4, 40])
-def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int) -> None:
+@pytest.mark.parametrize(("k", "continuation"), [(4, "full"), (40, "full"), (4, "lean"), (40, "lean")])
+def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int, continuation: str) -> None:
     from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.probabilities import to_probabilities
 
-    model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
+    render = PER_OPTION.model_copy(update={"continuation": continuation})
+    model = load_model(str(tiny_model_dir), render=render, device="cpu")
     criteria = CRITERIA if k == 4 else {f"team_{i}": f"Team number {i}" for i in range(k)}
     rng = np.random.default_rng(k)
     orders = [list(range(k))[::-1], *(list(rng.permutation(k)) for _ in range(2))]
