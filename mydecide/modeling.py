@@ -276,6 +276,8 @@ class CheckedModel:
     kwargs: dict[str, Any]
     saved: RenderConfig | None  # the render config saved with the adapter or the (merged) model directory
     where: Path | None  # the file it came from
+    option_form: str | None = None  # the forms asked for (checked against the saved ones)
+    score_form: str | None = None
 
 
 def check_model(
@@ -286,7 +288,8 @@ def check_model(
     if adapter is not None:
         check_adapter(adapter)  # a damaged adapter, before its render config is read or the base loads
     saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
-    return CheckedModel(name, Path(adapter) if adapter is not None else None, path, kwargs, saved, where)
+    adapter_dir = Path(adapter) if adapter is not None else None
+    return CheckedModel(name, adapter_dir, path, kwargs, saved, where, option_form, score_form)
 
 
 def load_model(
@@ -318,7 +321,7 @@ def load_model(
     else:
         checked = check_model(name, adapter, option_form, score_form)
     name, adapter, path, kwargs = checked.name, checked.adapter, checked.path, checked.kwargs
-    saved, where = checked.saved, checked.where
+    saved, where, option_form, score_form = checked.saved, checked.where, checked.option_form, checked.score_form
     if saved is not None and (render is None or (adapter is not None and where == Path(adapter) / RENDER_CONFIG_FILE)):
         render = saved
     import torch

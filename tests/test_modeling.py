@@ -252,6 +252,10 @@ def test_a_model_checked_once_loads_without_a_second_check(
     assert calls == [] and model.renderer.config.max_state_tokens == 12  # the checked render config is used
     with pytest.raises(TypeError, match="check_model"):
         load_model(checked, tmp_path / "adapter", device="cpu")  # two adapters: one would be silently ignored
+    monkeypatch.undo()
+    # the forms asked for travel with the check: a base model without a saved config is scored in them
+    asked = load_model(check_model(str(tiny_llama_dir), option_form="letters", score_form="thresholds"), device="cpu")
+    assert (asked.renderer.config.option_form, asked.renderer.config.score_form) == ("letters", "thresholds")
 
 
 # -------------------------------------------------------------------------------------------- probabilities
