@@ -201,8 +201,8 @@ def register(app: typer.Typer) -> None:
         engine: str | None = typer.Option(
             None,
             "--engine",
-            help=f"What runs the forward passes: torch or vllm (default {DEFAULT.engine}; vllm is not written yet, "
-            "docs/serving.md).",
+            help=f"What runs the forward passes: torch or vllm (default {DEFAULT.engine}; vllm: a base or merged "
+            "model, no span questions; docs/serving.md).",
         ),
         device: Device = None,
         log_level: str | None = typer.Option(None, help="debug, info, warning or error (default info)."),
@@ -239,15 +239,18 @@ def register(app: typer.Typer) -> None:
                 f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
                 "or pass --no-auth to serve without one"
             )
-        from mydecide.serving.engines import engine_factory
+        from mydecide.serving.engines import engine_factory, require_engine
 
-        make_engine = engine_factory(recipe.engine)  # an engine that cannot run here fails now, in one line
+        require_engine(recipe.engine)  # an engine that cannot run here fails now, in one line
         from mydecide.modeling import check_model
 
         # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the
         # server's startup
         adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
         checked = check_model(recipe.model, adapter_dir, recipe.option_form, recipe.score_form)
+        make_engine = engine_factory(
+            recipe.engine, checked.path, checked.adapter, max_model_len=recipe.limits.max_prompt_tokens + 1
+        )
         temperature = None
         if recipe.temperatures is not None:
             from mydecide.calibration.temperatures import load_temperatures
@@ -269,6 +272,14 @@ def register(app: typer.Typer) -> None:
                 refused.append(str(err))
                 raise
 
+        def build_engine(loaded: Any) -> Any:  # built in the app's lifespan, on the loaded model
+            assert make_engine is not None
+            try:
+                return make_engine(loaded)
+            except Exception as err:  # vLLM has logged its root cause: the exit says which engine, in one line
+                refused.append(f"--engine {recipe.engine} did not start: {type(err).__name__}: {err}")
+                raise
+
         server = create_app(
             loader,
             temperature=temperature,
@@ -279,7 +290,7 @@ def register(app: typer.Typer) -> None:
             request_timeout_s=recipe.request_timeout_s,
             body_timeout_s=body_timeout,
             allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
-            engine=make_engine,
+            engine=build_engine if make_engine is not None else None,
         )
         typer.echo(
             f"mydecide serve: http://{recipe.host}:{recipe.port}/v1/systemone (model {recipe.model}"

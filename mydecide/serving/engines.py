@@ -10,8 +10,8 @@ is all it is given; :func:`prompt_scorer` turns an engine into the ``score(promp
 - :class:`TorchEngine` (``--engine torch``, the default) is the forward path the server always ran: packed shared
   state rows where the model reproduces ``score_prompts`` with them (``serving/packing.py``), else ``score_prompts``.
   It returns the same numbers, bit for bit, as before the seam existed (tests/serving/test_engine_seam.py).
-- ``--engine vllm`` is **not written yet** (issue 33): :func:`engine_factory` checks that vLLM is importable and
-  then refuses to start, in one line either way, so no request ever meets a missing engine.
+- ``--engine vllm`` (``serving/vllm_engine.py``, an optional extra): the same reads on an in-process ``vllm.LLM``.
+  :func:`engine_factory` refuses, in one line at startup, what it cannot serve (vLLM missing, an adapter).
 
 Span questions are not one label read at the last position: every word's last token is read, through the label
 rows (``read: letters``) or the trained span head on hidden states (``read: head``). An engine that returns only
@@ -26,7 +26,8 @@ import importlib.util
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mydecide.config import BatchOptions
 from mydecide.errors import UserError
@@ -184,15 +185,35 @@ def check_served(request: Request, engine: LogitsEngine) -> None:
             )
 
 
-def engine_factory(name: str) -> Callable[[LoadedModel], LogitsEngine] | None:
+def require_engine(name: str) -> None:
+    """Refuse (a :class:`UserError`, one line) an engine that cannot run here, before anything loads."""
+    if name not in ENGINES:
+        raise UserError(f"--engine {name!r}: choose one of {', '.join(ENGINES)}")
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise UserError("--engine vllm needs vLLM, which is not installed: pip install -e .[vllm]")
+
+
+def engine_factory(
+    name: str, model_path: str | None = None, adapter: object | None = None, **engine_args: Any
+) -> Callable[[LoadedModel], LogitsEngine] | None:
     """The engine ``mydecide serve --engine NAME`` runs, as a function of the loaded model (None: the torch engine);
-    a :class:`UserError` (one line, at startup) when it cannot run here."""
+    a :class:`UserError` (one line, at startup) when it cannot run here. ``model_path``: the local model directory
+    the engine loads (vLLM), ``adapter``: the adapter asked for (vLLM serves none yet: a merged model instead)."""
+    require_engine(name)
     if name == "torch":
         return None
-    if name == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            raise UserError("--engine vllm needs vLLM, which is not installed: pip install -e .[vllm]")
+    if adapter is not None:
         raise UserError(
-            "--engine vllm: mydecide's vLLM engine is not written yet (issue 33, docs/serving.md); use --engine torch"
+            "--engine vllm serves a base or merged model only (per-request LoRA is not written yet): merge the "
+            "adapter with `mydecide merge` and serve the merged directory"
         )
-    raise UserError(f"--engine {name!r}: choose one of {', '.join(ENGINES)}")
+    if model_path is None or not Path(model_path).is_dir():
+        raise UserError(f"--engine vllm needs a local model directory, not {model_path!r}")
+
+    def build(model: LoadedModel) -> LogitsEngine:
+        from mydecide.serving.vllm_engine import VllmEngine
+
+        dtype = str(next(model.lm.parameters()).dtype).removeprefix("torch.")  # the torch model's own
+        return VllmEngine(str(model_path), dtype=dtype, **engine_args)
+
+    return build

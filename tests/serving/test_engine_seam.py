@@ -1,11 +1,15 @@
 """The scoring-engine seam (serving/engines.py) on the tiny models: the torch engine is the old forward path bit for
 bit, and a fake engine that reads the same token ids by another route answers every question type but spans as the
-default server does, through the HTTP app; span questions are refused by name, and /health says what serves what."""
+default server does, through the HTTP app; span questions are refused by name, and /health says what serves what.
+The vLLM engine (serving/vllm_engine.py) runs here against a stand-in ``vllm`` module: what it sends, what it
+reads back, and the answers that come out (real vLLM is not in the suite; docs/serving.md)."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +19,7 @@ import numpy as np
 import pytest
 
 from mydecide.config import BatchOptions, Limits
+from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import score_plans
@@ -295,20 +300,112 @@ def test_serve_engine_vllm_fails_at_startup_in_one_line(monkeypatch: pytest.Monk
     from mydecide.cli import app
 
     find_spec = importlib.util.find_spec
-    installed = {"vllm": False}
 
     def fake_find_spec(name: str, *args: Any) -> Any:
-        if name == "vllm":
-            return object() if installed["vllm"] else None
-        return find_spec(name, *args)
+        return None if name == "vllm" else find_spec(name, *args)
 
     monkeypatch.setattr(engines.importlib.util, "find_spec", fake_find_spec)
     missing = CliRunner().invoke(app, ["serve", "--engine", "vllm"])
     assert missing.exit_code == 2
     assert missing.output.strip() == "error: --engine vllm needs vLLM, which is not installed: pip install -e .[vllm]"
-    installed["vllm"] = True
-    unwritten = CliRunner().invoke(app, ["serve", "engine=vllm"])
-    assert unwritten.exit_code == 2 and len(unwritten.output.strip().splitlines()) == 1
-    assert "vLLM engine is not written yet" in unwritten.output
+    also = CliRunner().invoke(app, ["serve", "engine=vllm"])  # the recipe key, the same line
+    assert also.exit_code == 2 and also.output.strip() == missing.output.strip()
     bad = CliRunner().invoke(app, ["serve", "--engine", "tpu"])
     assert bad.exit_code == 2 and "engine" in bad.output and "'torch' or 'vllm'" in bad.output
+
+
+# --------------------------------------------------------------------- the vLLM engine, against a stand-in vllm module
+
+
+class FakeVllm:
+    """A stand-in for the ``vllm`` module: ``LLM`` answers ``generate`` from the tiny model's full-vocabulary logits at
+    the last position (raw logits, as ``logprobs_mode="raw_logits"`` gives) and records what it was asked."""
+
+    def __init__(self) -> None:
+        self.init: dict[str, Any] = {}
+        self.params: list[Any] = []
+        self.prompts: list[Any] = []
+        fake = self
+
+        class SamplingParams:
+            def __init__(self, **kwargs: Any) -> None:
+                self.__dict__.update(kwargs)
+
+        class TokensPrompt(dict):  # vllm.inputs.TokensPrompt is a TypedDict
+            pass
+
+        class LLM:
+            def __init__(self, **kwargs: Any) -> None:
+                from transformers import AutoModelForCausalLM
+
+                fake.init = kwargs
+                self.lm = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=getattr(torch, kwargs["dtype"]))
+
+            def generate(self, prompts: list[Any], params: list[Any], use_tqdm: bool = True) -> list[Any]:
+                from types import SimpleNamespace as NS
+
+                fake.prompts += prompts
+                fake.params += params
+                out = []
+                with torch.inference_mode():
+                    for prompt, p in zip(prompts, params, strict=True):
+                        z = self.lm(input_ids=torch.tensor([prompt["prompt_token_ids"]])).logits[0, -1]
+                        first = {t: NS(logprob=float(z[t])) for t in p.logprob_token_ids}
+                        out.append(NS(outputs=[NS(logprobs=[first])]))
+                return out
+
+        import torch
+
+        self.module = type(sys)("vllm")
+        self.module.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # find_spec reads it
+        self.module.LLM, self.module.SamplingParams = LLM, SamplingParams  # type: ignore[attr-defined]
+        self.inputs = type(sys)("vllm.inputs")
+        self.inputs.TokensPrompt = TokensPrompt  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
+    fake = FakeVllm()
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", fake.inputs)
+    return fake
+
+
+def test_the_vllm_engine_sends_mydecides_reads_and_answers_as_torch(
+    letters: Any, tiny_llama_dir: Path, fake_vllm: FakeVllm
+) -> None:
+    from mydecide.serving.app import create_app
+
+    build = engines.engine_factory("vllm", str(tiny_llama_dir), None, max_model_len=4096)
+    assert build is not None
+    with TestClient(create_app(letters, model_name="tiny", limits=LIMITS, engine=build)) as client:
+        got = answers(client, LETTERS_QUESTIONS)
+        assert client.get("/health").json()["question_types"]["span"]["path"] == "refused"
+        assert post(client, {"amounts": SPAN}).status_code == 422
+    with serve(letters, fake=False) as torch_client:
+        assert_same(got, answers(torch_client, LETTERS_QUESTIONS))
+    assert fake_vllm.init == {
+        "model": str(tiny_llama_dir),
+        "dtype": "float32",
+        "max_model_len": 4096,
+        "skip_tokenizer_init": True,
+        "logprobs_mode": "raw_logits",
+        "enable_prefix_caching": True,
+        "seed": 0,
+    }
+    labels = list(letters.renderer.label_ids)
+    assert all(p.max_tokens == 1 and p.temperature == 0.0 for p in fake_vllm.params)
+    assert all(p.logprob_token_ids == labels[: len(p.logprob_token_ids)] for p in fake_vllm.params)
+    assert {len(p.logprob_token_ids) for p in fake_vllm.params} >= {2, 3, 15}  # yes/no, K = 3, a group of K = 30
+    rendered = render_request(letters, parse_request({"state": STATE, "questions": LETTERS_QUESTIONS}, LIMITS))
+    sent = {tuple(p["prompt_token_ids"]) for p in fake_vllm.prompts}
+    assert {p.prefix + p.suffix for p in rendered.prompts} <= sent  # mydecide's ids, as they are
+
+
+def test_the_vllm_engine_refuses_what_it_cannot_serve_at_startup(
+    tmp_path: Path, tiny_llama_dir: Path, fake_vllm: FakeVllm
+) -> None:
+    with pytest.raises(UserError, match=r"^--engine vllm serves a base or merged model only .* `mydecide merge`"):
+        engines.engine_factory("vllm", str(tiny_llama_dir), tmp_path / "adapter")
+    with pytest.raises(UserError, match="needs a local model directory"):
+        engines.engine_factory("vllm", "some/hub-name", None)
