@@ -208,7 +208,10 @@ def engine_factory(
             "adapter with `mydecide merge` and serve the merged directory"
         )
     if model_path is None or not Path(model_path).is_dir():
-        raise UserError(f"--engine vllm needs a local model directory, not {model_path!r}")
+        raise UserError(
+            f"--engine vllm needs a local model directory, and {model_path!r} is none (a hub name, or smollm2-135m "
+            "before its first conversion: serve it once with --engine torch)"
+        )
 
     def build(model: LoadedModel) -> LogitsEngine:
         from mydecide.serving.vllm_engine import VllmEngine
