@@ -17,7 +17,8 @@ converted once to a Hugging Face directory), fp32 on the CPU:
 Both mydecide servers read choices and scores as letters, as the seed's serve.py does, so all three make the same
 reads of the same weights: they serve the base from a folder of links to its files beside a saved render config
 that says letters (how a merged model carries its forms; /health is checked to report letters). ``--forms default``
-serves mydecide's own defaults (per-option reads: more tokens per request) instead.
+serves mydecide's own defaults (per-option reads: more tokens per request) instead, and ``--forms lean`` the
+defaults with the lean per-option continuation (``prompt.continuation: lean``).
 
 Every server gets the same requests, built from one definition: a ~250-token support ticket with a unique ticket
 number (so no two requests of one server share a state) and the 4 questions of bench_scoring (choice among 4, yes /
@@ -127,18 +128,23 @@ def check_answers(server: str, reply: dict[str, Any]) -> None:
             raise RuntimeError(f"{server}: {name}: probabilities {probabilities} are no distribution over {keys}")
 
 
-def letters_model(base: str, folder: Path) -> Path:
-    """``base``'s files (links) in ``folder`` beside a saved render config that reads choices and scores as letters,
-    the way a merged model directory carries its forms: served from there, mydecide reads as the seed's serve.py
-    does. (``--option-form letters --score-form letters`` asks the same, but mydecide serve does not apply forms it
-    is asked for on a base without an adapter: its check_model result carries no forms; /health shows which.)"""
+FORMS = {
+    "letters": {"option_form": "letters", "score_form": "letters"},  # the seed's reads
+    "lean": {"continuation": "lean"},  # the per-option defaults with the lean continuation
+}
+
+
+def forms_model(base: str, folder: Path, forms: str) -> Path:
+    """``base``'s files (links) in ``folder`` beside a saved render config with ``FORMS[forms]``, the way a merged
+    model directory carries its forms: served from there, every mydecide server reads that way (``letters``: as the
+    seed's serve.py does; /health is checked to say so)."""
     from mydecide.modeling import save_render_config
-    from mydecide.scoring.render import RenderConfig
+    from mydecide.prompt import RenderConfig
 
     folder.mkdir(parents=True)
     for item in Path(base).iterdir():
         (folder / item.name).symlink_to(item.resolve())
-    save_render_config(folder, RenderConfig(option_form="letters", score_form="letters"))
+    save_render_config(folder, RenderConfig(**FORMS[forms]))
     return folder
 
 
@@ -228,7 +234,8 @@ class SeedServer(Server):
 
     Its endpoint is a plain ``def``, which FastAPI runs in a pool of threads that share one fast tokenizer; that is
     not thread-safe (a call without padding in one thread can switch padding off under another's batch), so under
-    concurrent load a few of its requests fail with a 500. Those are sent again (``retries``), counted, and reported;
+    concurrent load a few of its requests fail with a 500 or a dropped connection. Those are sent again (``retries``),
+    counted (a dropped connection as status 0), and reported;
     their latency runs from the first attempt."""
 
     ready = "/openapi.json"
@@ -248,9 +255,17 @@ class SeedServer(Server):
 
 def send(client: Any, server: Server, body: dict[str, Any], check: bool = False) -> tuple[float, int]:
     """One request: (latency in seconds, usage.input_tokens); ``check``: the answers are checked too."""
+    import httpx
+
     started = time.perf_counter()
     for attempt in range(1 + server.retries):
-        r = client.post(f"{server.url}/v1/systemone", json=body)
+        try:
+            r = client.post(f"{server.url}/v1/systemone", json=body)
+        except httpx.TransportError:  # the seed's server also drops connections under load (status 0 below)
+            if attempt == server.retries or server.proc.poll() is not None:
+                raise
+            server.retried.append(0)
+            continue
         if r.status_code < 500 or attempt == server.retries:
             break
         server.retried.append(r.status_code)  # list.append is atomic: bursts call this from many threads
@@ -333,9 +348,10 @@ def main() -> None:
     parser.add_argument("--no-seed", action="store_true", help="leave the seed's serve.py out")
     parser.add_argument(
         "--forms",
-        choices=["letters", "default"],
+        choices=["letters", "default", "lean"],
         default="letters",
-        help="how mydecide reads choices and scores: letters (as the seed's serve.py does) or its own defaults",
+        help="how mydecide reads choices and scores: letters (as the seed's serve.py does), its own defaults, or "
+        "the defaults with the lean per-option continuation",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = parser.parse_args()
@@ -357,7 +373,7 @@ def main() -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         logs = Path(tmp)
-        model = str(letters_model(base, logs / "letters-model")) if args.forms == "letters" else args.model
+        model = str(forms_model(base, logs / "forms-model", args.forms)) if args.forms in FORMS else args.model
         servers: dict[str, Server] = {
             "optimised": MydecideServer("optimised", model, [], logs),
             "baseline": MydecideServer("baseline", model, ["--baseline"], logs),

@@ -73,8 +73,9 @@ def seed_model(data_dir: Path, out_dir: Path, seed: int = 13) -> None:
 
     from mydecide.jsonl import iter_jsonl
     from mydecide.modeling import resolve_model_path
+    from mydecide.prompt import RenderConfig
     from mydecide.records import parse_record
-    from mydecide.scoring.render import RenderConfig, Renderer
+    from mydecide.scoring.render import Renderer
     from mydecide.training.objectives import proper_loss
 
     torch.manual_seed(seed)
