@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -125,58 +125,97 @@ class PackedBatch:
 
 
 def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> PackedBatch:
-    """Lay out the prompts one row per distinct prefix (rows left-padded); answers are read in the given order.
+    """Lay out the prompts one row per state (rows left-padded); answers are read in the given order.
 
-    ``segments``: also lay out the heads and question rows of Gated DeltaNet layers (:class:`Segments`).
+    A row is a tree laid flat: the state's ``root`` (template head and state), then per question its ``stem`` (the
+    shared text of a per-option or threshold question, empty for other questions) followed by the continuations
+    that read it::
+
+        [ pad … | root | stem 1 | read 1.1 | read 1.2 | … | stem 2 | read 2.1 | … ]
+
+    A stem sees the root and itself; a read sees the root, its own stem and itself, never another question's stem
+    or another read. Positions continue from the root (a stem) and from the root and stem (a read), so every token is
+    computed as if its prompt were scored alone, and the state and each question's shared text are computed once.
+
+    ``segments``: also lay out the heads and question rows of Gated DeltaNet layers (:class:`Segments`). Those
+    layers run each question row from the state's recurrent state, so there a stem joins each of its reads.
     """
     import torch
 
-    groups: dict[tuple[int, ...], list[int]] = {}
+    if segments:
+        prompts = [
+            replace(p, prefix=p.root, suffix=p.prefix[len(p.root) :] + p.suffix, stem=0) if p.stem else p
+            for p in prompts
+        ]
+    trees: dict[tuple[int, ...], dict[tuple[int, ...], list[int]]] = {}
     for i, p in enumerate(prompts):
-        groups.setdefault(p.prefix, []).append(i)
-    lengths = [len(prefix) + sum(len(prompts[i].suffix) for i in members) for prefix, members in groups.items()]
+        trees.setdefault(p.root, {}).setdefault(p.prefix, []).append(i)
+    lengths = [
+        len(root)
+        + sum(
+            len(prefix) - len(root) + sum(len(prompts[i].suffix) for i in members) for prefix, members in stems.items()
+        )
+        for root, stems in trees.items()
+    ]
     width = max(lengths)
-    n_rows = len(groups)
+    n_rows = len(trees)
     ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
     pos = torch.zeros((n_rows, width), dtype=torch.long)
     allowed = torch.zeros((n_rows, 1, width, width), dtype=torch.bool)
     rows, cols = [0] * len(prompts), [0] * len(prompts)
-    heads = [len(prefix) // CHUNK * CHUNK for prefix in groups]
+    heads = [len(root) // CHUNK * CHUNK for root in trees]
     h_width = max(heads)
     r_width = max(len(p.prefix) % CHUNK + len(p.suffix) for p in prompts)
     head_index = torch.full((n_rows, h_width), -1, dtype=torch.long)
     row_index = torch.full((len(prompts), CONV_HISTORY + r_width), -1, dtype=torch.long)
     group = torch.zeros(len(prompts), dtype=torch.long)
     scatter = torch.full((n_rows * width,), n_rows * h_width + len(prompts) * r_width, dtype=torch.long)
-    for r, (prefix, members) in enumerate(groups.items()):
+
+    def causal(r: int, at: int, n: int) -> None:
+        allowed[r, 0, at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool).tril()
+
+    for r, (root, stems) in enumerate(trees.items()):
         start = width - lengths[r]
-        p_len, head = len(prefix), heads[r]
-        span = start + torch.arange(p_len)  # the prefix's packed columns
-        ids[r, span] = torch.tensor(prefix, dtype=torch.long)
+        p_len, head = len(root), heads[r]
+        span = start + torch.arange(p_len)  # the root's packed columns
+        ids[r, span] = torch.tensor(root, dtype=torch.long)
         pos[r, span] = torch.arange(p_len)
-        allowed[r, 0, start : start + p_len, start : start + p_len] = torch.ones(p_len, p_len, dtype=torch.bool).tril()
+        causal(r, start, p_len)
         head_index[r, :head] = r * width + span[:head]
         scatter[r * width + span[:head]] = r * h_width + torch.arange(head)
         at = start + p_len
-        for n, i in enumerate(members):
-            suffix = prompts[i].suffix
-            s_len = len(suffix)
-            block = torch.arange(at, at + s_len)
-            ids[r, block] = torch.tensor(suffix, dtype=torch.long)
-            pos[r, block] = torch.arange(p_len, p_len + s_len)
-            allowed[r, 0, at : at + s_len, start : start + p_len] = True
-            allowed[r, 0, at : at + s_len, at : at + s_len] = torch.ones(s_len, s_len, dtype=torch.bool).tril()
-            history = span[max(0, head - CONV_HISTORY) : head]
-            row_index[i, CONV_HISTORY - len(history) : CONV_HISTORY] = r * width + history
-            own = torch.cat([span[head:], block])  # the prefix's tail, then the question
-            row_index[i, CONV_HISTORY : CONV_HISTORY + len(own)] = r * width + own
-            out_at = n_rows * h_width + i * r_width
-            if n == 0:  # the prefix tail's outputs are read from the state's first question row
-                scatter[r * width + span[head:]] = out_at + torch.arange(p_len - head)
-            scatter[r * width + block] = out_at + (p_len - head) + torch.arange(s_len)
-            group[i] = r
-            rows[i], cols[i] = r, at + s_len - 1
-            at += s_len
+        first = True
+        for prefix, members in stems.items():
+            stem = prefix[p_len:]
+            m_len = len(stem)
+            stem_cols = torch.arange(at, at + m_len)
+            ids[r, stem_cols] = torch.tensor(stem, dtype=torch.long)
+            pos[r, stem_cols] = torch.arange(p_len, p_len + m_len)
+            allowed[r, 0, at : at + m_len, start : start + p_len] = True
+            causal(r, at, m_len)
+            at += m_len
+            for i in members:
+                suffix = prompts[i].suffix
+                s_len = len(suffix)
+                block = torch.arange(at, at + s_len)
+                ids[r, block] = torch.tensor(suffix, dtype=torch.long)
+                pos[r, block] = torch.arange(p_len + m_len, p_len + m_len + s_len)
+                allowed[r, 0, at : at + s_len, start : start + p_len] = True
+                allowed[r, 0, at : at + s_len, stem_cols] = True
+                causal(r, at, s_len)
+                if segments:  # stems are empty here (joined to their reads above)
+                    history = span[max(0, head - CONV_HISTORY) : head]
+                    row_index[i, CONV_HISTORY - len(history) : CONV_HISTORY] = r * width + history
+                    own = torch.cat([span[head:], block])  # the root's tail, then the question
+                    row_index[i, CONV_HISTORY : CONV_HISTORY + len(own)] = r * width + own
+                    out_at = n_rows * h_width + i * r_width
+                    if first:  # the root tail's outputs are read from the state's first question row
+                        scatter[r * width + span[head:]] = out_at + torch.arange(p_len - head)
+                    scatter[r * width + block] = out_at + (p_len - head) + torch.arange(s_len)
+                first = False
+                group[i] = r
+                rows[i], cols[i] = r, at + s_len - 1
+                at += s_len
         pad = torch.arange(start)
         allowed[r, 0, pad, pad] = True  # padding attends to itself only, so no softmax row is empty
     k_max = max(p.k for p in prompts)
@@ -193,6 +232,18 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
         Segments(head_index, row_index, group, scatter) if segments else None,
         n_tokens=sum(lengths),
         n_padded=ids.numel(),
+    )
+
+
+def tree_tokens(prompts: Sequence[Prompt]) -> int:
+    """Tokens :func:`pack` lays out for these prompts: each state's root once, each question's stem once, every
+    read's suffix."""
+    roots = {p.root for p in prompts}
+    prefixes = {p.prefix: p for p in prompts}
+    return (
+        sum(map(len, roots))
+        + sum(len(p.prefix) - len(p.root) for p in prefixes.values())
+        + sum(len(p.suffix) for p in prompts)
     )
 
 
@@ -302,9 +353,9 @@ def _gated_delta(
 
 def batch_packing(units: Any, packing: str | None, cache_fails: bool) -> str | None:
     """The packed layout where it pays: always when the KV cache cannot serve, else only for a batch in which a
-    state has several questions. With one question per state the cache computes the state and a per-option
-    question once, while packing repeats the question in each option's block (1.2x slower on the demo's data;
-    3 questions per state: packing 1.29x faster; docs/shared-state.md)."""
+    state has several questions (3 questions per state: packing 1.29x faster; docs/shared-state.md). With one
+    question per state both compute the state and a per-option question's text once (:func:`pack` lays a stem out
+    once too), and the cache route, measured 1.2x faster there when packing still repeated the stem, is kept."""
     if packing is None or cache_fails:
         return packing
     states = [unit.state_ids for unit in units]

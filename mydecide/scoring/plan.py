@@ -255,13 +255,15 @@ class ScoringPlan:
         return out
 
     def tokens(self, shared_prefix: bool = True) -> int:
-        """Tokens the scoring processes: per round each distinct state prefix once plus every question suffix
-        (``shared_prefix``), or every prompt in full."""
+        """Tokens the scoring processes: per round each state once, each question's shared text once and every
+        read's suffix (``shared_prefix``: the packed layout, ``scoring.packed.tree_tokens``), or every prompt in
+        full."""
+        from mydecide.scoring.packed import tree_tokens
+
         total = 0
         for prompts in self.rounds:
             if shared_prefix:
-                total += sum(len(p) for p in {p.prefix: p.prefix for p in prompts}.values())
-                total += sum(len(p.suffix) for p in prompts)
+                total += tree_tokens(prompts)
             else:
                 total += sum(len(p) for p in prompts)
         return total

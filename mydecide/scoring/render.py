@@ -146,16 +146,27 @@ def question_text(question: Question, order: Sequence[int], show_ids: bool = Tru
 
 @dataclass(frozen=True)
 class Prompt:
-    """A tokenised question: ``prefix + suffix`` ends at the answer slot. ``order[j]`` is the option shown at j."""
+    """A tokenised question: ``prefix + suffix`` ends at the answer slot. ``order[j]`` is the option shown at j.
+
+    ``stem``: how many of the prefix's last tokens are its question's shared text (a per-option or threshold read,
+    whose prefix is the state and then the question); 0 where the prefix is the state alone. Every question on one
+    state shares the prefix's ``root`` (head + state); the reads of one question share the whole prefix.
+    """
 
     prefix: tuple[int, ...]
     suffix: tuple[int, ...]
     order: tuple[int, ...]
     truncated: bool = False
+    stem: int = 0
 
     @property
     def k(self) -> int:
         return len(self.order)
+
+    @property
+    def root(self) -> tuple[int, ...]:
+        """The prefix without its question's stem: the template head and the state."""
+        return self.prefix[: len(self.prefix) - self.stem]
 
     def __len__(self) -> int:
         return len(self.prefix) + len(self.suffix)
@@ -290,15 +301,16 @@ class Renderer:
         state_ids, truncated = self.encode_state(state)
         lean = self.config.continuation == "lean"
         shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options, lean)
-        prefix = state_ids + tuple(self._encode_user(shared))
+        stem = tuple(self._encode_user(shared))
         indices = range(question.k) if indices is None else indices
         show = self.config.show_option_ids
         return [
             Prompt(
-                prefix,
+                state_ids + stem,
                 tuple(self._encode_user(per_option_suffix_text(question, i, show, lean), self.tail)),
                 (0, 1),
                 truncated,
+                len(stem),
             )
             for i in indices
         ]
@@ -310,13 +322,14 @@ class Renderer:
             raise ValueError(f"a {question.type} question has no threshold form")
         state_ids, truncated = self.encode_state(state)
         lean = self.config.continuation == "lean"
-        prefix = state_ids + tuple(self._encode_user(threshold_question_text(question, lean)))
+        stem = tuple(self._encode_user(threshold_question_text(question, lean)))
         return [
             Prompt(
-                prefix,
+                state_ids + stem,
                 tuple(self._encode_user(per_option_suffix_text(question, i, False, lean), self.tail)),
                 (0, 1),
                 truncated,
+                len(stem),
             )
             for i in range(1, question.k)
         ]

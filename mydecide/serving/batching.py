@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mydecide.config import BatchOptions, Limits
+from mydecide.scoring.packed import tree_tokens
 from mydecide.scoring.plan import prompt_count, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.engines import LogitsEngine, TorchEngine, check_served, prompt_scorer
@@ -72,30 +73,35 @@ _STOP = object()
 
 
 def prompt_tokens(prompts: list[Prompt]) -> int:
-    """Tokens a forward call processes for these prompts: each distinct state prefix once, every suffix."""
-    return sum(len(p) for p in {p.prefix: p.prefix for p in prompts}.values()) + sum(len(p.suffix) for p in prompts)
+    """Tokens a forward call processes for these prompts: each state once, each question's shared text once, every
+    read's suffix (``scoring.packed.tree_tokens``)."""
+    return tree_tokens(prompts)
 
 
 def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
     """Cut prompt indices into slices of at most ``budget`` tokens (:func:`prompt_tokens`; one prompt longer than
     the budget is a slice of its own), keeping the prompts of one state together as far as the budget allows."""
-    by_prefix: dict[tuple[int, ...], list[int]] = {}
+    by_root: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompts):
-        by_prefix.setdefault(p.prefix, []).append(i)
+        by_root.setdefault(p.root, []).append(i)
     slices: list[list[int]] = []
     current: list[int] = []
     size = 0
-    seen: set[tuple[int, ...]] = set()
-    for prefix, members in by_prefix.items():
+    roots: set[tuple[int, ...]] = set()  # the states and the questions' prefixes already in the current slice
+    prefixes: set[tuple[int, ...]] = set()
+    for members in by_root.values():
         for i in members:
-            cost = len(prompts[i].suffix) + (0 if prefix in seen else len(prefix))
+            p = prompts[i]
+            cost = len(p.suffix) + (0 if p.root in roots else len(p.root))
+            cost += 0 if p.prefix in prefixes else len(p.prefix) - len(p.root)
             if current and size + cost > budget:
                 slices.append(current)
-                current, size, seen = [], 0, set()
-                cost = len(prompts[i])
+                current, size, roots, prefixes = [], 0, set(), set()
+                cost = len(p)
             current.append(i)
             size += cost
-            seen.add(prefix)
+            roots.add(p.root)
+            prefixes.add(p.prefix)
     if current:
         slices.append(current)
     return slices

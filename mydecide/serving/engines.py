@@ -55,12 +55,14 @@ class TokenPrompt:
     """One read an engine makes: the sequence ``prefix + suffix`` (mydecide's exact token ids, never re-tokenised)
     and the token ids whose logits are wanted at its last position, in the order they are returned.
 
-    ``prefix`` is the state's part (shared by the questions on one state), a hint for prefix sharing or caching;
-    an engine may also run ``ids`` whole. Either way a row must depend on this prompt alone."""
+    ``prefix`` is the part shared by the reads of one question (the state, then, for a question read option by
+    option, its shared text: the last ``stem`` tokens), a hint for prefix sharing or caching; an engine may also
+    run ``ids`` whole. Either way a row must depend on this prompt alone."""
 
     prefix: tuple[int, ...]
     suffix: tuple[int, ...]
     label_ids: tuple[int, ...]
+    stem: int = 0
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -83,7 +85,7 @@ class LogitsEngine(Protocol):
 
 def token_prompt(prompt: Prompt, label_ids: Sequence[int]) -> TokenPrompt:
     """The read of one rendered prompt: its K shown labels are the renderer's first K label ids."""
-    return TokenPrompt(prompt.prefix, prompt.suffix, tuple(label_ids[: prompt.k]))
+    return TokenPrompt(prompt.prefix, prompt.suffix, tuple(label_ids[: prompt.k]), prompt.stem)
 
 
 def prompt_scorer(engine: LogitsEngine, renderer: Renderer) -> Callable[[list[Prompt]], list[np.ndarray]]:
@@ -145,7 +147,9 @@ class TorchEngine:
         for p in prompts:
             if p.label_ids != labels[: len(p.label_ids)]:
                 raise ValueError(f"the torch engine reads the answer labels {labels[:4]}…, not {p.label_ids}")
-        shown = [Prompt(p.prefix, p.suffix, tuple(range(len(p.label_ids)))) for p in prompts]  # rows in shown order
+        shown = [
+            Prompt(p.prefix, p.suffix, tuple(range(len(p.label_ids))), stem=p.stem) for p in prompts
+        ]  # shown order
         if self.packed:
             return score_packed(self.model, shown, max_batch_tokens=self.options.max_batch_tokens)
         return score_prompts(

@@ -9,7 +9,9 @@ Packing lays one state out as a single row::
 
 with an attention mask under which each question sees the whole prefix and itself (causally), never another
 question. Every question token is then computed exactly as if its question were scored alone after the prefix,
-and the row holds ``P + ΣS`` real tokens. Rows of different states are left-padded into one batch.
+and the row holds ``P + ΣS`` real tokens. A question read option by option (or level by level) lays its shared
+text out once and its reads after it, each seeing the state and that text only (``packed.pack``), so a request's
+state and every question's text are each computed once. Rows of different states are left-padded into one batch.
 
 This needs every layer to be plain attention with positions taken from ``position_ids`` and a custom 4-D mask
 (Llama, Qwen2/3, SmolLM and similar, with the sdpa or eager kernels). Recurrent layers (Gated DeltaNet in Qwen3.5)
@@ -46,37 +48,32 @@ def supports_packing(lm: Any) -> bool:
 def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tokens: int = 8192) -> list[np.ndarray]:
     """Option logits (canonical order, float64) for each prompt, like ``score_prompts``, with packed rows.
 
-    Prompts with the same prefix share one row; rows are sorted by length and cut into forward passes of at most
-    ``max_batch_tokens`` (padded) tokens.
+    Prompts on the same state share one row (its root once, each question's stem once: ``packed.pack``); rows are
+    sorted by length and cut into forward passes of at most ``max_batch_tokens`` (padded) tokens.
     """
     import numpy as np
     import torch
 
-    by_prefix: dict[tuple[int, ...], list[int]] = {}
+    by_root: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompts):
-        by_prefix.setdefault(p.prefix, []).append(i)
-    groups = sorted(by_prefix.items(), key=lambda g: len(g[0]) + sum(len(prompts[i].suffix) for i in g[1]))
+        by_root.setdefault(p.root, []).append(i)
+    sized = [(packed.tree_tokens([prompts[i] for i in members]), members) for members in by_root.values()]
+    sized.sort(key=lambda g: g[0])
     out: list[np.ndarray] = [np.empty(0)] * len(prompts)
-    too_long = [
-        i
-        for prefix, members in groups
-        if len(prefix) + sum(len(prompts[j].suffix) for j in members) > MAX_ROW_TOKENS
-        for i in members
-    ]
+    too_long = [i for length, members in sized if length > MAX_ROW_TOKENS for i in members]
     if too_long:
         for i, z in zip(too_long, score_prompts(model, [prompts[i] for i in too_long]), strict=True):
             out[i] = z
-        skip = set(too_long)
-        groups = [g for g in groups if g[1][0] not in skip]
+        sized = [g for g in sized if g[0] <= MAX_ROW_TOKENS]
 
     decoder = decoder_of(model.lm)
     weight, bias, softcap = output_head(model.lm)
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
     pad_id = model.tokenizer.pad_token_id
-    chunk: list[tuple[tuple[int, ...], list[int]]] = []
+    chunk: list[list[int]] = []
 
     def flush() -> None:
-        order = [i for _, members in chunk for i in members]  # one packed row per prefix, read in this order
+        order = [i for members in chunk for i in members]  # one packed row per state, read in this order
         batch = packed.pack([prompts[i] for i in order], pad_id).to(model.device)
         last = packed_last_hidden(decoder, batch)  # (N, H)
         logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap)
@@ -88,12 +85,11 @@ def score_packed(model: LoadedModel, prompts: Sequence[Prompt], *, max_batch_tok
             out[i] = canonical
 
     with torch.inference_mode():
-        for prefix, members in groups:
-            length = len(prefix) + sum(len(prompts[i].suffix) for i in members)
+        for length, members in sized:
             if chunk and length * (len(chunk) + 1) > max_batch_tokens:  # sorted: this row is the longest yet
                 flush()
                 chunk = []
-            chunk.append((prefix, members))
+            chunk.append(members)
         if chunk:
             flush()
     return out

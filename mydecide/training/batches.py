@@ -55,7 +55,6 @@ class Unit:
     is_score: bool
     record_index: int
     yes_no: bool = False
-    state: int = 0  # how many leading prefix tokens are the state (template head + state); 0: the whole prefix
     cumulative: bool = False  # threshold form: K − 1 yes / no reads whose running sums are the K level logits
     copy: int = 0  # which showing of its record this epoch (``task_weights`` > 1 show a record more than once)
 
@@ -66,9 +65,8 @@ class Unit:
 
     @property
     def state_ids(self) -> tuple[int, ...]:
-        """The state's tokens: the whole prefix, or its start where the prefix also holds the question (per option)."""
-        prefix = self.prompt.prefix
-        return prefix[: self.state] if self.state else prefix
+        """The state's tokens: the prefix's root (its start where the prefix also holds the question, per option)."""
+        return self.prompt.root
 
     @property
     def group(self) -> tuple[int, tuple[int, ...]]:
@@ -256,8 +254,7 @@ def record_units(
     form = renderer.form(q)
     if form == "thresholds":
         prompts = tuple(renderer.render_thresholds(record.state, q))
-        state = len(renderer.encode_state(record.state)[0])
-        return [Unit(prompts, tuple(record.target), True, index, True, state, cumulative=True)]
+        return [Unit(prompts, tuple(record.target), True, index, True, cumulative=True)]
     per_option = form == "per_option"
     if q.k > GROUP_SIZE:
         shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
@@ -265,12 +262,11 @@ def record_units(
         target = tuple(record.target[i] / mass for i in shown)
         if per_option:
             prompts = tuple(renderer.render_per_option(record.state, q, shown))
-            return [Unit(prompts, target, False, index, True, len(renderer.encode_state(record.state)[0]))]
+            return [Unit(prompts, target, False, index, True)]
         return [Unit((renderer.render(record.state, sub_question(q, shown)),), target, False, index)]
     if per_option:
         prompts = tuple(renderer.render_per_option(record.state, q))
-        state = len(renderer.encode_state(record.state)[0])
-        return [Unit(prompts, tuple(record.target), q.type == "score", index, True, state)]
+        return [Unit(prompts, tuple(record.target), q.type == "score", index, True)]
     prompt = renderer.render(record.state, q, order)
     return [Unit((prompt,), tuple(record.target[i] for i in order), q.type == "score", index)]
 
@@ -416,13 +412,8 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
             return TrainBatch(None, torch.zeros(0, 2), torch.zeros(0, dtype=torch.bool), [], None, none, spans)
     prompts = [p for u in units for p in u.prompts]
     batch: Batch | PackedBatch
-    if shared_prefix and packing is not None:  # one row per state: a per-option prompt's question joins its suffix
-        at_state = [
-            replace(p, prefix=p.prefix[: u.state], suffix=p.prefix[u.state :] + p.suffix) if u.state else p
-            for u in units
-            for p in u.prompts
-        ]
-        batch = pack(at_state, pad_id, segments=packing == "hybrid")
+    if shared_prefix and packing is not None:  # one row per state, each question's shared text once in it
+        batch = pack(prompts, pad_id, segments=packing == "hybrid")
     else:
         batch = collate(prompts, pad_id, shared_prefix)
     k = max(u.k for u in units)

@@ -76,7 +76,7 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
     real_pack = packing.packed.pack
 
     def counting_pack(prompts, pad_id, segments=False):
-        calls.append(len({p.prefix for p in prompts}))  # packed rows in this forward pass
+        calls.append(len({p.root for p in prompts}))  # packed rows (states) in this forward pass
         return real_pack(prompts, pad_id, segments)
 
     monkeypatch.setattr(packing.packed, "pack", counting_pack)
@@ -113,3 +113,58 @@ def test_only_plain_attention_models_pack(llama, tiny_qwen_dir: Path) -> None:
     assert packing_agrees(llama, prompts_of(llama))
     qwen = load_model(str(tiny_qwen_dir), render=RenderConfig(option_form="letters"), device="cpu")
     assert not supports_packing(qwen.lm)  # Gated DeltaNet layers run through every token in order
+
+
+@pytest.fixture(scope="module")
+def per_option(tiny_llama_dir: Path):
+    from mydecide.modeling import load_model
+
+    return load_model(str(tiny_llama_dir), render=RenderConfig(option_form="per_option"), device="cpu")
+
+
+def test_a_state_and_each_questions_shared_text_are_laid_out_once(per_option) -> None:
+    """Per-option and per-level reads: one row per state, holding the state once, each question's stem once and
+    every read after its stem; a read sees the state, its own stem and itself, and nothing else."""
+    from mydecide.scoring.packed import pack, tree_tokens
+
+    prompts = prompts_of(per_option, REQUESTS[:2])
+    stems = {p.prefix: p.stem for p in prompts if p.stem}
+    assert len(stems) == 2  # the choice's options and the score's levels each share a stem
+    batch = pack(prompts, pad_id=0)
+    assert batch.input_ids.shape[0] == 2  # two states
+    assert (
+        batch.n_tokens
+        == tree_tokens(prompts)
+        == (sum(len(r) for r in {p.root for p in prompts}) + sum(stems.values()) + sum(len(p.suffix) for p in prompts))
+    )
+    assert batch.n_tokens < sum(len(p) for p in prompts) - 2 * len(prompts[0].root)
+    for i, p in enumerate(prompts):
+        r, c = int(batch.rows[i]), int(batch.cols[i])
+        seen = batch.allowed[r, 0, c].nonzero().flatten()
+        assert batch.input_ids[r, seen].tolist() == list(p.prefix) + list(p.suffix)  # its prompt, in order
+        assert batch.position_ids[r, seen].tolist() == list(range(len(p)))  # at the positions it has alone
+
+
+def test_packed_per_option_reads_equal_each_prompt_scored_alone(per_option) -> None:
+    from mydecide.scoring.forward import score_prompts
+    from mydecide.serving.packing import packing_agrees, score_packed
+
+    prompts = prompts_of(per_option)
+    assert any(p.stem for p in prompts)
+    alone = score_prompts(per_option, prompts, batch_size=1, shared_prefix=False)
+    packed = score_packed(per_option, prompts)
+    assert gap(alone, packed) < 1e-5
+    assert packing_agrees(per_option, prompts)
+
+
+def test_the_token_budget_counts_each_stem_once(per_option) -> None:
+    from mydecide.scoring.packed import tree_tokens
+    from mydecide.serving.batching import prompt_tokens, token_slices
+
+    prompts = prompts_of(per_option, REQUESTS[:1])
+    whole = prompt_tokens(prompts)
+    assert whole == tree_tokens(prompts)
+    assert token_slices(prompts, whole) == [list(range(len(prompts)))]  # the budget fits the whole tree
+    cut = token_slices(prompts, whole - 1)
+    assert len(cut) == 2 and sorted(i for s in cut for i in s) == list(range(len(prompts)))
+    assert all(prompt_tokens([prompts[i] for i in s]) <= whole - 1 for s in cut)
