@@ -1,8 +1,11 @@
 """Span questions without a model: the state part a span question is asked over, its words, gold spans, the word ×
 label grid and merging a grid of probabilities back into spans (docs/spans.md).
 
-A span question asks where in one part of the state something is. The part is text; its **words** are the maximal
-runs of non-whitespace, each with Python string offsets (Unicode code points), so offsets are exact on any text.
+A span question asks where in one part of the state something is. The part is text; its **words** (units) are the
+maximal runs of non-whitespace, each with Python string offsets (Unicode code points), so offsets are exact on any
+text. Scripts written without spaces (Han, kana, Hangul, Thai, Lao, Khmer, Myanmar, …) and CJK punctuation are cut
+further: each of their grapheme clusters is a unit of its own, so a name or a number inside such text can be
+located (``请联系王小明，电话13812345678`` → 请 联 系 王 小 明 ， 电 话 13812345678).
 The question is decided as a word × label grid of yes / no reads; a word is gold for a label when it overlaps a
 gold span of that label, and adjacent words said yes (p ≥ 0.5) for the same label merge into one span.
 
@@ -17,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from mydecide.errors import UserError
 
 DEFAULT_PART = "answer"
@@ -24,9 +29,27 @@ DEFAULT_PART = "answer"
 MAX_SPAN_LABELS = 32
 SPAN_THRESHOLD = 0.5
 _WORD = re.compile(r"\S+")
-EDGE_PUNCTUATION = ".,;:!?\"'`"
+_NO_SPACE = regex.compile(
+    r"[\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Bopomofo}\p{scx=Hangul}\p{scx=Yi}\p{scx=Thai}"
+    r"\p{scx=Lao}\p{scx=Khmer}\p{scx=Myanmar}\p{scx=Tibetan}\p{Block=CJK_Symbols_and_Punctuation}"
+    r"\uFF01-\uFF0F\uFF1A-\uFF20\uFF3B-\uFF40\uFF5B-\uFF65]"
+)
+"""A character of a script written without spaces between words, or CJK (fullwidth) punctuation: a unit alone."""
+_CLUSTER = regex.compile(r"\X")
+EDGE_PUNCTUATION = ".,;:!?\"'`。、，．；：！？・…"
 """Trimmed from both ends of a merged span (words keep their punctuation: ``Anna,`` ``Friday.``)."""
-BRACKETS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+BRACKETS = {
+    "(": ")",
+    "[": "]",
+    "{": "}",
+    "<": ">",
+    "（": "）",
+    "「": "」",
+    "『": "』",
+    "【": "】",
+    "《": "》",
+    "〈": "〉",
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -42,8 +65,29 @@ class Span:
 
 
 def words(text: str) -> list[tuple[int, int]]:
-    """(start, end) of every maximal run of non-whitespace in ``text``, in order."""
-    return [m.span() for m in _WORD.finditer(text)]
+    """(start, end) of every unit of ``text``, in order: maximal runs of non-whitespace, where a grapheme cluster of a
+    script written without spaces (or CJK punctuation) is a unit of its own and the runs between such clusters are
+    units too. Text without such characters is cut at whitespace only."""
+    out: list[tuple[int, int]] = []
+    for match in _WORD.finditer(text):
+        start, end = match.span()
+        run = match.group()
+        if not _NO_SPACE.search(run):
+            out.append((start, end))
+            continue
+        begun: int | None = None  # where the current run of other clusters began
+        for cluster in _CLUSTER.finditer(run):
+            a, b = start + cluster.start(), start + cluster.end()
+            if _NO_SPACE.match(cluster.group()):
+                if begun is not None:
+                    out.append((begun, a))
+                    begun = None
+                out.append((a, b))
+            elif begun is None:
+                begun = a
+        if begun is not None:
+            out.append((begun, end))
+    return out
 
 
 def state_part(state: Any, over: str | None) -> str:
