@@ -319,3 +319,13 @@ def threshold_table(
             }
         )
     return table
+
+
+def span_ece(spans: Sequence[tuple[float, bool]]) -> tuple[float, float] | tuple[None, None]:
+    """ECE of located spans' probabilities against their exact-match correctness, and the band a calibrated model
+    reaches on that many spans (90th percentile): (None, None) without spans."""
+    if not spans:
+        return None, None
+    probs = [np.array([p, 1.0 - p]) for p, _ in spans]
+    targets = [np.array([float(right), 1.0 - float(right)]) for _, right in spans]
+    return ece(probs, targets), ece_band(probs)

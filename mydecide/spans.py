@@ -15,6 +15,7 @@ record or a request raises ``ValueError`` whose message is the rule; the callers
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -210,17 +211,45 @@ def trim_edges(part: str, start: int, end: int) -> tuple[int, int]:
     return (a, b) if a < b else (start, end)
 
 
+@dataclass(frozen=True)
+class SpanDecisions:
+    """How a grid of word probabilities becomes answered spans: the threshold of each label (``thresholds``; any
+    other label: ``default``), and the map of a span's mean word probability to its reported probability,
+    sigmoid(``slope`` · logit(p) + ``intercept``). Fitted on dev by ``mydecide calibrate``
+    (``calibration/spans.py``); the defaults (0.5 for every label, the mean itself) are what an uncalibrated model
+    answers with."""
+
+    default: float = SPAN_THRESHOLD
+    thresholds: tuple[tuple[str, float], ...] = ()
+    slope: float = 1.0
+    intercept: float = 0.0
+
+    def threshold(self, label: str) -> float:
+        return dict(self.thresholds).get(label, self.default)
+
+    def probability(self, mean: float) -> float:
+        """The reported probability of a span whose words' mean probability is ``mean``."""
+        if self.slope == 1.0 and self.intercept == 0.0:
+            return float(mean)
+        p = min(max(float(mean), 1e-6), 1 - 1e-6)
+        z = self.slope * math.log(p / (1 - p)) + self.intercept
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
 def merge_spans(
-    part: str, probabilities: Sequence[float], labels: Sequence[str], threshold: float = SPAN_THRESHOLD
+    part: str, probabilities: Sequence[float], labels: Sequence[str], decisions: SpanDecisions | None = None
 ) -> list[dict[str, Any]]:
-    """Spans from a flat word × label grid of P(yes): adjacent words with p ≥ ``threshold`` for one label merge
-    (start of the first word, end of the last, then :func:`trim_edges`: a word keeps its punctuation, a span does
-    not); a span's probability is the mean of its words'. Sorted by (start, label)."""
+    """Spans from a flat word × label grid of P(yes): adjacent words at or above their label's threshold (0.5, or
+    ``decisions``) merge (start of the first word, end of the last, then :func:`trim_edges`: a word keeps its
+    punctuation, a span does not); a span's probability is the mean of its words' (through ``decisions``' map).
+    Sorted by (start, label)."""
+    decisions = decisions or SpanDecisions()
     offsets = words(part)
     if len(probabilities) != len(offsets) * len(labels):
         raise ValueError(f"{len(probabilities)} grid values for {len(offsets)} words × {len(labels)} labels")
     found = []
     for j, label in enumerate(labels):
+        threshold = decisions.threshold(label)
         run: list[int] = []
         for i in range(len(offsets) + 1):
             if i < len(offsets) and probabilities[i * len(labels) + j] >= threshold:
@@ -229,7 +258,7 @@ def merge_spans(
             if run:
                 p = sum(probabilities[w * len(labels) + j] for w in run) / len(run)
                 span = Span(*trim_edges(part, offsets[run[0]][0], offsets[run[-1]][1]), label)
-                found.append({**span.to_json(part), "probability": float(p)})
+                found.append({**span.to_json(part), "probability": decisions.probability(p)})
                 run = []
     return sorted(found, key=lambda s: (s["start"], s["label"]))
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mydecide.calibration.spans import decisions_to_json, fit_span_decisions
 from mydecide.calibration.temperatures import (
     DEFAULT_MIN_ROWS,
     TEMPERATURES_FORMAT,
@@ -27,6 +28,8 @@ from mydecide.recipe_parsing import RecipeError, read_yaml
 from mydecide.record_files import load_records, read_records
 from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
+from mydecide.scoring.probabilities import to_probabilities
+from mydecide.spans import state_part
 
 if TYPE_CHECKING:
     from mydecide.config import CalibrateRecipe
@@ -170,7 +173,17 @@ def calibrate(
         prompts_of=prompt_counter(model),
     )
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
-    return fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit)
+    fit = fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit)
+    spans = [(r, z) for r, z in zip(records, logits, strict=True) if r.question.type == "span"]
+    if spans:  # thresholds and span probabilities, on the grid as calibrated by the span temperature
+        t = fit["types"]["span"]["temperature"]
+        found = [
+            (state_part(r.state, r.question.over), to_probabilities("span", z, t).tolist(), r.question.options, r.spans)
+            for r, z in spans
+        ]
+        decisions, summary = fit_span_decisions(found)
+        fit["spans"] = {"decisions": decisions_to_json(decisions), **summary}
+    return fit
 
 
 def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
@@ -287,6 +300,20 @@ def fit_report(document: dict) -> list[str]:
     o = document["overall"]
     apart = o["n"] < sum(s["n"] for s in document["types"].values())  # span questions left to their own row
     lines += notes
+    spans = document.get("spans")
+    if spans:
+        cuts = ", ".join(f"{label} {t:.2f}" for label, t in spans["thresholds"].items())
+        ece_line = (
+            f"; span ECE {spans['span_ece_before']:.4f} → {spans['span_ece_after']:.4f} "
+            f"(calibrated: up to {spans['span_ece_band']:.3f})"
+            if spans["span_ece_before"] is not None
+            else ""
+        )
+        lines.append(
+            f"span thresholds: {cuts + '; ' if cuts else ''}any other label {spans['default_threshold']:.2f}; exact F1 "
+            f"{spans['exact_f1_at_0.5']:.3f} at 0.5 → {spans['exact_f1']:.3f} on {spans['questions']} dev questions"
+            + ece_line
+        )
     lines.append(
         f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
         f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions "

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from mydecide.calibration.spans import decisions_from_json
 from mydecide.config import CalibrateRecipe
 from mydecide.errors import UserError
 from mydecide.metrics import ece, ece_band, log_loss
 from mydecide.records import QUESTION_TYPES
 from mydecide.scoring.probabilities import answer_rows, softmax
+from mydecide.spans import SpanDecisions
 
 LOG_T_BOUNDS = (-4.0, 4.0)
 """Search interval of log T: T from e^-4 ≈ 0.018 to e^4 ≈ 54.6."""
@@ -310,12 +312,19 @@ def fit_temperatures(
 class TemperatureTable:
     """The temperature of a (question type, option count K): its bucket's if fitted, else its type's, else 1.
 
-    Callable as ``table(qtype, k)``: the contract serve / predict / evaluate use.
+    Callable as ``table(qtype, k)``: the contract serve / predict / evaluate use. ``span_decisions``: the per-label
+    thresholds and span probability map fitted with it (``calibration/spans.py``), None when the file has none.
     """
 
-    def __init__(self, types: dict[str, float], buckets: dict[str, dict[str, float]] | None = None):
+    def __init__(
+        self,
+        types: dict[str, float],
+        buckets: dict[str, dict[str, float]] | None = None,
+        span_decisions: SpanDecisions | None = None,
+    ):
         self.types = dict(types)
         self.buckets = {t: dict(b) for t, b in (buckets or {}).items()}
+        self.span_decisions = span_decisions
 
     def __call__(self, qtype: str, k: int) -> float:
         bucket = self.buckets.get(qtype, {}).get(option_bucket(k))
@@ -395,4 +404,9 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
             for name, entry in entries.items()
             if not (isinstance(entry, dict) and "fallback" in entry)
         }
-    return TemperatureTable(types, buckets)
+    spans = data.get("spans")
+    try:
+        decisions = None if spans is None else decisions_from_json(spans.get("decisions"), "spans.decisions")
+    except (ValueError, AttributeError) as err:
+        raise UserError(f"{path}: {err if isinstance(err, ValueError) else 'spans must be an object'}") from None
+    return TemperatureTable(types, buckets, decisions)

@@ -380,13 +380,17 @@ def span_markdown(report: dict[str, Any]) -> list[str]:
     base = report.get("baselines", {}).get("base_model", {}).get("span")
     if base and base.get("spans"):
         sides["base model (no adapter)"] = base
-    header = "| | exact P | exact R | exact F1 | overlap P | overlap R | overlap F1 | word log loss | word ECE |"
-    lines = ["## Spans", "", header, "|" + "---|" * 9]
+    header = (
+        "| | exact P | exact R | exact F1 | overlap P | overlap R | overlap F1 | word log loss | word ECE "
+        "| span ECE (calibrated: up to) |"
+    )
+    lines = ["## Spans", "", header, "|" + "---|" * 10]
     for name, b in sides.items():
         s = b["spans"]
         values = [s["exact"][k] for k in ("precision", "recall", "f1")]
         values += [s["overlap"][k] for k in ("precision", "recall", "f1")] + [b.get("log_loss"), b.get("ece")]
-        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + " |")
+        band = f" ({fmt(s['span_ece_band'])})" if s.get("span_ece_band") is not None else ""
+        lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + f" | {fmt(s.get('span_ece'))}{band} |")
     lines += ["", "| label | gold | predicted | exact F1 | overlap F1 |", "|---|---|---|---|---|"]
     for key, c in block["spans"]["by_label"].items():
         lines.append(

@@ -19,7 +19,7 @@ from mydecide import metrics
 from mydecide.calibration.temperatures import option_bucket
 from mydecide.records import QUESTION_TYPES, Question, Record
 from mydecide.scoring.probabilities import answer_rows
-from mydecide.spans import merge_spans, state_part
+from mydecide.spans import SpanDecisions, merge_spans, state_part
 
 STATE_TOKEN_BUCKETS = (128, 512, 2048)
 METRIC_KEYS = (
@@ -264,11 +264,12 @@ def prediction_row(
     flipped: bool | None,
     state_tokens: int,
     file: str,
+    decisions: SpanDecisions | None = None,
 ) -> dict[str, Any]:
     q = record.question
     # a span question: its grid, predicted and gold spans instead of per-option probabilities
     answer = (
-        span_prediction(record, probs)
+        span_prediction(record, probs, decisions)
         if q.type == "span"
         else {"probabilities": _keyed(q, probs), "gold": record.answer_json(), "target": _keyed(q, record.target)}
     )
@@ -325,15 +326,18 @@ def rows_from_predictions(predictions: Sequence[dict[str, Any]]) -> list[MetricR
 Triple = tuple[str, int, int]  # (label, start, end)
 
 
-def span_prediction(record: Record, probs: Sequence[float] | np.ndarray) -> dict[str, Any]:
-    """The span part of a prediction row: the grid, its gold, the predicted spans and the gold spans."""
+def span_prediction(
+    record: Record, probs: Sequence[float] | np.ndarray, decisions: SpanDecisions | None = None
+) -> dict[str, Any]:
+    """The span part of a prediction row: the grid, its gold, the predicted spans (cut by ``decisions``: per-label
+    thresholds and span probabilities fitted on dev) and the gold spans."""
     part = state_part(record.state, record.question.over)
     grid = [float(p) for p in probs]
     return {
         "labels": list(record.question.options),
         "grid": grid,
         "target_grid": [float(y) for y in record.target],
-        "spans": merge_spans(part, grid, record.question.options),
+        "spans": merge_spans(part, grid, record.question.options, decisions),
         "gold": [s.to_json(part) for s in record.spans],
     }
 
@@ -374,7 +378,10 @@ def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None
         return None
     totals = {"exact": [0, 0, 0], "overlap": [0, 0, 0]}
     per_label: dict[str, dict[str, list[int]]] = {}
+    located: list[tuple[float, bool]] = []  # (probability, exactly right) of every predicted span
     for p in rows:
+        gold_all = {(s["label"], s["start"], s["end"]) for s in p["gold"]}
+        located += [(s["probability"], (s["label"], s["start"], s["end"]) in gold_all) for s in p["spans"]]
         for label in p["labels"]:
             gold = [(s["label"], s["start"], s["end"]) for s in p["gold"] if s["label"] == label]
             predicted = [(s["label"], s["start"], s["end"]) for s in p["spans"] if s["label"] == label]
@@ -383,8 +390,11 @@ def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None
                 for i, v in enumerate(values):
                     counts[kind][i] += v
                     totals[kind][i] += v
+    span_ece, span_ece_band = metrics.span_ece(located)
     return {
         "questions": len(rows),
+        "span_ece": span_ece,
+        "span_ece_band": span_ece_band,
         "gold_spans": totals["exact"][0] + totals["exact"][2],
         "predicted_spans": totals["exact"][0] + totals["exact"][1],
         "exact": _prf(*totals["exact"]),

@@ -196,7 +196,15 @@ def run_evaluation(
             )
             predictions.append(
                 prediction_row(
-                    record, z, p, t, latency=lat, flipped=flips[n], state_tokens=state_tokens[n], file=files[n]
+                    record,
+                    z,
+                    p,
+                    t,
+                    latency=lat,
+                    flipped=flips[n],
+                    state_tokens=state_tokens[n],
+                    file=files[n],
+                    decisions=getattr(temp, "span_decisions", None),
                 )
             )
         return rows, predictions

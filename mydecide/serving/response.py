@@ -20,7 +20,7 @@ from mydecide.scoring.plan import ScoringPlan, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
 from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
 from mydecide.serving.request import Request, RequestError
-from mydecide.spans import merge_spans, state_part, words
+from mydecide.spans import SpanDecisions, merge_spans, state_part, words
 
 if TYPE_CHECKING:
     import numpy as np
@@ -149,7 +149,8 @@ def build_response(
         t = temperature(question.type, question.k) if temperature else 1.0
         if question.type == "span":
             probs = to_probabilities("span", rendered.span_grids[name], t)
-            answers[name] = span_answer(state_part(request.state, question.over), question, probs)
+            decisions = getattr(temperature, "span_decisions", None)
+            answers[name] = span_answer(state_part(request.state, question.over), question, probs, decisions)
         else:
             answers[name] = build_answer(question, to_probabilities(question.type, logits[name], t))
     return {
@@ -191,12 +192,15 @@ def score_spans(model: LoadedModel, requests: RenderedRequest | list[RenderedReq
         at += len(layout.sequences)
 
 
-def span_answer(part: str, question: Question, probs: np.ndarray) -> dict[str, Any]:
-    """A span question's answer: P(there is any span) (the grid's highest word probability) and the merged spans."""
+def span_answer(
+    part: str, question: Question, probs: np.ndarray, decisions: SpanDecisions | None = None
+) -> dict[str, Any]:
+    """A span question's answer: P(there is any span) (the grid's highest word probability) and the merged spans,
+    cut and given probabilities by ``decisions`` (fitted on dev with the temperatures) when there are some."""
     return {
         "type": "span",
         "noul": float(probs.max()) if len(probs) else 0.0,
-        "spans": merge_spans(part, [float(p) for p in probs], question.options),
+        "spans": merge_spans(part, [float(p) for p in probs], question.options, decisions),
     }
 
 
