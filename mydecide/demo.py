@@ -118,23 +118,32 @@ def span_sides(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def span_table(report: dict[str, Any]) -> str | None:
-    """Span-level precision / recall / F1 (exact and overlapping match) and the word-level log loss of the base,
-    tuned and tuned + calibrated model on the span questions; None when the split holds none."""
+    """Span-level precision / recall / F1 (exact and overlapping match), the word-level log loss and the span-level
+    ECE (its band in brackets) of the base, tuned and tuned + calibrated model on the span questions, then exact F1
+    by label; None when the split holds none."""
     sides = span_sides(report)
     if not sides:
         return None
     lines = [
-        "| model | span questions | gold spans | exact P | exact R | exact F1 | overlap F1 | word log loss |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | span questions | gold spans | exact P | exact R | exact F1 | overlap F1 | word log loss "
+        "| span ECE (up to) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, block in sides.items():
         s = block["spans"]
         values = [s["exact"]["precision"], s["exact"]["recall"], s["exact"]["f1"], s["overlap"]["f1"]]
+        band = f" ({fmt(s['span_ece_band'])})" if s.get("span_ece_band") is not None else ""
         lines.append(
             f"| {name} | {s['questions']} | {s['gold_spans']} | "
             + " | ".join(fmt(v) for v in values)
-            + f" | {fmt(block['log_loss'])} |"
+            + f" | {fmt(block['log_loss'])} | {fmt(s.get('span_ece'))}{band} |"
         )
+    labels = sorted({key for block in sides.values() for key in block["spans"]["by_label"]})
+    lines += ["", "| label (exact F1) | gold spans | " + " | ".join(sides) + " |", "|---|---|" + "---|" * len(sides)]
+    for key in labels:
+        cells = [block["spans"]["by_label"].get(key) for block in sides.values()]
+        gold = next(c["gold"] for c in cells if c)
+        lines.append(f"| {key} | {gold} | " + " | ".join(fmt(c["exact"]["f1"]) if c else "—" for c in cells) + " |")
     return "\n".join(lines)
 
 
