@@ -249,7 +249,9 @@ class AugmentConfig(Strict):
     paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
     paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # exact instructions → variants
     reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
-    # schema resampling (Vela 2.0): anonymize_options, drop_distractors and reword_instructions at once
+    drop_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: drop 1..L-1 labels and their gold spans
+    rename_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: labels → neutral codes (descriptions kept)
+    # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and both span copies
     schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
     # consistency copies (coherence laws by example): `consistency` is both of the next two at once
     consistency: float = Field(0.0, ge=0.0, le=1.0)

@@ -14,8 +14,18 @@ choice options every epoch. Score levels are never reordered, renamed or dropped
 - ``reword_instructions``: the instructions are wrapped in one of a few generic rewordings (``REWORDINGS``:
   "Task: …", "Based on the state: …"), for any question type, so that no one wording carries the task.
 
-``schema_resampling`` in the recipe turns on anonymised ids, dropped distractors and reworded instructions at once
-(the three ways Vela 2.0 resamples a question's schema so that a model learns to read the options it is shown).
+Span questions' labels are resampled the same way, so that a span head learns to read the labels it is asked for
+(not a fixed list), and a label set it never saw at training is still read by its name and description:
+
+- ``drop_span_labels``: a span question with two or more labels loses 1 … L − 1 of them, with their gold spans
+  (the grid is recomputed for the labels left).
+- ``rename_span_labels``: label names become random neutral codes (``field-3fa2`` …); descriptions stay (a label
+  without one keeps its old name as description) and every gold span keeps its label under the new name.
+
+``schema_resampling`` in the recipe turns on anonymised ids, dropped distractors, reworded instructions and both
+span label copies at once (the ways Vela 2.0 resamples a question's schema so that a model learns to read the
+options it is shown). Labels are never *added* with no gold spans: a label that is not marked in a text is not
+known to be absent from it (the bundled PII texts hold postal addresses that no span marks).
 
 Consistency copies (JevBench's coherence laws, taught by example; ``augment.consistency`` turns both on):
 
@@ -41,6 +51,7 @@ from typing import Any
 
 from mydecide.data.split import unit_interval
 from mydecide.records import Question, Record
+from mydecide.spans import Span, grid_target
 
 AUGMENTATIONS = (
     "anonymize_options",
@@ -49,6 +60,8 @@ AUGMENTATIONS = (
     "reword_instructions",
     "negate_noul",
     "rename_options",
+    "drop_span_labels",
+    "rename_span_labels",
 )
 REWORDINGS = (
     "Task: {instructions}",
@@ -156,6 +169,46 @@ def rename_options(record: Record, rng: random.Random) -> Record | None:
     return _copy(record, "rename_options", question, record.target, {"renamed": renamed})
 
 
+def _span_copy(
+    record: Record, kind: str, question: Question, spans: tuple[Span, ...], details: Mapping[str, Any]
+) -> Record:
+    copy = _copy(record, kind, question, grid_target(record.state, question, spans), details)
+    return replace(copy, spans=spans)
+
+
+def drop_span_labels(record: Record, rng: random.Random) -> Record | None:
+    """The copy of a span question without 1 … L − 1 of its labels and their gold spans (None for other types or a
+    single label)."""
+    q = record.question
+    if q.type != "span" or q.k < 2:
+        return None
+    dropped = set(rng.sample(range(q.k), rng.randint(1, q.k - 1)))
+    keep = [i for i in range(q.k) if i not in dropped]
+    question = replace(
+        q, options=tuple(q.options[i] for i in keep), descriptions=tuple(q.descriptions[i] for i in keep)
+    )
+    spans = tuple(s for s in record.spans if s.label in question.options)
+    return _span_copy(record, "drop_span_labels", question, spans, {"dropped": [q.options[i] for i in sorted(dropped)]})
+
+
+def rename_span_labels(record: Record, rng: random.Random) -> Record | None:
+    """The copy of a span question whose labels are random neutral codes, descriptions kept (None for other
+    types)."""
+    q = record.question
+    if q.type != "span":
+        return None
+    codes: list[str] = []
+    while len(codes) < q.k:
+        code = f"field-{rng.randrange(16**4):04x}"
+        if code not in codes and code not in q.options:
+            codes.append(code)
+    renamed = dict(zip(q.options, codes, strict=True))
+    descriptions = tuple(d if d.strip() else old for old, d in zip(q.options, q.descriptions, strict=True))
+    question = replace(q, options=tuple(codes), descriptions=descriptions)
+    spans = tuple(sorted(replace(s, label=renamed[s.label]) for s in record.spans))
+    return _span_copy(record, "rename_span_labels", question, spans, {"renamed": renamed})
+
+
 @dataclass(frozen=True)
 class AugmentSettings:
     anonymize_options: float = 0.0
@@ -166,6 +219,8 @@ class AugmentSettings:
     rewordings: Sequence[str] = REWORDINGS
     negate_noul: float = 0.0
     rename_options: float = 0.0
+    drop_span_labels: float = 0.0
+    rename_span_labels: float = 0.0
     negation_templates: Sequence[str] = NEGATION_TEMPLATES
     seed: int = 13
 
@@ -188,6 +243,13 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
         made.append(negate_noul(record, settings.negation_templates, _rng(record, "negate_noul", settings.seed)))
     if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options, settings.seed):
         made.append(rename_options(record, _rng(record, "rename_options", settings.seed)))
+    if record.question.type == "span":
+        for kind, fraction, make in (
+            ("drop_span_labels", settings.drop_span_labels, drop_span_labels),
+            ("rename_span_labels", settings.rename_span_labels, rename_span_labels),
+        ):
+            if chosen(record, kind, fraction, settings.seed):
+                made.append(make(record, _rng(record, kind, settings.seed)))
     return [copy for copy in made if copy is not None]
 
 

@@ -123,3 +123,83 @@ def test_schema_resampling_turns_on_its_three_copies_and_the_manifest_gives_thei
     for kind in ("anonymize_options", "drop_distractors", "reword_instructions"):
         assert step["added"][kind] > 0 and step["share"][kind] == round(step["added"][kind] / step["in"], 4)
     assert step["added"]["negate_noul"] == 0 and step["share"]["rename_options"] == 0.0
+
+
+SPAN_TEXT = "Call Anna Berg at 555-0101 or mail anna@example.se, or Bo Ek."
+SPAN_QUESTION = {
+    "type": "span",
+    "instructions": "Which pieces of this text are personal data?",
+    "criteria": {"PERSON": "a person's name", "PHONE": "a telephone number", "EMAIL": ""},
+}
+
+
+def span_record():
+    spans = [("PERSON", "Anna Berg"), ("PHONE", "555-0101"), ("EMAIL", "anna@example.se"), ("PERSON", "Bo Ek")]
+    answer = [{"label": label, "start": SPAN_TEXT.index(t), "end": SPAN_TEXT.index(t) + len(t)} for label, t in spans]
+    (record,) = parse_record(
+        {"id": "s1", "task": "pii", "state": SPAN_TEXT, "question": SPAN_QUESTION, "answer": answer}
+    )
+    return record
+
+
+def reparsed(record):
+    """The record as prepare writes it and train reads it back: a copy must be a valid record of its own."""
+    (back,) = parse_record(record.to_json())
+    return back
+
+
+def test_span_label_copies_keep_each_gold_span_with_its_label_and_a_matching_grid() -> None:
+    record = span_record()
+    for seed in range(20):
+        dropped = augment.drop_span_labels(record, random.Random(seed))
+        assert dropped is not None and 1 <= dropped.question.k < record.question.k
+        assert set(dropped.meta["dropped"]) | set(dropped.question.options) == set(record.question.options)
+        assert dropped.spans == tuple(s for s in record.spans if s.label in dropped.question.options)
+        back = reparsed(dropped)
+        assert back.target == dropped.target and back.spans == dropped.spans
+
+        renamed = augment.rename_span_labels(record, random.Random(seed))
+        assert renamed is not None and all(code.startswith("field-") for code in renamed.question.options)
+        names = renamed.meta["renamed"]
+        assert {(names[s.label], s.start, s.end) for s in record.spans} == {
+            (s.label, s.start, s.end) for s in renamed.spans
+        }
+        assert renamed.target == record.target  # the same cells, under new names
+        assert renamed.question.descriptions == ("a person's name", "a telephone number", "EMAIL")  # a name kept
+        assert reparsed(renamed).spans == renamed.spans
+    single = parse_record(
+        {"task": "pii", "state": SPAN_TEXT, "question": {**SPAN_QUESTION, "criteria": {"PHONE": ""}}, "answer": []}
+    )[0]
+    assert augment.drop_span_labels(single, random.Random(0)) is None  # one label: nothing to drop
+    (choice,) = parse_record(make(0, question=CHOICE, answer="engineering"))
+    assert augment.drop_span_labels(choice, random.Random(0)) is None
+
+
+def test_schema_resampling_resamples_span_labels_too(tmp_path) -> None:
+    import json
+
+    from prepare_builders import write_jsonl
+
+    from mydecide.config import DataRecipe
+    from mydecide.data.prepare import prepare
+    from mydecide.record_files import load_records
+
+    record = span_record()
+    rows = [{**record.to_json(), "id": f"s{i}", "state": f"{SPAN_TEXT} Ticket {i}."} for i in range(40)]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "out": str(tmp_path / "out"),
+            "split": {"dev_fraction": 0.0, "test_fraction": 0.0},
+            "augment": {"schema_resampling": 0.5},
+            "dedup": {"near": {"enabled": False}},
+        }
+    )
+    prepare(recipe)
+    step = next(
+        s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["steps"] if s["step"] == "augment"
+    )
+    assert step["added"]["drop_span_labels"] > 0 and step["added"]["rename_span_labels"] > 0
+    train = load_records(tmp_path / "out" / "train.jsonl")
+    assert any(r.meta.get("augmented") == "rename_span_labels" for r in train)
