@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +171,9 @@ class LoadedModel:
     tokenizer: Any
     renderer: Renderer
     name: str
+    packing: bool | None = field(default=None, compare=False)
+    """Whether packed rows reproduce each prompt scored alone on this model (``scoring.forward.packs``: probed on
+    first use, then kept)."""
 
     @property
     def device(self) -> torch.device:

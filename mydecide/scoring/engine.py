@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide.records import Question
-from mydecide.scoring.forward import score_prompts
+from mydecide.scoring.forward import packs, score_packed, score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count
 from mydecide.scoring.render import Prompt, render_state
 
@@ -60,14 +60,22 @@ def score_questions(
     final round and returns log P(o) for every option. ``orders`` optionally shows each question's options in
     another order (the per-option form sees none). ``progress`` is called with the number of prompts scored.
     A ``span`` question returns its (W·L,) yes − no word × label grid (``scoring.spans``; orders do not apply).
+    With ``shared_prefix``, a model that :func:`~mydecide.scoring.forward.packs` is scored in packed rows (each state
+    and each question's text computed once), any other through the KV cache; ``batch_size`` counts prompts there.
     """
     spans = [i for i, (_, q) in enumerate(items) if q.type == "span"]
     rest = [i for i, (_, q) in enumerate(items) if q.type != "span"]
     plan = ScoringPlan(model.renderer, [items[i] for i in rest], [orders[i] for i in rest] if orders else None)
+    packed = shared_prefix and packs(model)  # each state once in a packed row, each question's text once
     while plan.pending:
-        plan.read(
-            score_prompts(model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress)
-        )
+        if packed:
+            plan.read(score_packed(model, plan.pending, progress=progress))
+        else:
+            plan.read(
+                score_prompts(
+                    model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress
+                )
+            )
     out: list[np.ndarray] = [np.empty(0)] * len(items)
     for i, z in zip(rest, plan.logits(), strict=True):
         out[i] = z

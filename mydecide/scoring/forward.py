@@ -1,16 +1,33 @@
 """The forward pass: prompts → one batched decoder run (the shared prefix computed once) → option logits.
 
 Every scoring path ends here: training's forward (``forward_option_logits``, gradients on), and evaluation,
-calibration, predict, serve and merge's parity check (``score_prompts``, inference). Only the answer labels' rows
-of the output embedding are multiplied, so no full-vocabulary logits are ever formed.
+calibration, predict, serve and merge's parity check (``score_prompts`` and ``score_packed``, inference). Only the
+answer labels' rows of the output embedding are multiplied, so no full-vocabulary logits are ever formed.
+
+Two inference paths, the same logits (within 1e-5 in fp32):
+
+* ``score_prompts`` shares a prefix by running it once with a KV cache and every question as a right-padded row
+  that continues from it. Prompts group by their whole prefix, so a per-option question's state is computed once per
+  question, and every question row is padded to the batch's longest.
+* ``score_packed`` lays each state out as one row (``packed.pack``): the state, then each question's shared text
+  once, then every read, under an attention mask by which each read sees only its own prompt, at the positions it
+  has alone. A state and each question's text are computed once, without padding inside a row. It needs every
+  layer to be full attention driven by ``position_ids`` and a 4-D mask (Llama, Qwen2/3, SmolLM with the sdpa or
+  eager kernels): :func:`packs` checks that, and a probe against ``score_prompts``, once per loaded model. Recurrent
+  layers (Qwen3.5's Gated DeltaNet) cannot skip over other reads, so such a model keeps ``score_prompts``; training
+  packs it its own way (``packed.Segments``). The layout and the forward call are the ones training uses, so
+  scored and trained packing cannot drift apart.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mydecide.scoring.packed import pack, packed_last_hidden, packing_mode, tree_tokens
+from mydecide.scoring.probabilities import softmax
 from mydecide.scoring.render import Prompt
 
 if TYPE_CHECKING:
@@ -213,3 +230,103 @@ def score_prompts(
             if progress:
                 progress(len(chunk))
     return out
+
+
+# ------------------------------------------------------------------------------------------------- packed rows
+
+MAX_ROW_TOKENS = 4096  # longer rows (a (L, L) mask per row) go through score_prompts
+_TOLD: set[str] = set()  # models whose probe failed, said once
+
+
+def score_packed(
+    model: LoadedModel,
+    prompts: Sequence[Prompt],
+    *,
+    max_batch_tokens: int = 8192,
+    progress: Callable[[int], None] | None = None,
+) -> list[np.ndarray]:
+    """Option logits (canonical order, float64) for each prompt, like ``score_prompts``, with packed rows.
+
+    Prompts on the same state share one row (its root once, each question's stem once: ``packed.pack``); rows are
+    sorted by length and cut into forward passes of at most ``max_batch_tokens`` (padded) tokens.
+    """
+    import numpy as np
+    import torch
+
+    by_root: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_root.setdefault(p.root, []).append(i)
+    sized = [(tree_tokens([prompts[i] for i in members]), members) for members in by_root.values()]
+    sized.sort(key=lambda g: g[0])
+    out: list[np.ndarray] = [np.empty(0)] * len(prompts)
+    too_long = [i for length, members in sized if length > MAX_ROW_TOKENS for i in members]
+    if too_long:
+        for i, z in zip(too_long, score_prompts(model, [prompts[i] for i in too_long], progress=progress), strict=True):
+            out[i] = z
+        sized = [g for g in sized if g[0] <= MAX_ROW_TOKENS]
+
+    decoder = decoder_of(model.lm)
+    weight, bias, softcap = output_head(model.lm)
+    label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
+    pad_id = model.tokenizer.pad_token_id
+    chunk: list[list[int]] = []
+
+    def flush() -> None:
+        order = [i for members in chunk for i in members]  # one packed row per state, read in this order
+        batch = pack([prompts[i] for i in order], pad_id).to(model.device)
+        last = packed_last_hidden(decoder, batch)  # (N, H)
+        logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap)
+        rows = logits.double().cpu().numpy()  # (N, K)
+        for row, i in enumerate(order):
+            p = prompts[i]
+            canonical = np.empty(p.k)
+            canonical[list(p.order)] = rows[row, : p.k]
+            out[i] = canonical
+        if progress:
+            progress(len(order))
+
+    with torch.inference_mode():
+        for length, members in sized:
+            if chunk and length * (len(chunk) + 1) > max_batch_tokens:  # sorted: this row is the longest yet
+                flush()
+                chunk = []
+            chunk.append(members)
+        if chunk:
+            flush()
+    return out
+
+
+def packing_agrees(model: LoadedModel, prompts: Sequence[Prompt], tolerance: float = 1e-4) -> bool:
+    """Whether packed scoring reproduces ``score_prompts`` on these prompts (softmax probabilities)."""
+    import numpy as np
+
+    reference = score_prompts(model, prompts, shared_prefix=False)
+    rows = score_packed(model, prompts)
+    return all(float(np.abs(softmax(a) - softmax(b)).max()) <= tolerance for a, b in zip(reference, rows, strict=True))
+
+
+def packs(model: LoadedModel) -> bool:
+    """Whether :func:`score_packed` may score for ``model``: every layer full attention under ``position_ids`` and a
+    4-D mask (``packed.packing_mode``), and a probe of a few prompts reproduces ``score_prompts`` (checked once per
+    loaded model, then kept in ``model.packing``). A Qwen3.5 hybrid keeps ``score_prompts``."""
+    if model.packing is None:
+        model.packing = packing_mode(model.lm) == "attention" and packing_agrees(model, _probe_prompts(model))
+        if not model.packing and packing_mode(model.lm) == "attention" and model.name not in _TOLD:
+            _TOLD.add(model.name)  # once per process: training builds a LoadedModel for every dev evaluation
+            print(
+                f"[mydecide] packed rows do not reproduce score_prompts on {model.name}: not packing", file=sys.stderr
+            )
+    return model.packing
+
+
+def _probe_prompts(model: LoadedModel) -> list[Prompt]:
+    """A yes / no and a 3-option choice question on two states of different lengths, as the renderer reads them."""
+    from mydecide.records import Question
+    from mydecide.scoring.plan import ScoringPlan
+
+    questions = [
+        Question("noul", "Is it ready?", ("yes", "no"), ("", "")),
+        Question("choice", "Which?", ("x", "y", "z"), ("", "", "")),
+    ]
+    states = ("A short state.", "A somewhat longer state, to make the rows differ in length.")
+    return ScoringPlan(model.renderer, [(s, q) for s in states for q in questions]).prompts

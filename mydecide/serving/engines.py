@@ -8,7 +8,7 @@ is all it is given; :func:`prompt_scorer` turns an engine into the ``score(promp
 ``score_plans`` drives, round by round (a final round waits for the groups' rows), for the server's micro-batcher.
 
 - :class:`TorchEngine` (``--engine torch``, the default) is the forward path the server always ran: packed shared
-  state rows where the model reproduces ``score_prompts`` with them (``serving/packing.py``), else ``score_prompts``.
+  state rows where the model reproduces ``score_prompts`` with them (``scoring.forward.packs``), else ``score_prompts``.
   It returns the same numbers, bit for bit, as before the seam existed (tests/serving/test_engine_seam.py).
 - ``--engine vllm`` (``serving/vllm_engine.py``, an optional extra): the same reads on an in-process ``vllm.LLM``.
   :func:`engine_factory` refuses, in one line at startup, what it cannot serve (vLLM missing, an adapter).
@@ -32,11 +32,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mydecide.config import BatchOptions
 from mydecide.errors import UserError
 from mydecide.records import parse_question
-from mydecide.scoring.forward import canonical_rows, score_prompts
+from mydecide.scoring.forward import canonical_rows, packs, score_packed, score_prompts
 from mydecide.scoring.render import Prompt
-from mydecide.serving.packing import packing_agrees, score_packed, supports_packing
 from mydecide.serving.request import Request, RequestError
-from mydecide.serving.response import render_request
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,27 +117,7 @@ class TorchEngine:
         self.packed = False  # decided in start(): packing is used only where it reproduces score_prompts
 
     def start(self) -> None:
-        self.packed = self.options.shared_prefix and self.options.packing and self._packing_works()
-
-    def _packing_works(self) -> bool:
-        if not supports_packing(self.model.lm):
-            return False
-        probe = [
-            Request(
-                "",
-                state,
-                {
-                    "a": parse_question({"type": "noul", "instructions": "Is it ready?"}, "a"),
-                    "b": parse_question({"type": "choice", "instructions": "Which?", "criteria": ["x", "y", "z"]}, "b"),
-                },
-            )
-            for state in ("A short state.", "A somewhat longer state, to make the rows differ in length.")
-        ]
-        prompts = [p for r in probe for p in render_request(self.model, r).prompts]
-        if packing_agrees(self.model, prompts):
-            return True
-        log.warning("packed scoring does not reproduce score_prompts on %s; using the KV-cache path", self.model.name)
-        return False
+        self.packed = self.options.shared_prefix and self.options.packing and packs(self.model)
 
     def label_logits(self, prompts: Sequence[TokenPrompt]) -> list[np.ndarray]:
         """The forward path reads the renderer's labels only: a prompt's label ids must be their first K."""

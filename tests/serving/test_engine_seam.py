@@ -21,12 +21,11 @@ import pytest
 from mydecide.config import BatchOptions, Limits
 from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
-from mydecide.scoring.forward import score_prompts
+from mydecide.scoring.forward import score_packed, score_prompts
 from mydecide.scoring.plan import score_plans
 from mydecide.serving import engines
 from mydecide.serving.batching import Scorer
 from mydecide.serving.engines import TokenPrompt, TorchEngine, prompt_scorer
-from mydecide.serving.packing import score_packed
 from mydecide.serving.request import RequestError, parse_request
 from mydecide.serving.response import build_response, render_request
 

@@ -1,4 +1,5 @@
-"""Packed shared-prefix scoring reproduces score_prompts exactly enough, and only runs where it can."""
+"""Packed rows (scoring/packed.py, scoring/forward.py's score_packed) reproduce score_prompts exactly enough, and
+only run where they can."""
 
 from __future__ import annotations
 
@@ -54,8 +55,7 @@ def gap(a, b) -> float:
 
 
 def test_packed_logits_equal_each_prompt_scored_alone(llama) -> None:
-    from mydecide.scoring.forward import score_prompts
-    from mydecide.serving.packing import score_packed
+    from mydecide.scoring.forward import score_packed, score_prompts
 
     prompts = prompts_of(llama)
     alone = score_prompts(llama, prompts, batch_size=1, shared_prefix=False)
@@ -68,18 +68,18 @@ def test_packed_logits_equal_each_prompt_scored_alone(llama) -> None:
 
 
 def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, monkeypatch) -> None:
-    import mydecide.serving.packing as packing
+    import mydecide.scoring.forward as packing
 
     prompts = prompts_of(llama)
     whole = packing.score_packed(llama, prompts)
     calls: list[int] = []
-    real_pack = packing.packed.pack
+    real_pack = packing.pack
 
     def counting_pack(prompts, pad_id, segments=False):
         calls.append(len({p.root for p in prompts}))  # packed rows (states) in this forward pass
         return real_pack(prompts, pad_id, segments)
 
-    monkeypatch.setattr(packing.packed, "pack", counting_pack)
+    monkeypatch.setattr(packing, "pack", counting_pack)
     split = packing.score_packed(llama, prompts, max_batch_tokens=1)  # one row per forward pass
     assert calls == [1, 1, 1] and gap(whole, split) < 1e-5
 
@@ -107,12 +107,12 @@ def test_pack_layout_isolates_questions(llama) -> None:
 
 def test_only_plain_attention_models_pack(llama, tiny_qwen_dir: Path) -> None:
     from mydecide.modeling import load_model
-    from mydecide.serving.packing import packing_agrees, supports_packing
+    from mydecide.scoring.forward import packing_agrees, packs
 
-    assert supports_packing(llama.lm)
+    assert packs(llama)
     assert packing_agrees(llama, prompts_of(llama))
     qwen = load_model(str(tiny_qwen_dir), render=RenderConfig(option_form="letters"), device="cpu")
-    assert not supports_packing(qwen.lm)  # Gated DeltaNet layers run through every token in order
+    assert not packs(qwen)  # Gated DeltaNet layers run through every token in order
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +146,7 @@ def test_a_state_and_each_questions_shared_text_are_laid_out_once(per_option) ->
 
 
 def test_packed_per_option_reads_equal_each_prompt_scored_alone(per_option) -> None:
-    from mydecide.scoring.forward import score_prompts
-    from mydecide.serving.packing import packing_agrees, score_packed
+    from mydecide.scoring.forward import packing_agrees, score_packed, score_prompts
 
     prompts = prompts_of(per_option)
     assert any(p.stem for p in prompts)
@@ -168,3 +167,32 @@ def test_the_token_budget_counts_each_stem_once(per_option) -> None:
     cut = token_slices(prompts, whole - 1)
     assert len(cut) == 2 and sorted(i for s in cut for i in s) == list(range(len(prompts)))
     assert all(prompt_tokens([prompts[i] for i in s]) <= whole - 1 for s in cut)
+
+
+def test_evaluation_scores_in_packed_rows_where_the_model_packs(per_option, monkeypatch) -> None:
+    """score_questions (evaluate, calibrate, training's dev metrics) packs a model that packs: the same logits as the
+    KV-cache path, each state laid out once for all of its per-option questions."""
+    import mydecide.scoring.forward as forward
+    from mydecide.records import parse_question
+    from mydecide.scoring.engine import score_questions
+
+    questions = [parse_question(q, name) for r in REQUESTS[:2] for name, q in r["questions"].items()]
+    items = [(state, q) for state in ("The checkout fails for every customer.", "Short.") for q in questions]
+    rows: list[int] = []
+    real_pack = forward.pack
+    monkeypatch.setattr(
+        forward,
+        "pack",
+        lambda prompts, pad_id, segments=False: (
+            rows.append(len({p.root for p in prompts})) or real_pack(prompts, pad_id, segments)
+        ),
+    )
+    per_option.packing = None
+    assert forward.packs(per_option) and per_option.packing is True  # probed once, then kept
+    rows.clear()
+    packed = score_questions(per_option, items)
+    assert rows == [2]  # one forward pass, one row per state
+    per_option.packing = False  # as for a model whose probe failed: the KV-cache path
+    cached = score_questions(per_option, items)
+    per_option.packing = None
+    assert gap(packed, cached) < 1e-5
