@@ -153,18 +153,28 @@ def negate_noul(record: Record, templates: Sequence[str], rng: random.Random) ->
     return _copy(record, "negate_noul", question, target, {"negation_of": q.instructions, "template": template})
 
 
+def _neutral_codes(question: Question, prefix: str, rng: random.Random) -> list[str]:
+    """K distinct random codes ``PREFIX-3fa2`` that are none of the question's option names."""
+    codes: list[str] = []
+    while len(codes) < question.k:
+        code = f"{prefix}-{rng.randrange(16**4):04x}"
+        if code not in codes and code not in question.options:
+            codes.append(code)
+    return codes
+
+
+def _kept_descriptions(question: Question) -> tuple[str, ...]:
+    """The descriptions a renamed question keeps: an option without one keeps its old name as its description."""
+    return tuple(d if d.strip() else old for old, d in zip(question.options, question.descriptions, strict=True))
+
+
 def rename_options(record: Record, rng: random.Random) -> Record | None:
     """The copy with random neutral option codes (choice only; None for other types)."""
     q = record.question
     if q.type != "choice":
         return None
-    codes: list[str] = []
-    while len(codes) < q.k:
-        code = f"opt-{rng.randrange(16**4):04x}"
-        if code not in codes and code not in q.options:
-            codes.append(code)
-    descriptions = tuple(d if d.strip() else old for old, d in zip(q.options, q.descriptions, strict=True))
-    question = Question(q.type, q.instructions, tuple(codes), descriptions)
+    codes = _neutral_codes(q, "opt", rng)
+    question = Question(q.type, q.instructions, tuple(codes), _kept_descriptions(q))
     renamed = dict(zip(q.options, codes, strict=True))
     return _copy(record, "rename_options", question, record.target, {"renamed": renamed})
 
@@ -197,14 +207,9 @@ def rename_span_labels(record: Record, rng: random.Random) -> Record | None:
     q = record.question
     if q.type != "span":
         return None
-    codes: list[str] = []
-    while len(codes) < q.k:
-        code = f"field-{rng.randrange(16**4):04x}"
-        if code not in codes and code not in q.options:
-            codes.append(code)
+    codes = _neutral_codes(q, "field", rng)
     renamed = dict(zip(q.options, codes, strict=True))
-    descriptions = tuple(d if d.strip() else old for old, d in zip(q.options, q.descriptions, strict=True))
-    question = replace(q, options=tuple(codes), descriptions=descriptions)
+    question = replace(q, options=tuple(codes), descriptions=_kept_descriptions(q))
     spans = tuple(sorted(replace(s, label=renamed[s.label]) for s in record.spans))
     return _span_copy(record, "rename_span_labels", question, spans, {"renamed": renamed})
 

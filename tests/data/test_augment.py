@@ -99,27 +99,7 @@ def test_reworded_instructions_keep_the_question_and_its_answer_for_every_type()
 
 
 def test_schema_resampling_turns_on_its_three_copies_and_the_manifest_gives_their_shares(tmp_path) -> None:
-    import json
-
-    from prepare_builders import write_jsonl
-
-    from mydecide.config import DataRecipe
-    from mydecide.data.prepare import prepare
-
-    rows = [make(i, question=CHOICE, answer="engineering") for i in range(40)]
-    source = write_jsonl(tmp_path / "rows.jsonl", rows)
-    recipe = DataRecipe.model_validate(
-        {
-            "sources": [{"kind": "jsonl", "path": str(source)}],
-            "out": str(tmp_path / "out"),
-            "split": {"dev_fraction": 0.0, "test_fraction": 0.0},
-            "augment": {"schema_resampling": 0.5},
-            "dedup": {"near": {"enabled": False}},
-        }
-    )
-    prepare(recipe)
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    step = next(s for s in manifest["steps"] if s["step"] == "augment")
+    step = resampled([make(i, question=CHOICE, answer="engineering") for i in range(40)], tmp_path)
     for kind in ("anonymize_options", "drop_distractors", "reword_instructions"):
         assert step["added"][kind] > 0 and step["share"][kind] == round(step["added"][kind] / step["in"], 4)
     assert step["added"]["negate_noul"] == 0 and step["share"]["rename_options"] == 0.0
@@ -176,16 +156,25 @@ def test_span_label_copies_keep_each_gold_span_with_its_label_and_a_matching_gri
 
 
 def test_schema_resampling_resamples_span_labels_too(tmp_path) -> None:
+    from mydecide.record_files import load_records
+
+    record = span_record()
+    rows = [{**record.to_json(), "id": f"s{i}", "state": f"{SPAN_TEXT} Ticket {i}."} for i in range(40)]
+    step = resampled(rows, tmp_path)
+    assert step["added"]["drop_span_labels"] > 0 and step["added"]["rename_span_labels"] > 0
+    train = load_records(tmp_path / "out" / "train.jsonl")
+    assert any(r.meta.get("augmented") == "rename_span_labels" for r in train)
+
+
+def resampled(rows: list, tmp_path) -> dict:
+    """prepare ``rows`` with ``augment.schema_resampling: 0.5`` (no dev or test split); its manifest's augment step."""
     import json
 
     from prepare_builders import write_jsonl
 
     from mydecide.config import DataRecipe
     from mydecide.data.prepare import prepare
-    from mydecide.record_files import load_records
 
-    record = span_record()
-    rows = [{**record.to_json(), "id": f"s{i}", "state": f"{SPAN_TEXT} Ticket {i}."} for i in range(40)]
     source = write_jsonl(tmp_path / "rows.jsonl", rows)
     recipe = DataRecipe.model_validate(
         {
@@ -197,9 +186,5 @@ def test_schema_resampling_resamples_span_labels_too(tmp_path) -> None:
         }
     )
     prepare(recipe)
-    step = next(
-        s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["steps"] if s["step"] == "augment"
-    )
-    assert step["added"]["drop_span_labels"] > 0 and step["added"]["rename_span_labels"] > 0
-    train = load_records(tmp_path / "out" / "train.jsonl")
-    assert any(r.meta.get("augmented") == "rename_span_labels" for r in train)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    return next(s for s in manifest["steps"] if s["step"] == "augment")
