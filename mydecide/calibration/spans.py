@@ -37,10 +37,9 @@ SpanItem = tuple[str, Sequence[float], Sequence[str], Sequence[Span]]
 """One dev span question: its text part, its grid of calibrated P(yes) (word × label), its labels, its gold spans."""
 
 
-def _counts(items: Sequence[SpanItem], threshold: float) -> dict[str, list[int]]:
-    """Per label, exact-match (tp, fp, fn) over ``items`` with every label cut at ``threshold``."""
+def _counts(items: Sequence[SpanItem], decisions: SpanDecisions) -> dict[str, list[int]]:
+    """Per label, exact-match (tp, fp, fn) over ``items`` with the spans ``decisions`` cut."""
     counts: dict[str, list[int]] = {}
-    decisions = SpanDecisions(default=threshold)
     for part, grid, labels, gold in items:
         found = {(s["label"], s["start"], s["end"]) for s in merge_spans(part, grid, labels, decisions)}
         wanted = {(s.label, s.start, s.end) for s in gold}
@@ -55,6 +54,11 @@ def _counts(items: Sequence[SpanItem], threshold: float) -> dict[str, list[int]]
 
 def _f1(tp: int, fp: int, fn: int) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
+
+
+def _pooled_f1(counts: dict[str, list[int]]) -> float:
+    """Exact-match F1 over every label's counts together."""
+    return _f1(*(sum(c[i] for c in counts.values()) for i in range(3)))
 
 
 def _best(scores: dict[float, float]) -> float:
@@ -90,9 +94,9 @@ def scored_spans(items: Sequence[SpanItem], decisions: SpanDecisions) -> list[tu
 
 def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[str, Any]]:
     """Per-label thresholds and the span probability map fitted on ``items``, and the summary calibrate writes."""
-    by_threshold = {t: _counts(items, t) for t in THRESHOLDS}
+    by_threshold = {t: _counts(items, SpanDecisions(default=t)) for t in THRESHOLDS}
     labels = sorted({label for _, _, names, _ in items for label in names})
-    pooled = {t: _f1(*(sum(c[i] for c in counts.values()) for i in range(3))) for t, counts in by_threshold.items()}
+    pooled = {t: _pooled_f1(counts) for t, counts in by_threshold.items()}
     default = _best(pooled) if labels else SPAN_THRESHOLD
     thresholds: dict[str, float] = {}
     per_label: dict[str, dict[str, Any]] = {}
@@ -126,22 +130,13 @@ def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[s
         "thresholds": dict(cut.thresholds),
         "labels": per_label,
         "exact_f1_at_0.5": pooled[SPAN_THRESHOLD],
-        "exact_f1": _pooled_f1(items, cut),
+        "exact_f1": _pooled_f1(_counts(items, cut)),
         "probability": {"slope": slope, "intercept": intercept, "spans": len(before), "note": note},
         "span_ece_before": ece_before,
         "span_ece_after": ece_after,
         "span_ece_band": band_after if band_after is not None else band_before,
     }
     return decisions, summary
-
-
-def _pooled_f1(items: Sequence[SpanItem], decisions: SpanDecisions) -> float:
-    tp = fp = fn = 0
-    for part, grid, labels, gold in items:
-        found = {(s["label"], s["start"], s["end"]) for s in merge_spans(part, grid, labels, decisions)}
-        wanted = {(s.label, s.start, s.end) for s in gold}
-        tp, fp, fn = tp + len(found & wanted), fp + len(found - wanted), fn + len(wanted - found)
-    return _f1(tp, fp, fn)
 
 
 def decisions_to_json(decisions: SpanDecisions) -> dict[str, Any]:

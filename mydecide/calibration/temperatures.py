@@ -405,8 +405,10 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
             if not (isinstance(entry, dict) and "fallback" in entry)
         }
     spans = data.get("spans")
+    if spans is not None and not isinstance(spans, dict):
+        raise UserError(f"{path}: spans must be an object (its decisions: thresholds and the span probability map)")
     try:
         decisions = None if spans is None else decisions_from_json(spans.get("decisions"), "spans.decisions")
-    except (ValueError, AttributeError) as err:
-        raise UserError(f"{path}: {err if isinstance(err, ValueError) else 'spans must be an object'}") from None
+    except ValueError as err:
+        raise UserError(f"{path}: {err}") from None
     return TemperatureTable(types, buckets, decisions)

@@ -72,15 +72,10 @@ class _Job:
 _STOP = object()
 
 
-def prompt_tokens(prompts: list[Prompt]) -> int:
-    """Tokens a forward call processes for these prompts: each state once, each question's shared text once, every
-    read's suffix (``scoring.packed.tree_tokens``)."""
-    return tree_tokens(prompts)
-
-
 def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
-    """Cut prompt indices into slices of at most ``budget`` tokens (:func:`prompt_tokens`; one prompt longer than
-    the budget is a slice of its own), keeping the prompts of one state together as far as the budget allows."""
+    """Cut prompt indices into slices of at most ``budget`` tokens (as ``scoring.packed.tree_tokens`` counts them; one
+    prompt longer than the budget is a slice of its own), keeping the prompts of one state together as far as the
+    budget allows."""
     by_root: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(prompts):
         by_root.setdefault(p.root, []).append(i)
@@ -154,7 +149,7 @@ class Scorer:
     def score(self, prompts: list[Prompt]) -> list[np.ndarray]:
         """Option logits for prompts of any number of requests (the worker's forward passes): in one go, or in
         slices of ``slice_tokens`` with the requests that arrived meanwhile answered between two slices."""
-        if self._interleaving or prompt_tokens(prompts) <= self.options.slice_tokens:
+        if self._interleaving or tree_tokens(prompts) <= self.options.slice_tokens:
             return self._score_now(prompts)
         out: list[np.ndarray | None] = [None] * len(prompts)
         for part in token_slices(prompts, self.options.slice_tokens):

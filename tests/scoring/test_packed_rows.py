@@ -158,15 +158,16 @@ def test_packed_per_option_reads_equal_each_prompt_scored_alone(per_option) -> N
 
 def test_the_token_budget_counts_each_stem_once(per_option) -> None:
     from mydecide.scoring.packed import tree_tokens
-    from mydecide.serving.batching import prompt_tokens, token_slices
+    from mydecide.serving.batching import token_slices
 
     prompts = prompts_of(per_option, REQUESTS[:1])
-    whole = prompt_tokens(prompts)
-    assert whole == tree_tokens(prompts)
+    whole = tree_tokens(prompts)
+    stems = {p.prefix: p.stem for p in prompts}
+    assert whole == len(prompts[0].root) + sum(stems.values()) + sum(len(p.suffix) for p in prompts)
     assert token_slices(prompts, whole) == [list(range(len(prompts)))]  # the budget fits the whole tree
     cut = token_slices(prompts, whole - 1)
     assert len(cut) == 2 and sorted(i for s in cut for i in s) == list(range(len(prompts)))
-    assert all(prompt_tokens([prompts[i] for i in s]) <= whole - 1 for s in cut)
+    assert all(tree_tokens([prompts[i] for i in s]) <= whole - 1 for s in cut)
 
 
 def test_evaluation_scores_in_packed_rows_where_the_model_packs(per_option, monkeypatch) -> None:
