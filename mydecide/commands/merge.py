@@ -1,4 +1,5 @@
-"""`mydecide merge`: merge a LoRA adapter into its base weights for vLLM / SGLang / llama.cpp, and verify it."""
+"""`mydecide merge`: merge a LoRA adapter into its base weights and verify it answers the same (a plain transformers
+directory, with mydecide's render config and span head beside it)."""
 
 from __future__ import annotations
 

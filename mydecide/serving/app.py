@@ -402,6 +402,11 @@ def create_app(
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)
         scorer: Scorer = request.app.state.scorer
+        served = public_name(scorer.model_name)
+        if parsed.model and parsed.model not in (served, scorer.model_name):  # never another model's answers
+            raise ApiError(
+                404, f"model {parsed.model!r} is not served here; this server serves {served!r} (serve --name sets it)"
+            )
         if scorer.pending >= batching.max_pending:
             raise ApiError(503, "the server is busy; retry shortly", {"Retry-After": "1"})
         try:

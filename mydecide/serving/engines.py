@@ -11,7 +11,8 @@ is all it is given; :func:`prompt_scorer` turns an engine into the ``score(promp
   state rows where the model reproduces ``score_prompts`` with them (``scoring.forward.packs``), else ``score_prompts``.
   It returns the same numbers, bit for bit, as before the seam existed (tests/serving/test_engine_seam.py).
 - ``--engine vllm`` (``serving/vllm_engine.py``, an optional extra): the same reads on an in-process ``vllm.LLM``.
-  :func:`engine_factory` refuses, in one line at startup, what it cannot serve (vLLM missing, an adapter).
+  :func:`engine_factory` refuses, in one line at startup, what it cannot serve (vLLM missing, an adapter vLLM's LoRA
+  cannot apply, a hybrid base with an adapter).
 
 Span questions are not one label read at the last position: every word's last token is read, through the label
 rows (``read: letters``) or the trained span head on hidden states (``read: head``). An engine that returns only
@@ -176,29 +177,60 @@ def require_engine(name: str) -> None:
 
 
 def engine_factory(
-    name: str, model_path: str | None = None, adapter: object | None = None, **engine_args: Any
+    name: str, model_path: str | None = None, adapter: str | Path | None = None, **engine_args: Any
 ) -> Callable[[LoadedModel], LogitsEngine] | None:
     """The engine ``mydecide serve --engine NAME`` runs, as a function of the loaded model (None: the torch engine);
     a :class:`UserError` (one line, at startup) when it cannot run here. ``model_path``: the local model directory
-    the engine loads (vLLM), ``adapter``: the adapter asked for (vLLM serves none yet: a merged model instead)."""
+    the engine loads (vLLM: the base, or a merged model), ``adapter``: the LoRA adapter served on it (vLLM: as a
+    per-request LoRA, from the copy ``vllm_engine.write_vllm_lora`` writes now, so that an adapter vLLM cannot apply
+    fails here and not at the first request)."""
     require_engine(name)
     if name == "torch":
         return None
-    if adapter is not None:
-        raise UserError(
-            "--engine vllm serves a base or merged model only (per-request LoRA is not written yet): merge the "
-            "adapter with `mydecide merge` and serve the merged directory"
-        )
     if model_path is None or not Path(model_path).is_dir():
         raise UserError(
             f"--engine vllm needs a local model directory, and {model_path!r} is none (a hub name, or smollm2-135m "
             "before its first conversion: serve it once with --engine torch)"
         )
+    lora: dict[str, Any] = {}
+    if adapter is not None:
+        lora = vllm_lora(Path(model_path), Path(adapter))
 
     def build(model: LoadedModel) -> LogitsEngine:
         from mydecide.serving.vllm_engine import VllmEngine
 
         dtype = str(next(model.lm.parameters()).dtype).removeprefix("torch.")  # the torch model's own
-        return VllmEngine(str(model_path), dtype=dtype, **engine_args)
+        return VllmEngine(str(model_path), dtype=dtype, **lora, **engine_args)
 
     return build
+
+
+def vllm_lora(model_path: Path, adapter: Path) -> dict[str, Any]:
+    """``VllmEngine``'s LoRA arguments for ``adapter``: its vLLM copy, written to a temporary directory that lives as
+    long as the process, and its rank. Refused in one line: a hybrid base (Qwen3.5's Gated DeltaNet layers: vLLM's
+    LoRA there is not verified against mydecide's, so serve a merged model), a feature vLLM's LoRA lacks, a rank
+    above vLLM's largest."""
+    import atexit
+    import json
+    import shutil
+    import tempfile
+
+    from mydecide.serving.vllm_engine import lora_rank_setting, write_vllm_lora
+
+    config_path = model_path / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    layer_types = config.get("layer_types") or (config.get("text_config") or {}).get("layer_types") or []
+    if "linear_attention" in layer_types:
+        raise UserError(
+            f"--engine vllm: {model_path} has linear-attention (Gated DeltaNet) layers, where vLLM's LoRA is not "
+            "verified to answer as mydecide does: merge the adapter with `mydecide merge` and serve the merged "
+            "directory"
+        )
+    folder = tempfile.mkdtemp(prefix="mydecide-vllm-lora-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    try:
+        written = write_vllm_lora(adapter, Path(folder))
+        return {"lora_dir": folder, "lora_rank": lora_rank_setting(written["rank"])}
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise

