@@ -258,6 +258,7 @@ def test_training_in_the_binomial_form_learns_saves_the_form_and_every_command_s
     from fastapi.testclient import TestClient
     from typer.testing import CliRunner
 
+    from mydecide.calibration.temperatures import load_temperatures
     from mydecide.cli import app
     from mydecide.config import TrainRecipe
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
@@ -327,6 +328,16 @@ def test_training_in_the_binomial_form_learns_saves_the_form_and_every_command_s
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
     if objective == "rlcd":
         return
+    temps = tmp_path / "temperatures.json"  # calibrate fits a temperature on the binomial logits; predict divides them
+    result = CliRunner().invoke(app, ["calibrate", *args[1:], "--out", str(temps), "--min-rows", "10", "--keep-fit"])
+    assert result.exit_code == 0, result.output
+    t = load_temperatures(temps)("score", 4)
+    assert t != 1.0
+    result = CliRunner().invoke(app, [*predict, "--temperatures", str(temps)])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout[result.stdout.index("{") :])
+    tempered = np.array(list(answer["answers"]["u"]["probabilities"].values()))
+    assert np.abs(tempered - binomial_pmf(logits[0][1] - math.log(3), 4, t)).max() <= 1e-5
     merged = tmp_path / "merged"  # merge keeps the form with the merged weights
     result = CliRunner().invoke(
         app,
