@@ -1,4 +1,4 @@
-"""Score forms side by side: letters, per option and thresholds, trained and judged on the same score task.
+"""Score forms side by side: letters, per option, thresholds and binomial, trained and judged on the same score task.
 
 For each form, on the demo data's score task alone (``vader_sentiment_score``: 5 levels), with the demo's training
 recipe and seed: train an adapter (``tasks=[…] prompt.score_form=FORM``), then judge it by two-fold calibration, so
@@ -8,7 +8,7 @@ base model (the same form, adapter disabled) and the training split's level freq
 the same questions. Reported per form: accuracy, RPS, MAE of the expected level, Spearman ρ, within-one accuracy,
 ECE with its resampling band, threshold ECE with its band, and seconds per question of the evaluation's scoring.
 
-    .venv/bin/python bench/score_forms.py --data DIR [--steps 150] [--forms letters,per_option,thresholds]
+    .venv/bin/python bench/score_forms.py --data DIR [--steps 150] [--forms letters,per_option,thresholds,binomial]
 
 ``--data`` is a `mydecide prepare recipes/data/demo.yaml` output. Writes bench/results/score_forms.json and prints
 the table; the runs are kept under ``--work`` (default runs/score_forms).
@@ -28,6 +28,7 @@ import numpy as np
 from _common import RESULTS, ROOT
 
 from mydecide.evaluation.rows import block, rows_from_predictions
+from mydecide.prompt import SCORE_FORMS
 
 TASK = "vader_sentiment_score"
 COLUMNS = (
@@ -177,12 +178,16 @@ def main() -> None:
     parser.add_argument("--data", type=Path, required=True, help="a `mydecide prepare recipes/data/demo.yaml` output")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "score_forms")
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--forms", default="letters,per_option,thresholds")
+    parser.add_argument("--forms", default=",".join(SCORE_FORMS), help=f"comma-separated, of {', '.join(SCORE_FORMS)}")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--out", type=Path, default=RESULTS / "score_forms.json")
     args = parser.parse_args()
+    forms = args.forms.split(",")
+    unknown = [form for form in forms if form not in SCORE_FORMS]
+    if unknown:
+        parser.error(f"--forms: {', '.join(unknown)} not among {', '.join(SCORE_FORMS)}")
     data = task_files(args.data, args.work)
-    results = [run_form(form, data, args.work, args.steps, args.model) for form in args.forms.split(",")]
+    results = [run_form(form, data, args.work, args.steps, args.model) for form in forms]
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(

@@ -91,8 +91,8 @@ class ScoringModel(ModelChoice):
     # how choice options are scored: letters | per_option; unset = as the adapter was trained (an error if it
     # contradicts the adapter's saved form)
     option_form: OptionForm | None = None
-    # how score levels are scored: letters | per_option | thresholds; unset = as the adapter was trained (an error if
-    # it contradicts the adapter's saved form)
+    # how score levels are scored: letters | per_option | thresholds | binomial; unset = as the adapter was trained (an
+    # error if it contradicts the adapter's saved form)
     score_form: ScoreForm | None = None
     # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
     # error); adapters saved before the fingerprint existed are never checked

@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
-ScoreForm = Literal["letters", "per_option", "thresholds"]
+ScoreForm = Literal["letters", "per_option", "thresholds", "binomial"]
 Continuation = Literal["full", "lean"]
-SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds")
+SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds", "binomial")
 
 
 class SpanWindows(BaseModel):
@@ -89,12 +89,15 @@ class RenderConfig(BaseModel):
     # default: it ranked and scored the demo's 5-level task best of the three, docs/scoring-forms.md), or
     # "thresholds": the levels listed lowest first, then K − 1 yes / no reads "is the right level this one or a higher
     # one?" whose log-odds d_k sum into the level logits z_j = d_1 + … + d_j (z_0 = 0), so every read learns from
-    # every example and the levels' order is in the model
+    # every example and the levels' order is in the model; or "binomial": the levels listed lowest first, then one
+    # yes / no read s "is the right level closer to the top level than to the bottom one?", the level logits
+    # z_k = log C(K − 1, k) + k·s (one read per question, always unimodal; docs/scoring-forms.md)
     score_form: ScoreForm = "per_option"
     # per_option only: show every option (choice: sorted by id, so the list does not depend on the client's order;
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
-    # per_option and thresholds: what each yes / no continuation repeats. "full" = every continuation repeats the
+    # per_option and thresholds (binomial has one read, whose prompt always says the answer format after its
+    # question): what each yes / no continuation repeats. "full" = every continuation repeats the
     # answer format (A. yes, B. no, the letter only), as every adapter so far was trained; "lean" = the answer format
     # is said once in the shared prefix and a continuation is the option's line and the chat template's tail (about
     # 16 fewer tokens per option on smollm2; docs/scoring-forms.md#the-lean-continuation). A render config saved

@@ -54,7 +54,10 @@ ScoreFormOption = Annotated[
     str | None,
     typer.Option(
         "--score-form",
-        help="How score levels are scored: letters, per_option or thresholds (default: as the adapter was trained).",
+        help=(
+            "How score levels are scored: letters, per_option, thresholds or binomial (default: as the adapter was "
+            "trained)."
+        ),
     ),
 ]
 Out = Annotated[str | None, typer.Option("--out", "-o", help="Where to write (default: the recipe's `out`).")]

@@ -39,7 +39,9 @@ question: groups and the final round are separate prompts that never see other q
 Set questions are expanded here too (one yes/no prompt per label, read as yes − no logits), and so are questions
 scored in the **per-option form** (``RenderConfig.option_form`` / ``score_form``: one yes/no prompt per option,
 continuing a prefix that holds the state and the question; the K yes − no logits go through one softmax). Neither
-needs groups: every option is its own prompt at any K.
+needs groups: every option is its own prompt at any K. Score questions in the **threshold** and **binomial** forms
+are yes/no reads too (K − 1 reads, or one), their log-odds turned into level logits (:func:`threshold_logits`,
+:func:`binomial_logits`).
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
 
 
 def prompt_count(question: Question, form: str = "letters") -> int:
-    """Prompts scored for one question: 1; a set or the per-option form: one per option; the threshold form: K − 1;
-    letters with K > 26 options: G groups + the final round."""
+    """Prompts scored for one question: 1 (the binomial form too); a set or the per-option form: one per option; the
+    threshold form: K − 1; letters with K > 26 options: G groups + the final round."""
     if question.type in ("set", "span") or form == "per_option":  # span: counted one per label (and window)
         return question.k
     if form == "thresholds":
@@ -141,6 +143,7 @@ class _Item:
     groups: list[tuple[int, ...]] = field(default_factory=list)  # canonical indices, grouped questions only
     yes_no: bool = False  # one yes/no prompt per option or label (set, per-option form): logits are yes − no
     cumulative: bool = False  # threshold form: K − 1 yes/no reads, summed into the K level logits
+    binomial: bool = False  # binomial form: one yes/no read s, the K level logits log C(K − 1, k) + k·s
     rows: list[np.ndarray] = field(default_factory=list)  # first-round logits, one per prompt of this item
     final: np.ndarray | None = None
 
@@ -183,6 +186,9 @@ class ScoringPlan:
             elif form == "thresholds":  # levels keep their order: the reads do not depend on a shown order
                 units = renderer.render_thresholds(state, question)
                 item.yes_no = item.cumulative = True
+            elif form == "binomial":  # one read, levels in their order
+                units = [renderer.render_binomial(state, question)]
+                item.yes_no = item.binomial = True
             elif form == "per_option":  # the shown order does not matter: every option is judged on its own
                 units = renderer.render_per_option(state, question)
                 item.yes_no = True
@@ -238,13 +244,16 @@ class ScoringPlan:
 
     def logits(self) -> list[np.ndarray]:
         """Per item: (K,) logits in canonical option order; set and per-option form: (K,) yes − no; threshold form:
-        the reads' running sums (:func:`threshold_logits`); letters with K > 26: log P(o)."""
+        the reads' running sums (:func:`threshold_logits`); binomial form: :func:`binomial_logits` of the one read;
+        letters with K > 26: log P(o)."""
         if self.pending:
             raise ValueError(f"{len(self.pending)} prompts are still to be scored")
         out = []
         for item in self.items:
             if item.cumulative:
                 out.append(threshold_logits(yes_minus_no(item.rows)))
+            elif item.binomial:
+                out.append(binomial_logits(float(yes_minus_no(item.rows)[0]), item.question.k))
             elif item.yes_no:
                 out.append(yes_minus_no(item.rows))
             elif item.groups:
@@ -282,6 +291,19 @@ def threshold_logits(reads: np.ndarray) -> np.ndarray:
     import numpy as np
 
     return np.concatenate([[0.0], np.cumsum(np.asarray(reads, dtype=np.float64))])
+
+
+def binomial_logits(read: float, k: int) -> np.ndarray:
+    """(K,) level logits from the binomial form's one log-odds s: z_j = log C(K − 1, j) + j·s, so softmax(z) is the
+    binomial distribution of K − 1 trials with success probability sigmoid(s) (Beckham & Pal 2017). It is the
+    threshold form with tied reads, d_j = s + log((K − j) / j). softmax(z / T) tempers the log C term with the read."""
+    import numpy as np
+
+    if k < 2:
+        raise ValueError(f"a score question needs at least 2 levels, got {k}")
+    j = np.arange(k, dtype=np.float64)
+    log_choose = np.array([math.lgamma(k) - math.lgamma(i + 1) - math.lgamma(k - i) for i in range(k)])
+    return log_choose + j * float(read)
 
 
 def _argmax(z: np.ndarray) -> int:

@@ -119,6 +119,17 @@ def threshold_question_text(question: Question, lean: bool = False) -> str:
     return "\n".join(lines)
 
 
+def binomial_question_text(question: Question) -> str:
+    """The one read of a score question in the binomial form: the question, its levels lowest first, and whether the
+    right level is closer to the top level than to the bottom one, answered A (yes) or B (no)."""
+    top, bottom = option_text(question, question.k - 1, False), option_text(question, 0, False)
+    lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
+    lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
+    lines += [f"Is the right level closer to '{top}' than to '{bottom}'?", "A. yes", "B. no"]
+    lines.append("Answer with the letter only.")
+    return "\n".join(lines)
+
+
 def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean: bool = False) -> str:
     """One option's continuation: its line, then (unless ``lean``: the prefix said it once) the answer format."""
     name = "Level" if question.type == "score" else "Option"
@@ -278,7 +289,7 @@ class Renderer:
 
     def form(self, question: Question) -> str:
         """How this renderer scores the options of ``question``: ``letters``, ``per_option`` or (score questions)
-        ``thresholds``.
+        ``thresholds`` or ``binomial``.
 
         Choice and score questions follow the config; yes / no questions (and each label of a set) are one
         yes / no read either way.
@@ -333,6 +344,17 @@ class Renderer:
             )
             for i in range(1, question.k)
         ]
+
+    def render_binomial(self, state: Any, question: Question) -> Prompt:
+        """The one read of a score question in the binomial form (A = yes, B = no: closer to the top level than to
+        the bottom one?), continuing the state: its yes − no log-odds s give every level's logit
+        (``scoring.plan.binomial_logits``)."""
+        if question.type != "score":
+            raise ValueError(f"a {question.type} question has no binomial form")
+        state_ids, truncated = self.encode_state(state)
+        return Prompt(
+            state_ids, tuple(self._encode_user(binomial_question_text(question), self.tail)), (0, 1), truncated
+        )
 
     def render(self, state: Any, question: Question, order: Sequence[int] | None = None) -> Prompt:
         """Render one single-answer question (use :func:`question_units` first for ``set``)."""

@@ -47,7 +47,8 @@ class Unit:
 
     Letters form: one prompt whose K label logits are the answer. Per-option form (``yes_no``): one yes / no prompt
     per option, all continuing one prefix; the K yes − no logits are the answer. Threshold form (``cumulative``, score
-    questions): K − 1 yes / no prompts, level j's logit the sum of the first j reads' log-odds.
+    questions): K − 1 yes / no prompts, level j's logit the sum of the first j reads' log-odds. Binomial form
+    (``binomial``, score questions): one yes / no prompt, level j's logit log C(K − 1, j) + j·s of its log-odds s.
     """
 
     prompts: tuple[Prompt, ...]
@@ -56,6 +57,7 @@ class Unit:
     record_index: int
     yes_no: bool = False
     cumulative: bool = False  # threshold form: K − 1 yes / no reads whose running sums are the K level logits
+    binomial: bool = False  # binomial form: one yes / no read s, the K level logits log C(K − 1, j) + j·s
     copy: int = 0  # which showing of its record this epoch (``task_weights`` > 1 show a record more than once)
 
     @property
@@ -130,6 +132,7 @@ class TrainBatch:
     option_mask: torch.Tensor | None = None  # (B, K) bool; None: the batch's own option mask
     spans: SpanBatch | None = None  # the batch's span questions (``batch`` is None when it has only those)
     cumulative: torch.Tensor | None = None  # (B,) bool: threshold units, whose gathered reads are summed
+    binomial: torch.Tensor | None = None  # (B,) bool: binomial units, whose one read is spread over the levels
 
     @property
     def questions(self) -> int:
@@ -157,22 +160,28 @@ class TrainBatch:
             move(self.option_mask),
             self.spans.to(device) if self.spans is not None else None,
             move(self.cumulative),
+            move(self.binomial),
         )
 
     def logits(self, prompt_logits: torch.Tensor) -> torch.Tensor:
         """(B, K) unit logits from the (R, Kp) prompt logits of the forward pass."""
         if self.index is None:
             return prompt_logits
-        return question_logits(prompt_logits, self.index, self.mask, self.cumulative)
+        return question_logits(prompt_logits, self.index, self.mask, self.cumulative, self.binomial)
 
 
 def question_logits(
-    prompt_logits: torch.Tensor, index: torch.Tensor, mask: torch.Tensor, cumulative: torch.Tensor | None = None
+    prompt_logits: torch.Tensor,
+    index: torch.Tensor,
+    mask: torch.Tensor,
+    cumulative: torch.Tensor | None = None,
+    binomial: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Gather (B, K) option logits from (R, Kp) prompt logits: a letters unit takes its row, a per-option unit the
     yes − no log-odds (column 0 − column 1) of its K prompts, a threshold unit (``cumulative``) 0 then its K − 1
-    reads' log-odds, summed along the levels (as ``scoring.plan.threshold_logits``). Positions outside ``mask``
-    are −inf."""
+    reads' log-odds, summed along the levels (as ``scoring.plan.threshold_logits``), a binomial unit (``binomial``)
+    its one read's log-odds s at every level j, made log C(K − 1, j) + j·s (as ``scoring.plan.binomial_logits``;
+    K = the unit's ``mask``). Positions outside ``mask`` are −inf."""
     import torch
 
     finite = prompt_logits.masked_fill(~torch.isfinite(prompt_logits), 0.0)
@@ -181,7 +190,22 @@ def question_logits(
     gathered = flat[index.clamp(min=0)]
     if cumulative is not None:
         gathered = torch.where(cumulative[:, None], gathered.cumsum(dim=1), gathered)
+    if binomial is not None:
+        gathered = torch.where(binomial[:, None], binomial_levels(gathered, mask), gathered)
     return gathered.masked_fill(~mask, float("-inf"))
+
+
+def binomial_levels(reads: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, K) log C(K_i − 1, j) + j·s_ij for each row's K_i = ``mask`` count (0 outside it): ``reads`` holds a
+    binomial unit's one log-odds s at every level. In float32 at least: log C reaches 16 at K = 26, too coarse in
+    bf16."""
+    import torch
+
+    reads = reads.to(torch.promote_types(reads.dtype, torch.float32))
+    j = torch.arange(reads.shape[1], device=reads.device, dtype=reads.dtype)
+    k = mask.sum(dim=1, keepdim=True).to(reads.dtype)
+    log_choose = torch.lgamma(k) - torch.lgamma(j + 1) - torch.lgamma((k - j).clamp(min=1))
+    return torch.where(mask, log_choose + j * reads, torch.zeros_like(reads))
 
 
 def _rng(seed: int, epoch: int, key: str) -> random.Random:
@@ -242,7 +266,7 @@ def record_units(
     """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
     more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
     per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order); the
-    threshold form → one unit of K − 1 yes / no prompts."""
+    threshold form → one unit of K − 1 yes / no prompts; the binomial form → one unit of one yes / no prompt."""
     q = record.question
     if q.type == "span":
         return [span_unit(renderer, record, index)]
@@ -255,6 +279,9 @@ def record_units(
     if form == "thresholds":
         prompts = tuple(renderer.render_thresholds(record.state, q))
         return [Unit(prompts, tuple(record.target), True, index, True, cumulative=True)]
+    if form == "binomial":
+        prompt = renderer.render_binomial(record.state, q)
+        return [Unit((prompt,), tuple(record.target), True, index, True, binomial=True)]
     per_option = form == "per_option"
     if q.k > GROUP_SIZE:
         shown = sampled_options(record, order if not per_option else range(q.k), seed, epoch)
@@ -431,6 +458,8 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
         if unit.cumulative:  # level 0: the zero slot; level j: the yes − no value of the unit's j-th read
             index[i, 0] = rows * width + rows
             index[i, 1 : unit.k] = rows * width + torch.arange(row, row + unit.k - 1)
+        elif unit.binomial:  # every level: the yes − no value of the unit's one read
+            index[i, : unit.k] = rows * width + row
         elif unit.yes_no:  # option j's logit is the yes − no value of the unit's j-th prompt
             index[i, : unit.k] = rows * width + torch.arange(row, row + unit.k)
         else:  # the letters logits of the unit's one prompt
@@ -438,4 +467,5 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
         mask[i, : unit.k] = True
         row += len(unit.prompts)
     cumulative = torch.tensor([u.cumulative for u in units]) if any(u.cumulative for u in units) else None
-    return TrainBatch(batch, targets, is_score, list(units), index, mask, spans, cumulative)
+    binomial = torch.tensor([u.binomial for u in units]) if any(u.binomial for u in units) else None
+    return TrainBatch(batch, targets, is_score, list(units), index, mask, spans, cumulative, binomial)

@@ -105,6 +105,11 @@ def thresholds(tiny_llama_dir: Path) -> Any:
     return load(tiny_llama_dir, option_form="per_option", score_form="thresholds")
 
 
+@pytest.fixture(scope="module")
+def binomial(tiny_llama_dir: Path) -> Any:
+    return load(tiny_llama_dir, option_form="per_option", score_form="binomial")
+
+
 @contextmanager
 def serve(model: Any, fake: bool, temps: Any = None) -> Iterator[Any]:
     from mydecide.serving.app import create_app
@@ -211,9 +216,9 @@ def test_the_engine_gets_mydecides_token_ids_and_label_ids_round_by_round(letter
         assert scorer.stats.prompts == sum(len(r) for r in rounds)
 
 
-@pytest.mark.parametrize("form", ["per_option", "letters", "thresholds"])
+@pytest.mark.parametrize("form", ["per_option", "letters", "thresholds", "binomial"])
 def test_the_engine_answers_every_type_as_the_torch_server_does(form: str, request: pytest.FixtureRequest) -> None:
-    model = request.getfixturevalue(form)  # thresholds: score questions as K − 1 yes/no reads
+    model = request.getfixturevalue(form)  # thresholds: score questions as K − 1 yes/no reads; binomial: as one
     questions = LETTERS_QUESTIONS if form == "letters" else QUESTIONS  # K = 3 and 40 / 30, noul, score, 5 labels
     for temps in (None, temperature):
         with serve(model, fake=False, temps=temps) as torch_client, serve(model, fake=True, temps=temps) as fake:
