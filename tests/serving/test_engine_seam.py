@@ -461,9 +461,9 @@ def lora_adapter(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     )
     peft_model = get_peft_model(base, config)
     generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
+    with torch.no_grad():  # A and B from their own generator: the same adapter whatever ran before
         for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
+            if "lora_A" in name or "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(out)
     save_render_config(out, RenderConfig(option_form="per_option", score_form="per_option"))
@@ -490,7 +490,8 @@ def test_an_adapter_is_served_as_a_per_request_lora_with_the_torch_servers_answe
         assert_same(got, answers(torch_client, QUESTIONS))
     with serve(per_option, fake=False, temps=temps) as base_client:  # the LoRA changes the answers
         base = answers(base_client, QUESTIONS)
-    assert max(np.abs(probabilities(got[n]) - probabilities(base[n])).max() for n in QUESTIONS) > 1e-2
+    effect = max(np.abs(probabilities(got[n]) - probabilities(base[n])).max() for n in QUESTIONS)
+    assert effect > 1e-3, effect  # a hundred times the tolerance above: the LoRA is applied
     assert fake_vllm.init["enable_lora"] and fake_vllm.init["max_lora_rank"] == 8 and fake_vllm.init["max_loras"] == 1
     assert fake_vllm.loras and all(r is not None and r.lora_int_id == 1 for r in fake_vllm.loras)  # every read
     copy = Path(fake_vllm.loras[0].lora_path)
