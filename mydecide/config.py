@@ -424,7 +424,8 @@ class ServeRecipe(ScoringModel):
     request_timeout_s: float = Field(120.0, gt=0)  # seconds a request may wait for its answer before a 503
     limits: Limits = Field(default_factory=Limits)  # request limits (docs/wire.md)
     batching: BatchOptions = Field(default_factory=BatchOptions)  # micro-batching of concurrent requests
-    # serve: what runs the forward passes (docs/serving.md); vllm: a base or merged model, vLLM installed
+    # serve: what runs the forward passes (docs/serving.md); vllm: vLLM installed, a local base (an adapter served as a
+    # per-request LoRA) or a merged model
     engine: Literal["torch", "vllm"] = "torch"
     device: str | None = None  # cpu, cuda, cuda:1 … (default: cuda when available)
     log_level: Literal["debug", "info", "warning", "error"] = "info"  # the server's log level

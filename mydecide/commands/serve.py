@@ -201,8 +201,8 @@ def register(app: typer.Typer) -> None:
         engine: str | None = typer.Option(
             None,
             "--engine",
-            help=f"What runs the forward passes: torch or vllm (default {DEFAULT.engine}; vllm: a base or merged "
-            "model, no span questions; docs/serving.md).",
+            help=f"What runs the forward passes: torch or vllm (default {DEFAULT.engine}; vllm: a local base with "
+            "--adapter as a per-request LoRA, or a merged model; no span questions; docs/serving.md).",
         ),
         device: Device = None,
         log_level: str | None = typer.Option(None, help="debug, info, warning or error (default info)."),

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -221,30 +222,6 @@ def test_training_forward_matches_inference_packed_cached_and_plain(tiny_model_d
 # --------------------------------------------------------------------------------------- training and commands
 
 
-def _score_task(out: Path, n_train: int = 96, n_dev: int = 24) -> Path:
-    """A learnable score task for a tiny random model: the level is mostly the low one (a prior to learn)."""
-    import random
-
-    rng = random.Random(1)
-    words = ["calm", "soon", "hurry", "panic"]
-    rows = []
-    for i in range(n_train + n_dev):
-        level = 0 if rng.random() < 0.7 else rng.choice([1, 2, 3])
-        rows.append(
-            {
-                "id": f"b{i}",
-                "task": "urgency",
-                "state": f"ticket {i}: {words[level]} {words[level]}",
-                "question": score_question(LEVELS[:4]).to_json(),
-                "answer": level,
-            }
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
-        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    return out
-
-
 def _one_error_line(result) -> str:
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
@@ -253,37 +230,18 @@ def _one_error_line(result) -> str:
 
 @pytest.mark.parametrize("objective", ["proper", "rlcd"])
 def test_training_in_the_binomial_form_learns_saves_the_form_and_every_command_scores_with_it(
-    objective: str, tiny_llama_dir: Path, tmp_path: Path
+    objective: str, tiny_llama_dir: Path, tmp_path: Path, train_score_form: Any
 ) -> None:
     from fastapi.testclient import TestClient
     from typer.testing import CliRunner
 
     from mydecide.calibration.temperatures import load_temperatures
     from mydecide.cli import app
-    from mydecide.config import TrainRecipe
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
-    from mydecide.recipe_loading import load_recipe
     from mydecide.scoring.engine import score_questions
     from mydecide.serving.app import create_app
-    from mydecide.training.loop import train
 
-    data = _score_task(tmp_path / "data")
-    lr = "2e-2" if objective == "proper" else "2e-3"
-    recipe = load_recipe(
-        Path(__file__).resolve().parents[2] / "recipes" / "train" / "smoke.yaml",
-        [
-            f"model={tiny_llama_dir}",
-            f"data={data}",
-            f"out={tmp_path / 'run'}",
-            "prompt.score_form=binomial",
-            f"objective.kind={objective}",
-            "optim.max_steps=16",
-            f"optim.lr={lr}",
-            "eval_every=8",
-        ],
-        model=TrainRecipe,
-    )
-    run = train(recipe)
+    data, run = train_score_form("binomial", objective, seed=1)
     dev = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "dev"]
     assert dev[-1]["log_loss"] < dev[0]["log_loss"] - 0.05, dev
     adapter = run / "adapter"
