@@ -40,15 +40,14 @@ def export(adapter: Path, out: Path, temperatures: Path | None = None, overwrite
     import json
     import shutil
 
-    from mydecide.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE
+    from mydecide.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, check_adapter
     from mydecide.errors import UserError
     from mydecide.io import atomic_write_json, holds, provenance, staged_directory
     from mydecide.modeling import RENDER_CONFIG_FILE
     from mydecide.scoring.span_head import MERGED_FILE
     from mydecide.serving.vllm_engine import lora_rank_setting, write_vllm_lora
 
-    if not (adapter / ADAPTER_CONFIG).is_file():
-        raise UserError(f"--adapter {adapter}: not a LoRA adapter directory (no {ADAPTER_CONFIG})")
+    check_adapter(adapter)  # a missing or damaged adapter fails first, naming its file
     if holds(out, adapter) or holds(adapter, out):
         raise UserError(f"--out {out}: holds or lies inside --adapter {adapter}, which export-vllm must not change")
     if holds(out, Path.cwd()):

@@ -230,7 +230,7 @@ def vllm_lora(model_path: Path, adapter: Path) -> dict[str, Any]:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     try:
         written = write_vllm_lora(adapter, Path(folder))
-        return {"lora_dir": folder, "lora_rank": lora_rank_setting(written["rank"])}
+        return {"lora_dir": folder, "max_lora_rank": lora_rank_setting(written["rank"])}
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise

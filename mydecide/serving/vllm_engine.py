@@ -114,7 +114,8 @@ def lora_rank_setting(rank: int) -> int:
 
 class VllmEngine:
     """``label_logits`` on a ``vllm.LLM`` over ``model_path`` (a Hugging Face directory: a base or merged model),
-    with the LoRA adapter in ``lora_dir`` (of rank ``lora_rank``) applied to every read when one is given."""
+    with the LoRA adapter in ``lora_dir`` applied to every read when one is given (``max_lora_rank``: vLLM's setting
+    that holds its rank, :func:`lora_rank_setting`)."""
 
     name = "vllm"
     spans = False
@@ -126,7 +127,7 @@ class VllmEngine:
         dtype: str = "float32",
         max_model_len: int = 8192,
         lora_dir: str | None = None,
-        lora_rank: int = 0,
+        max_lora_rank: int = 16,
         **engine_args: Any,
     ):
         from vllm import LLM  # lazily: vLLM is an optional extra
@@ -135,7 +136,7 @@ class VllmEngine:
         if lora_dir is not None:
             from vllm.lora.request import LoRARequest
 
-            lora = {"enable_lora": True, "max_lora_rank": lora_rank_setting(lora_rank), "max_loras": 1}
+            lora = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 1}
             engine_args = {**lora, **engine_args}
             self.lora_request = LoRARequest(LORA_NAME, 1, lora_dir)
         self.llm = LLM(
