@@ -10,8 +10,9 @@ ECE with its resampling band, threshold ECE with its band, and seconds per quest
 
     .venv/bin/python bench/score_forms.py --data DIR [--steps 150] [--forms letters,per_option,thresholds,binomial]
 
-``--data`` is a `mydecide prepare recipes/data/demo.yaml` output. Writes bench/results/score_forms.json and prints
-the table; the runs are kept under ``--work`` (default runs/score_forms).
+``--data`` is a `mydecide prepare recipes/data/demo.yaml` output (with ``augment.soft_targets=true`` its train rows
+are the raters' level shares: docs/records.md; the prior is then their mean). Writes bench/results/score_forms.json
+and prints the table; the runs are kept under ``--work`` (default runs/score_forms).
 """
 
 from __future__ import annotations
@@ -192,7 +193,17 @@ def main() -> None:
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        json.dumps({"task": TASK, "steps": args.steps, "model": args.model, "results": results}, indent=2) + "\n"
+        json.dumps(
+            {
+                "task": TASK,
+                "steps": args.steps,
+                "model": args.model,
+                "soft_train_rows": sum('"target"' in line for line in (data / "train.jsonl").open()),
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
     )
     print(f"wrote {args.out}")
 

@@ -16,6 +16,14 @@ Files: the ratings' own ``<corpus>_GroundTruth.txt`` files (tab-separated id, me
 directory holding them, or (no path) the shipped sample ``samples/vader_*_GroundTruth.txt`` (1500 rows, 300
 per level; see samples/ATTRIBUTION.md). The vaderSentiment wheel does not ship the ratings, only its sdist
 does. Records: id ``vader-<corpus>-<id>``, lang ``en``, meta ``{"corpus", "mean_rating"}``.
+
+The raters: where ``<corpus>_anonDataRatings.txt`` sits beside a ground-truth file (id, mean, standard deviation,
+then every rater's rating as a list; the sdist has one per corpus, and so does the shipped sample), each score
+record also gets ``meta.raters`` (how many rated it) and ``meta.soft_target``: the share of raters whose own rating
+falls in each level, by the same bins. ``prepare`` trains on that distribution where the data recipe sets
+``augment.soft_targets``; dev and test keep the level of the mean (docs/records.md#soft-targets). The level of the
+mean stays the answer even where a corpus's two files disagree on the mean (14 of the sample's tweets, by up to
+0.8). A text the ratings file lacks gets no soft target; a ratings line that cannot be read is an error row.
 """
 
 from __future__ import annotations
@@ -67,9 +75,48 @@ def corpus_of(path: Path) -> str:
     return path.name.split("_GroundTruth")[0].split("_")[-1]
 
 
+def rater_file(ground_truth: Path) -> Path:
+    """``x_GroundTruth.txt`` → ``x_anonDataRatings.txt`` (the same directory)."""
+    return ground_truth.with_name(ground_truth.name.replace("_GroundTruth", "_anonDataRatings"))
+
+
+def rater_levels(path: Path) -> Iterator[tuple[str, str, tuple[dict[str, float], int] | str]]:
+    """``(id, "file:line", ({level: share of raters}, raters) or the reason the line cannot be read)`` per line of a
+    ``*_anonDataRatings.txt`` file."""
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n").lstrip("\ufeff")
+            if not line.strip():
+                continue
+            where, fields = f"{path.name}:{number}", line.split("\t")
+            if len(fields) != 4:
+                yield fields[0], where, "line must have 4 tab-separated fields: id, mean, sd, [ratings]"
+                continue
+            try:
+                ratings = [float(r) for r in fields[3].strip().strip("[]").split(",")]
+            except ValueError:
+                yield fields[0], where, f"field 4 {fields[3][:40]!r} is not a list of numbers"
+                continue
+            if not ratings or any(not -4.0 <= r <= 4.0 for r in ratings):
+                yield fields[0], where, "field 4 must list ratings in -4..4"
+                continue
+            counts = [0] * len(LEVELS)
+            for r in ratings:
+                counts[level(r)] += 1
+            shares = {name: c / len(ratings) for name, c in zip(LEVELS, counts, strict=True)}
+            yield fields[0], where, (shares, len(ratings))
+
+
 def _records(files: list[Path], form: str) -> Iterator[dict[str, Any]]:
     for file in files:
         corpus = corpus_of(file)
+        raters: dict[str, tuple[dict[str, float], int]] = {}
+        if form == "score" and rater_file(file).is_file():
+            for rid, where, read in rater_levels(rater_file(file)):
+                if isinstance(read, str):
+                    yield error_row(where, read, rid)
+                else:
+                    raters[rid] = read
         with open_text(file) as handle:
             for number, line in enumerate(handle, start=1):
                 line = line.rstrip("\r\n").lstrip("\ufeff")
@@ -101,6 +148,9 @@ def _records(files: list[Path], form: str) -> Iterator[dict[str, Any]]:
                     "_where": where,
                 }
                 if form == "score":
+                    if rid.strip() in raters:
+                        shares, count = raters[rid.strip()]
+                        base["meta"] |= {"raters": count, "soft_target": shares}
                     yield {
                         **base,
                         "task": SCORE_TASK,

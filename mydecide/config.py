@@ -259,6 +259,9 @@ class AugmentConfig(Strict):
     rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: int = 13  # which rows get augmented copies
+    # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;
+    # dev, test and held-out rows keep the hard answer (docs/records.md#a-distribution-beside-the-answer-for-training-only)
+    soft_targets: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -339,8 +339,28 @@ def parse_record(obj: Any) -> list[Record]:
     question = parse_question(obj.get("question"))
     spans = span_gold(obj, state, question, RecordError) if question.type == "span" else ()
     target, soft = (grid_target(state, question, spans), False) if question.type == "span" else _gold(obj, question)
+    if SOFT_TRAIN_TARGET in meta:
+        train_target(question, meta[SOFT_TRAIN_TARGET])
     rid = given_id(obj) or stable_id({k: obj.get(k) for k in ("task", "state", "question")})
     return [Record(task, state, question, target, rid, lang, soft, meta, spans)]
+
+
+SOFT_TRAIN_TARGET = "soft_target"
+"""A ``meta`` key: a label distribution for the record's question beside its hard answer (a score text's raters'
+levels, say), in the form of ``target``. ``prepare`` trains on it where the data recipe sets ``soft_train_targets``;
+dev and test keep the hard answer, so every metric is still against the gold label."""
+
+
+def train_target(question: Question, value: Any) -> tuple[float, ...]:
+    """``meta.soft_target`` checked and turned into a target (choice, score and noul questions only)."""
+    if question.type not in ("choice", "score", "noul"):
+        raise RecordError(
+            f"meta.{SOFT_TRAIN_TARGET}: only choice, score and noul questions take one, not {question.type}"
+        )
+    try:
+        return soft_target(question, value)
+    except RecordError as err:
+        raise RecordError(f"meta.{SOFT_TRAIN_TARGET}: {err}") from None
 
 
 def given_id(obj: dict[str, Any]) -> str | None:

@@ -42,14 +42,21 @@ CONVENTION_CHARS = (80, 400)
 
 
 def make_vader(archive: Path) -> None:
-    """Four ``vader_<corpus>_GroundTruth.txt`` files: 300 rows per level, texts of ≤ 200 characters."""
+    """Four ``vader_<corpus>_GroundTruth.txt`` files: 300 rows per level, texts of ≤ 200 characters; beside each, its
+    ``vader_<corpus>_anonDataRatings.txt``: the raters' own ratings of the same texts (id, mean, sd, the ratings)."""
     inner = "hutto_ICWSM_2014.tar.gz"
     with tarfile.open(archive) as sdist:
         member = next(m for m in sdist.getmembers() if m.name.endswith(inner))
         data = sdist.extractfile(member).read()  # type: ignore[union-attr]
     rows = []  # (corpus, line index, line, level)
+    raters: dict[str, dict[str, str]] = defaultdict(dict)  # corpus → id → its line of *_anonDataRatings.txt
     with tarfile.open(fileobj=io.BytesIO(data)) as ratings:
         for member in sorted(ratings.getmembers(), key=lambda m: m.name):
+            if member.name.endswith("_anonDataRatings.txt"):
+                corpus = Path(member.name).name.split("_anonDataRatings")[0]
+                text = ratings.extractfile(member).read().decode("utf-8")  # type: ignore[union-attr]
+                raters[corpus] = {line.split("\t", 1)[0]: line for line in text.splitlines() if line.strip()}
+                continue
             if not member.name.endswith("_GroundTruth.txt"):
                 continue
             corpus = Path(member.name).name.split("_GroundTruth")[0]
@@ -65,11 +72,14 @@ def make_vader(archive: Path) -> None:
     by_corpus: dict[str, list] = defaultdict(list)
     for row in chosen:
         by_corpus[row[0]].append(row)
-    for old in HERE.glob("vader_*_GroundTruth.txt"):
+    for old in [*HERE.glob("vader_*_GroundTruth.txt"), *HERE.glob("vader_*_anonDataRatings.txt")]:
         old.unlink()
     for corpus, items in by_corpus.items():
         items.sort(key=lambda r: r[1])
         (HERE / f"vader_{corpus}_GroundTruth.txt").write_text("".join(r[2] + "\n" for r in items), "utf-8")
+        ids = [r[2].split("\t", 1)[0] for r in items]
+        rated = "".join(raters[corpus][i] + "\n" for i in ids if i in raters[corpus])
+        (HERE / f"vader_{corpus}_anonDataRatings.txt").write_text(rated, "utf-8")
     print("vader", Counter(r[0] for r in chosen), Counter(r[3] for r in chosen))
 
 

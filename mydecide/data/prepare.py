@@ -13,6 +13,7 @@ decontamination, the cap per task) and the :class:`~mydecide.data.filtering.Engi
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ from mydecide.data.outputs import build_manifest, check_conservation, check_outp
 from mydecide.errors import UserError
 from mydecide.io import directory_lock
 from mydecide.recipe_parsing import RecipeError
+from mydecide.records import SOFT_TRAIN_TARGET, Record, train_target
 
 Log = Callable[[str], None]
 
@@ -86,6 +88,14 @@ def prepare(
 
 
 # ----------------------------------------------------------------------------------------------------- steps
+
+
+def softened_record(record: Record) -> Record:
+    """``record`` trained on the label distribution its ``meta.soft_target`` gives (checked when it was read), the
+    key moved out of meta into the target so that augmented copies start from the distribution."""
+    meta = {key: value for key, value in record.meta.items() if key != SOFT_TRAIN_TARGET}
+    target = train_target(record.question, record.meta[SOFT_TRAIN_TARGET])
+    return dataclasses.replace(record, target=target, soft=True, meta=meta)
 
 
 def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str, list[Row]]:
@@ -177,7 +187,11 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
     )
     out: list[Row] = []
     added: Counter[str] = Counter()
+    softened = 0
     for row in train:
+        if cfg.soft_targets and SOFT_TRAIN_TARGET in row.record.meta:
+            row = Row(softened_record(row.record), row.source, row.where)
+            softened += 1
         out.append(row)
         for copy in augmenting.copies(row.record, settings):
             out.append(Row(copy, row.source, row.where))
@@ -190,6 +204,7 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
             "out": len(out),
             "removed": 0,
             "added": {kind: added[kind] for kind in augmenting.AUGMENTATIONS},
+            "soft_targets": softened,
             "share": {kind: round(added[kind] / len(train), 4) if train else 0.0 for kind in augmenting.AUGMENTATIONS},
             "seconds": ledger.lap(),
         }
