@@ -329,3 +329,18 @@ def span_ece(spans: Sequence[tuple[float, bool]]) -> tuple[float, float] | tuple
     probs = [np.array([p, 1.0 - p]) for p, _ in spans]
     targets = [np.array([float(right), 1.0 - float(right)]) for _, right in spans]
     return ece(probs, targets), ece_band(probs)
+
+
+def f1_interval(counts: np.ndarray, draws: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval of F1 from per-question ``(tp, fp, fn)`` counts ((Q, 3)): the questions are
+    resampled with replacement, since a question's spans are not independent of each other (one text, one read)."""
+    counts = np.asarray(counts, dtype=float).reshape(-1, 3)
+    if len(counts) == 0:
+        return 1.0, 1.0
+    rng = np.random.default_rng(seed)
+    tp, fp, fn = counts[rng.integers(0, len(counts), size=(draws, len(counts)))].sum(axis=1).T
+    denominator = 2 * tp + fp + fn
+    f1 = np.divide(2 * tp, denominator, out=np.ones_like(tp), where=denominator > 0)
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(f1, [tail, 100 - tail])
+    return float(low), float(high)

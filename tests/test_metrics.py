@@ -12,6 +12,7 @@ from mydecide.metrics import (
     brier,
     chance_corrected,
     ece,
+    f1_interval,
     log_loss,
     reliability_bins,
     rps,
@@ -280,3 +281,18 @@ def test_unimodal(q: list[float], expected: bool) -> None:
     from mydecide.metrics import unimodal
 
     assert unimodal(np.array(q)) is expected
+
+
+def test_f1_interval_holds_the_pooled_f1_and_narrows_with_more_questions() -> None:
+    rng = np.random.default_rng(3)
+    few = np.array([[rng.integers(0, 4), rng.integers(0, 2), rng.integers(0, 2)] for _ in range(20)])
+    many = np.concatenate([few] * 20)
+    tp, fp, fn = few.sum(axis=0)
+    pooled = 2 * tp / (2 * tp + fp + fn)
+    low, high = f1_interval(few)
+    assert 0.0 <= low < pooled < high <= 1.0
+    low_many, high_many = f1_interval(many)
+    assert high_many - low_many < (high - low) / 2  # 20× the questions: about 1/√20 the width
+    assert f1_interval(few) == (low, high)  # seeded: the same report twice
+    assert f1_interval(np.array([[3, 0, 0]] * 5)) == (1.0, 1.0)  # every span found, nothing else
+    assert f1_interval(np.zeros((4, 3))) == (1.0, 1.0)  # nothing to find, nothing found

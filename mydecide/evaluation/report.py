@@ -391,9 +391,10 @@ def span_markdown(report: dict[str, Any]) -> list[str]:
         values += [s["overlap"][k] for k in ("precision", "recall", "f1")] + [b.get("log_loss"), b.get("ece")]
         band = f" ({fmt(s['span_ece_band'])})" if s.get("span_ece_band") is not None else ""
         lines.append(f"| {name} | " + " | ".join(fmt(v) for v in values) + f" | {fmt(s.get('span_ece'))}{band} |")
-    lines += ["", "| label | gold | predicted | exact F1 | overlap F1 |", "|---|---|---|---|---|"]
+    lines += ["", "| label | gold | predicted | exact F1 (95% bootstrap) | overlap F1 |", "|---|---|---|---|---|"]
     for key, c in block["spans"]["by_label"].items():
-        lines.append(
-            f"| {key} | {c['gold']} | {c['predicted']} | {fmt(c['exact']['f1'])} | {fmt(c['overlap']['f1'])} |"
-        )
+        low, high = c.get("exact_f1_ci95") or (None, None)
+        interval = f" ({fmt(low)}–{fmt(high)})" if low is not None else ""
+        exact, overlap = fmt(c["exact"]["f1"]) + interval, fmt(c["overlap"]["f1"])
+        lines.append(f"| {key} | {c['gold']} | {c['predicted']} | {exact} | {overlap} |")
     return [*lines, ""]

@@ -372,12 +372,13 @@ def _prf(tp: int, fp: int, fn: int) -> dict[str, float]:
 def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Span-level metrics over the span rows of predictions.jsonl (None when there are none): ``exact`` and
     ``overlap`` precision / recall / F1 pooled over every span, and ``by_label`` (keyed ``task/label``) the same
-    with the gold and predicted counts."""
+    with the gold and predicted counts and a 95% bootstrap interval of the exact F1 (questions resampled)."""
     rows = [p for p in predictions if p.get("type") == "span"]
     if not rows:
         return None
     totals = {"exact": [0, 0, 0], "overlap": [0, 0, 0]}
     per_label: dict[str, dict[str, list[int]]] = {}
+    per_question: dict[str, list[tuple[int, int, int]]] = {}  # label → each of its questions' exact (tp, fp, fn)
     located: list[tuple[float, bool]] = []  # (probability, exactly right) of every predicted span
     for p in rows:
         gold_all = {(s["label"], s["start"], s["end"]) for s in p["gold"]}
@@ -386,7 +387,9 @@ def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None
             gold = [(s["label"], s["start"], s["end"]) for s in p["gold"] if s["label"] == label]
             predicted = [(s["label"], s["start"], s["end"]) for s in p["spans"] if s["label"] == label]
             counts = per_label.setdefault(f"{p['task']}/{label}", {"exact": [0, 0, 0], "overlap": [0, 0, 0]})
-            for kind, values in match_counts(gold, predicted).items():
+            matched = match_counts(gold, predicted)
+            per_question.setdefault(f"{p['task']}/{label}", []).append(matched["exact"])
+            for kind, values in matched.items():
                 for i, v in enumerate(values):
                     counts[kind][i] += v
                     totals[kind][i] += v
@@ -404,6 +407,7 @@ def span_metrics(predictions: Sequence[dict[str, Any]]) -> dict[str, Any] | None
                 "gold": c["exact"][0] + c["exact"][2],
                 "predicted": c["exact"][0] + c["exact"][1],
                 "exact": _prf(*c["exact"]),
+                "exact_f1_ci95": list(metrics.f1_interval(np.array(per_question[key]))),
                 "overlap": _prf(*c["overlap"]),
             }
             for key, c in sorted(per_label.items())

@@ -80,6 +80,9 @@ def test_the_report_has_span_f1_per_label_and_word_level_calibration(tmp_path: P
     assert spans["exact"]["f1"] == pytest.approx(2 / 3) and spans["overlap"]["f1"] == 1.0
     assert spans["by_label"]["pii/EMAIL"]["exact"]["f1"] == 1.0
     assert spans["by_label"]["pii/PERSON"]["exact"] == pytest.approx({"precision": 0.5, "recall": 0.5, "f1": 0.5})
+    # PERSON: one question exact (1, 0, 0), one cut short (0, 1, 1); resampled, F1 runs from 0 to 1
+    assert spans["by_label"]["pii/PERSON"]["exact_f1_ci95"] == [0.0, 1.0]
+    assert spans["by_label"]["pii/EMAIL"]["exact_f1_ci95"] == [1.0, 1.0]
     n_cells = sum(len(words(r.state)) * 2 for r in span_records() if r.question.type == "span")
     assert report["span"]["n"] == n_cells and report["span"]["questions"] == 3
     assert report["span"]["log_loss"] > 0 and report["span"]["ece"] is not None
@@ -99,7 +102,7 @@ def test_the_report_has_span_f1_per_label_and_word_level_calibration(tmp_path: P
         "probability": pytest.approx(1 / (1 + np.exp(-3.0))),
     }
     markdown = paths["markdown"].read_text()
-    assert "## Spans" in markdown and "| pii/PERSON | 2 | 2 | 0.500 | 1.000 |" in markdown
+    assert "## Spans" in markdown and "| pii/PERSON | 2 | 2 | 0.500 (0.000–1.000) | 1.000 |" in markdown
 
 
 def test_a_base_model_gets_its_own_span_row(tmp_path: Path) -> None:
