@@ -260,7 +260,7 @@ class AugmentConfig(Strict):
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: int = 13  # which rows get augmented copies
     # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;
-    # dev, test and held-out rows keep the hard answer (docs/records.md#a-distribution-beside-the-answer-for-training-only)
+    # dev, test and held-out rows keep the hard answer (docs/records.md#training-only-soft-targets)
     soft_targets: bool = False
 
     @model_validator(mode="before")

@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
             f"{name} {info['rows']}" + (f" ({empty[name]})" if name in empty else "")
             for name, info in manifest["splits"].items()
         )
+        soft = next(step for step in manifest["steps"] if step["step"] == "augment").get("soft_targets")
         typer.echo(
             f"{recipe.out}: {splits}; input {c['input']} = kept {c['kept']} + rejected "
             f"{c['rejected']} + removed {c['removed']} (+{c['augmented_copies']} augmented in train)"
+            + (f"; {soft} train rows on their meta.soft_target" if soft else "")
         )

@@ -115,3 +115,20 @@ def test_the_shipped_vader_sample_carries_its_raters_for_all_but_one_text() -> N
     assert len(rated) == 1499 and min(r["meta"]["raters"] for r in rated) >= 10
     for r in rated:
         assert abs(sum(r["meta"]["soft_target"].values()) - 1.0) < 1e-9
+
+
+def test_prepare_says_how_many_train_rows_take_their_soft_target(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    rows = [make(i, question=SCORE, answer=1, meta={"soft_target": SHARES}) for i in range(40)]
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"sources": [{"kind": "jsonl", "path": str(source)}]}))
+    result = CliRunner().invoke(
+        app, ["prepare", str(recipe), "--out", str(tmp_path / "out"), "augment.soft_targets=true", "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    train = (tmp_path / "out" / "train.jsonl").read_text().splitlines()
+    assert f"; {len(train)} train rows on their meta.soft_target" in result.output
