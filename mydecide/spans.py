@@ -215,14 +215,16 @@ def trim_edges(part: str, start: int, end: int) -> tuple[int, int]:
 class SpanDecisions:
     """How a grid of word probabilities becomes answered spans: the threshold of each label (``thresholds``; any
     other label: ``default``), and the map of a span's mean word probability to its reported probability,
-    sigmoid(``slope`` · logit(p) + ``intercept``). Fitted on dev by ``mydecide calibrate``
-    (``calibration/spans.py``); the defaults (0.5 for every label, the mean itself) are what an uncalibrated model
-    answers with."""
+    sigmoid(``slope`` · logit(p) + ``intercept``). ``exclusive``: one label per word (where several labels pass
+    their thresholds, the word goes to the most probable one), fitted on dev where its gold spans never share a word
+    across labels. Fitted on dev by ``mydecide calibrate`` (``calibration/spans.py``); the defaults (0.5 for every
+    label, the mean itself, labels independent) are what an uncalibrated model answers with."""
 
     default: float = SPAN_THRESHOLD
     thresholds: tuple[tuple[str, float], ...] = ()
     slope: float = 1.0
     intercept: float = 0.0
+    exclusive: bool = False
 
     def threshold(self, label: str) -> float:
         return dict(self.thresholds).get(label, self.default)
@@ -240,19 +242,25 @@ def merge_spans(
     part: str, probabilities: Sequence[float], labels: Sequence[str], decisions: SpanDecisions | None = None
 ) -> list[dict[str, Any]]:
     """Spans from a flat word × label grid of P(yes): adjacent words at or above their label's threshold (0.5, or
-    ``decisions``) merge (start of the first word, end of the last, then :func:`trim_edges`: a word keeps its
-    punctuation, a span does not); a span's probability is the mean of its words' (through ``decisions``' map).
-    Sorted by (start, label)."""
+    ``decisions``; with ``decisions.exclusive`` a word counts only for its most probable passing label) merge (start
+    of the first word, end of the last, then :func:`trim_edges`: a word keeps its punctuation, a span does not); a
+    span's probability is the mean of its words' (through ``decisions``' map). Sorted by (start, label)."""
     decisions = decisions or SpanDecisions()
     offsets = words(part)
     if len(probabilities) != len(offsets) * len(labels):
         raise ValueError(f"{len(probabilities)} grid values for {len(offsets)} words × {len(labels)} labels")
+    k, cut = len(labels), [decisions.threshold(label) for label in labels]
+    passes = [[probabilities[i * k + j] >= cut[j] for j in range(k)] for i in range(len(offsets))]
+    if decisions.exclusive:  # each word keeps only its most probable passing label (the first listed on a tie)
+        for i, row in enumerate(passes):
+            if sum(row) > 1:
+                best = max((j for j in range(k) if row[j]), key=lambda j: (probabilities[i * k + j], -j))
+                passes[i] = [j == best for j in range(k)]
     found = []
     for j, label in enumerate(labels):
-        threshold = decisions.threshold(label)
         run: list[int] = []
         for i in range(len(offsets) + 1):
-            if i < len(offsets) and probabilities[i * len(labels) + j] >= threshold:
+            if i < len(offsets) and passes[i][j]:
                 run.append(i)
                 continue
             if run:

@@ -7,6 +7,10 @@ things decide them that a temperature cannot fix:
   0.5 in every cell. Each label with at least :data:`MIN_LABEL_SPANS` gold spans on dev gets the threshold in
   :data:`THRESHOLDS` that gives it the best exact-match F1 there; every other label, and any label never seen on dev,
   gets the one threshold that is best over all labels together. Ties go to the threshold nearest 0.5.
+* **Whether a word may carry two labels.** Where no gold span on dev shares a word with a gold span of another label
+  (as in PII: a word is a name or a phone number, not both), and answering one label per word (the most probable of
+  those past their thresholds) does not lower the dev exact-match F1, the decisions say ``exclusive``: a phone
+  number then stops being read as an e-mail address as well.
 * **What a span's probability means.** A span carries the mean of its words' probabilities, which is not the chance
   that the span is exactly right. With at least :data:`MIN_SPANS` predicted spans on dev, a Platt map
   sigmoid(a · logit(mean) + b) is fitted against exact-match correctness (Platt's targets, 1 / (n + 2) moved), so
@@ -17,6 +21,7 @@ Only dev is used; the test split never is (``calibration/run.py`` refuses it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from mydecide.metrics import span_ece
-from mydecide.spans import SPAN_THRESHOLD, Span, SpanDecisions, merge_spans
+from mydecide.spans import SPAN_THRESHOLD, Span, SpanDecisions, merge_spans, words
 
 THRESHOLDS = tuple(round(0.05 * i, 2) for i in range(1, 20))
 """The thresholds tried: 0.05, 0.10, …, 0.95."""
@@ -115,13 +120,15 @@ def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[s
             "exact_f1": scores[used],
         }
     cut = SpanDecisions(default=default, thresholds=tuple(sorted(thresholds.items())))
+    exclusive, why = exclusive_fit(items, cut)
+    cut = dataclasses.replace(cut, exclusive=exclusive)
     before = scored_spans(items, cut)
     slope, intercept, note = 1.0, 0.0, None
     if len(before) >= MIN_SPANS:  # Platt's targets keep the fit finite when every span is right (or wrong)
         slope, intercept = _platt(np.array([p for p, _ in before]), np.array([float(r) for _, r in before]))
     else:
         note = f"{len(before)} spans located on dev, fewer than {MIN_SPANS}: the mean kept"
-    decisions = SpanDecisions(default, cut.thresholds, slope, intercept)
+    decisions = dataclasses.replace(cut, slope=slope, intercept=intercept)
     after = scored_spans(items, decisions)
     (ece_before, band_before), (ece_after, band_after) = span_ece(before), span_ece(after)
     summary = {
@@ -131,12 +138,38 @@ def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[s
         "labels": per_label,
         "exact_f1_at_0.5": pooled[SPAN_THRESHOLD],
         "exact_f1": _pooled_f1(_counts(items, cut)),
+        "exclusive": {"used": exclusive, "why": why},
         "probability": {"slope": slope, "intercept": intercept, "spans": len(before), "note": note},
         "span_ece_before": ece_before,
         "span_ece_after": ece_after,
         "span_ece_band": band_after if band_after is not None else band_before,
     }
     return decisions, summary
+
+
+def shared_words(items: Sequence[SpanItem]) -> int:
+    """How many words of ``items`` lie in gold spans of two or more labels."""
+    shared = 0
+    for part, _, _, gold in items:
+        for start, end in words(part):
+            if len({s.label for s in gold if s.start < end and start < s.end}) > 1:
+                shared += 1
+    return shared
+
+
+def exclusive_fit(items: Sequence[SpanItem], cut: SpanDecisions) -> tuple[bool, str]:
+    """(one label per word?, why): yes where dev's gold never puts a word in two labels' spans and the exclusive
+    reading's pooled exact F1 on dev is at least the independent reading's."""
+    if not items:
+        return False, "no span questions on dev"
+    shared = shared_words(items)
+    if shared:
+        return False, f"{shared} dev words are in gold spans of two labels: labels read independently"
+    independent = _pooled_f1(_counts(items, cut))
+    exclusive = _pooled_f1(_counts(items, dataclasses.replace(cut, exclusive=True)))
+    if exclusive < independent:
+        return False, f"one label per word lowers dev exact F1 ({exclusive:.3f} against {independent:.3f})"
+    return True, f"no dev word is in gold spans of two labels; dev exact F1 {independent:.3f} → {exclusive:.3f}"
 
 
 def decisions_to_json(decisions: SpanDecisions) -> dict[str, Any]:
@@ -146,6 +179,7 @@ def decisions_to_json(decisions: SpanDecisions) -> dict[str, Any]:
         "thresholds": dict(decisions.thresholds),
         "slope": decisions.slope,
         "intercept": decisions.intercept,
+        "exclusive": decisions.exclusive,
     }
 
 
@@ -161,16 +195,20 @@ def decisions_from_json(data: Any, where: str) -> SpanDecisions:
         return float(value)
 
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be an object (default_threshold, thresholds, slope, intercept)")
-    unknown = set(data) - {"default_threshold", "thresholds", "slope", "intercept"}
+        raise ValueError(f"{where}: must be an object (default_threshold, thresholds, slope, intercept, exclusive)")
+    unknown = set(data) - {"default_threshold", "thresholds", "slope", "intercept", "exclusive"}
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}")
     labels = data.get("thresholds", {})
     if not isinstance(labels, dict):
         raise ValueError(f"{where}.thresholds: must be an object label → threshold")
+    exclusive = data.get("exclusive", False)  # files written before it: labels independent
+    if not isinstance(exclusive, bool):
+        raise ValueError(f"{where}.exclusive: {exclusive!r} is not true or false")
     return SpanDecisions(
         number(data.get("default_threshold", SPAN_THRESHOLD), "default_threshold", 0.0, 1.0),
         tuple(sorted((str(k), number(v, f"thresholds.{k}", 0.0, 1.0)) for k, v in labels.items())),
         number(data.get("slope", 1.0), "slope", 0.0, math.inf),
         number(data.get("intercept", 0.0), "intercept", -math.inf, math.inf),
+        exclusive,
     )

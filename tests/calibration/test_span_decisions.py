@@ -94,7 +94,8 @@ def test_the_span_probability_is_fitted_against_exact_matches() -> None:
         dev.append((text, grid.flatten().tolist(), LABELS, spans))
     decisions, summary = fit_span_decisions(dev)
     assert summary["probability"]["note"] is None and decisions.slope != 1.0
-    before, _ = span_ece(scored_spans(dev, SpanDecisions(decisions.default, decisions.thresholds)))
+    mean_kept = SpanDecisions(decisions.default, decisions.thresholds, exclusive=decisions.exclusive)
+    before, _ = span_ece(scored_spans(dev, mean_kept))
     after, band = span_ece(scored_spans(dev, decisions))
     assert summary["span_ece_before"] == pytest.approx(before) and summary["span_ece_after"] == pytest.approx(after)
     assert after < before / 3 and after < 0.1 and band < 0.1  # a monotone map cannot tell a cut name from a whole one
@@ -146,6 +147,65 @@ def test_calibrate_writes_the_decisions_and_every_reader_uses_them(tmp_path: Pat
     assert metrics is not None and metrics["exact"]["f1"] == 1.0 and metrics["span_ece"] is not None
 
 
+def look_alikes(n: int, *, overlapping: bool = False) -> list:
+    """Texts with a phone number and an e-mail address; the head reads the phone number's words as an e-mail address
+    too (0.6) in every other text, though less surely than as a phone number (0.9). ``overlapping``: the gold also
+    marks the phone number as an e-mail address in every third text (labels that may share words)."""
+    labels = ("PHONE", "EMAIL")
+    out = []
+    for i in range(n):
+        phone, mail = f"555-{1000 + i}", f"u{i}@example.com"
+        text = f"Call {phone} or write to {mail} now"
+        gold = [Span(text.index(phone), text.index(phone) + len(phone), "PHONE")]
+        gold.append(Span(text.index(mail), text.index(mail) + len(mail), "EMAIL"))
+        if overlapping and i % 3 == 0:
+            gold.append(Span(gold[0].start, gold[0].end, "EMAIL"))
+        grid = np.full((len(words(text)), 2), 0.02)
+        for n_word, (a, b) in enumerate(words(text)):
+            if a < gold[0].end and gold[0].start < b:
+                grid[n_word] = (0.9, 0.6 if i % 2 else 0.02)
+            if a < gold[1].end and gold[1].start < b:
+                grid[n_word] = (0.02, 0.9)
+        out.append((text, grid.flatten().tolist(), labels, tuple(sorted(gold))))
+    return out
+
+
+def test_one_label_per_word_is_fitted_where_dev_gold_never_shares_a_word_and_it_helps() -> None:
+    dev, test = look_alikes(40), look_alikes(40)
+    decisions, summary = fit_span_decisions(dev)
+    assert decisions.exclusive and summary["exclusive"]["used"] is True
+    assert exact_f1(test, SpanDecisions()) < 0.9 and exact_f1(test, decisions) == 1.0
+    text, grid, labels, _ = test[1]
+    both = merge_spans(text, grid, labels)
+    one = merge_spans(text, grid, labels, SpanDecisions(exclusive=True))
+    assert [s["label"] for s in both] == ["EMAIL", "PHONE", "EMAIL"] and [s["label"] for s in one] == ["PHONE", "EMAIL"]
+    # the order labels are listed in changes nothing
+    flipped = [v for row in np.array(grid).reshape(-1, 2) for v in row[::-1]]
+    assert merge_spans(text, flipped, labels[::-1], SpanDecisions(exclusive=True)) == one
+
+
+def test_labels_stay_independent_where_dev_gold_shares_words_across_labels() -> None:
+    decisions, summary = fit_span_decisions(look_alikes(40, overlapping=True))
+    assert not decisions.exclusive
+    assert summary["exclusive"] == {
+        "used": False,
+        "why": "14 dev words are in gold spans of two labels: labels read independently",
+    }
+
+
+def test_exclusive_decisions_round_trip_through_temperatures_json(tmp_path: Path) -> None:
+    from mydecide.calibration.spans import decisions_to_json
+
+    decisions = SpanDecisions(0.4, (("EMAIL", 0.3),), 1.5, -0.2, exclusive=True)
+    path = tmp_path / "temperatures.json"
+    path.write_text(json.dumps({"types": {"span": 1.0}, "spans": {"decisions": decisions_to_json(decisions)}}))
+    assert load_temperatures(path).span_decisions == decisions
+    older = {k: v for k, v in decisions_to_json(decisions).items() if k != "exclusive"}  # written before the key
+    path.write_text(json.dumps({"types": {"span": 1.0}, "spans": {"decisions": older}}))
+    loaded = load_temperatures(path).span_decisions
+    assert loaded is not None and loaded.exclusive is False
+
+
 @pytest.mark.parametrize(
     ("spans", "message"),
     [
@@ -153,6 +213,7 @@ def test_calibrate_writes_the_decisions_and_every_reader_uses_them(tmp_path: Pat
         ({"decisions": {"thresholds": {"EMAIL": "low"}}}, "spans.decisions.thresholds.EMAIL: 'low' is not a number"),
         ({"decisions": {"slope": -1}}, "spans.decisions.slope: -1 is outside (0, inf)"),
         ({"decisions": {"cut": 0.5}}, "spans.decisions: unknown key(s) ['cut']"),
+        ({"decisions": {"exclusive": "yes"}}, "spans.decisions.exclusive: 'yes' is not true or false"),
         ({"thresholds": {}}, "spans.decisions: must be an object"),
         ("no", "spans must be an object"),
     ],
