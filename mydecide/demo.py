@@ -24,6 +24,12 @@ from mydecide.config import ModelChoice
 from mydecide.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
+SCORE_TASK, EVAL_CAP = "vader_sentiment_score", 100_000
+"""The demo trains on the score task capped like the others (recipes/data/demo.yaml) and is calibrated and evaluated
+on a second prepare without that cap: about 350 dev and 350 test score questions instead of 190, enough for an ECE
+to say something about a 5-level scale (docs/calibration.md). The split hashes each state, so the second prepare's
+dev and test hold every dev and test row of the first and no training state (checked before training); its
+train.jsonl, a larger sample of the same training split, is where evaluate takes the prior baseline from."""
 MODEL = ModelChoice().model  # the recipes' default base model
 COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "ece_band", "flip_rate")
 """``ece_band``: the ECE a perfectly calibrated model with the same confidences reaches on that many questions (90th
@@ -106,6 +112,63 @@ def calibration_table(temperatures: dict[str, Any], report: dict[str, Any]) -> s
     return "\n".join(lines)
 
 
+SCORE_COLUMNS = (
+    ("rps", "RPS"),
+    ("mae", "MAE"),
+    ("spearman", "Spearman ρ"),
+    ("within_one", "within one"),
+)
+
+
+def score_sides(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The score blocks (with ordinal metrics) of the base, tuned and tuned + calibrated model and of the training
+    split's level frequencies in one evaluate report; {} when its split holds no score question."""
+    baselines = report["baselines"]
+    sides = {
+        "base": baselines.get("base_model", {}).get("score"),
+        "tuned": report.get("uncalibrated", {}).get("score"),
+        "tuned_calibrated": report.get("score"),
+        "prior": baselines.get("majority", {}).get("score"),
+    }
+    return {name: block for name, block in sides.items() if block and block.get("ordinal")}
+
+
+def score_table(report: dict[str, Any]) -> str | None:
+    """The score questions' ordinal metrics (accuracy, RPS, MAE of the expected level, Spearman ρ, within-one, ECE and
+    threshold ECE with their bands) beside each other; None when the split holds no score question."""
+    sides = score_sides(report)
+    if not sides:
+        return None
+    lines = [
+        "| model | n | accuracy | "
+        + " | ".join(label for _, label in SCORE_COLUMNS)
+        + " | ECE (up to) | threshold ECE (up to) |",
+        "|---" * (len(SCORE_COLUMNS) + 5) + "|",
+    ]
+    for name, block in sides.items():
+        o = block["ordinal"]
+        lines.append(
+            f"| {name} | {block['n']} | {fmt(block['accuracy'])} | "
+            + " | ".join(fmt(o.get(key)) for key, _ in SCORE_COLUMNS)
+            + f" | {fmt(block['ece'])} ({fmt(block.get('ece_band'))}) | {fmt(o.get('threshold_ece'))} "
+            f"({fmt(o.get('threshold_ece_band'))}) |"
+        )
+    return "\n".join(lines)
+
+
+def shared_states(train: Path, evaluated: list[Path]) -> int:
+    """How many states of the ``evaluated`` files also appear in ``train`` (normalised as the split hashes them)."""
+    from mydecide.data.dedup import state_text
+    from mydecide.data.shingles import normalise
+
+    def states(path: Path) -> set[str]:
+        with path.open(encoding="utf-8") as handle:
+            return {normalise(state_text(json.loads(line)["state"])) for line in handle if line.strip()}
+
+    seen = states(train)
+    return sum(len(states(path) & seen) for path in evaluated)
+
+
 def span_sides(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The span blocks (with span-level F1) of the base, tuned and tuned + calibrated model in one evaluate report;
     {} when its split holds no span question."""
@@ -115,6 +178,14 @@ def span_sides(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "tuned_calibrated": report.get("span"),
     }
     return {name: block for name, block in sides.items() if block and block.get("spans")}
+
+
+def label_f1(cell: dict[str, Any] | None) -> str:
+    """A label's exact F1 with its 95% bootstrap interval (questions resampled) where the report has one."""
+    if not cell:
+        return "—"
+    interval = cell.get("exact_f1_ci95")
+    return fmt(cell["exact"]["f1"]) + (f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else "")
 
 
 def span_table(report: dict[str, Any]) -> str | None:
@@ -139,11 +210,15 @@ def span_table(report: dict[str, Any]) -> str | None:
             + f" | {fmt(block['log_loss'])} | {fmt(s.get('span_ece'))}{band} |"
         )
     labels = sorted({key for block in sides.values() for key in block["spans"]["by_label"]})
-    lines += ["", "| label (exact F1) | gold spans | " + " | ".join(sides) + " |", "|---|---|" + "---|" * len(sides)]
+    lines += [
+        "",
+        "| label (exact F1, 95% bootstrap interval) | gold spans | " + " | ".join(sides) + " |",
+        "|---|---|" + "---|" * len(sides),
+    ]
     for key in labels:
         cells = [block["spans"]["by_label"].get(key) for block in sides.values()]
         gold = next(c["gold"] for c in cells if c)
-        lines.append(f"| {key} | {gold} | " + " | ".join(fmt(c["exact"]["f1"]) if c else "—" for c in cells) + " |")
+        lines.append(f"| {key} | {gold} | " + " | ".join(label_f1(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -173,6 +248,7 @@ def main() -> None:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     data, run, temps = args.data or out / "data", args.trained or out / "train", out / "temperatures.json"
+    evaluation = out / "data_eval"
     started = time.perf_counter()
 
     def evaluate_args(data_file: str, report_dir: str) -> list[str]:
@@ -180,17 +256,32 @@ def main() -> None:
         return [
             "evaluate",
             *("--model", args.model, "--adapter", str(run / "adapter"), "--temperatures", str(temps)),
-            *("--data", str(data / data_file), "--out", str(out / report_dir), "--permutations", "2"),
+            *("--data", str(evaluation / data_file), "--out", str(out / report_dir), "--permutations", "2"),
         ]
 
-    seconds = {
-        "prepare": 0.0
+    seconds: dict[str, float] = {}
+    seconds["prepare"] = (
+        0.0
         if args.data
         else step(
             "1/5 prepare the bundled data (score, noul, choice and span tasks; one task held out)",
             ["prepare", "recipes/data/demo.yaml", "--out", str(data)],
-        ),
-        "train": 0.0
+        )
+    )
+    seconds["prepare"] += step(
+        "1/5 prepare it again with every score row, for dev and test sets large enough to judge the score task's "
+        "calibration (the split hashes each state, so a training state is never a dev or test state)",
+        ["prepare", "recipes/data/demo.yaml", "--out", str(evaluation), f"cap_per_task.{SCORE_TASK}={EVAL_CAP}"],
+    )
+    leaked = shared_states(data / "train.jsonl", [evaluation / name for name in ("dev.jsonl", "test.jsonl")])
+    if leaked:
+        sys.exit(
+            f"demo: {leaked} dev or test states of {evaluation} are training states of {data}: give --data a "
+            "prepare of recipes/data/demo.yaml"
+        )
+    print(f"    0 of the evaluation's dev and test states are in {data / 'train.jsonl'}", flush=True)
+    seconds["train"] = (
+        0.0
         if args.trained
         else step(
             f"2/5 train a LoRA adapter on {args.model}",
@@ -205,7 +296,9 @@ def main() -> None:
                 str(run),
                 *args.overrides,
             ],
-        ),
+        )
+    )
+    seconds |= {
         "calibrate": step(
             "3/5 fit temperatures on dev",
             [
@@ -215,7 +308,7 @@ def main() -> None:
                 "--adapter",
                 str(run / "adapter"),
                 "--data",
-                str(data / "dev.jsonl"),
+                str(evaluation / "dev.jsonl"),
                 "--out",
                 str(temps),
                 "--min-rows",
@@ -237,12 +330,13 @@ def main() -> None:
         "heldout": blocks(heldout),
         "by_task": test["by_task"],
         "span": {name: block["spans"] for name, block in span_sides(test).items()},
+        "score": {name: {**pick(block), "ordinal": block["ordinal"]} for name, block in score_sides(test).items()},
         "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
     }
     atomic_write_json(out / "summary.json", summary)
-    spans = span_table(test)
+    spans, scores = span_table(test), score_table(test)
     spans_note = "a span is found when its label and both character offsets match; overlap: any shared character"
     if test["baselines"].get("base_model", {}).get("span_read") == "letters":
         spans_note += "; the base model reads spans with the answer letters, the span head comes with the adapter"
@@ -253,6 +347,12 @@ def main() -> None:
         "Calibration by question type: temperatures fitted on dev, T = 1 → calibrated on dev and on the test split "
         "(in brackets: the ECE a perfectly calibrated model reaches on that many questions, 90th percentile):\n\n"
         f"{calibration_table(json.loads(temps.read_text()), test)}\n\n"
+        + (
+            f"Score questions of the test split (levels counted 0 … K−1; MAE of the expected level; threshold ECE: the "
+            f"ECE of every P(level ≥ k), averaged over k):\n\n{scores}\n\n"
+            if scores
+            else ""
+        )
         + (f"Span questions of the test split (span-level match, {spans_note}):\n\n{spans}\n\n" if spans else "")
         + f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
         f"{table(summary['heldout'])}\n"

@@ -39,6 +39,15 @@ def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> 
         assert set(summary[block]) == {"n", "accuracy", "chance_corrected", "log_loss", "ece", "ece_band", "flip_rate"}
         assert summary[block]["n"] == summary["tuned"]["n"] > 0
     assert summary["heldout"]["tuned"]["n"] > 0
+    # the score task is judged on the second prepare's uncapped dev and test rows, none of them a training state
+    assert "    0 of the evaluation's dev and test states are in" in result.stdout
+    tasks = [json.loads(line)["task"] for line in (out / "data_eval" / "test.jsonl").open()]
+    assert tasks.count("vader_sentiment_score") >= 300
+    assert summary["score"]["tuned_calibrated"]["n"] == tasks.count("vader_sentiment_score")
+    for side in ("base", "tuned", "tuned_calibrated", "prior"):
+        ordinal = summary["score"][side]["ordinal"]
+        assert {"rps", "mae", "spearman", "within_one", "threshold_ece", "threshold_ece_band"} <= set(ordinal)
+    assert "| tuned_calibrated | " + str(summary["score"]["tuned_calibrated"]["n"]) + " |" in result.stdout
     # calibration never changes an answer: tuned and tuned + calibrated have the same accuracy
     assert summary["tuned"]["accuracy"] == summary["tuned_calibrated"]["accuracy"]
     assert (out / "eval_test" / "reliability.png").stat().st_size > 0
@@ -78,6 +87,35 @@ def test_the_demo_refuses_reused_data_inside_the_directory_it_empties(tmp_path: 
         f"demo: --data {data} is inside --out {tmp_path / 'demo'}, which the demo empties first: give another --out"
     )
     assert (data / "train.jsonl").exists()  # nothing was deleted
+
+
+def test_the_demo_refuses_data_whose_training_states_it_would_evaluate_on(tmp_path: Path) -> None:
+    """--data whose train.jsonl holds a state of the evaluation prepare's dev split: stopped before training."""
+    probe = tmp_path / "probe"
+    subprocess.run(
+        [sys.executable, "-m", "mydecide.cli", "prepare", "recipes/data/demo.yaml", "--out", str(probe)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text((probe / "dev.jsonl").read_text().splitlines()[0] + "\n", encoding="utf-8")
+    out = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "mydecide.demo", "--out", str(out), "--data", str(data)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"demo: 1 dev or test states of {out / 'data_eval'} are training states of {data}: give --data a prepare "
+        "of recipes/data/demo.yaml"
+    )
+    assert not (out / "train").exists()
 
 
 def test_update_readme_replaces_only_the_block_between_the_markers(tmp_path: Path) -> None:
