@@ -210,19 +210,28 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plotted(rows: Sequence[MetricRow]) -> list[MetricRow]:
+    """The rows the reliability diagram shows: those the report's "all" block counts. A span question's word × label
+    cells (hundreds per question, nearly all confidently "no") are left out beside other questions, as there; they
+    have their own span rows in report.md."""
+    questions = [r for r in rows if r.qtype != "span"]
+    return questions or list(rows)
+
+
 def plot_reliability(
     rows: Sequence[MetricRow], path: str | Path, raw_rows: Sequence[MetricRow] | None = None, bins: int = 10
 ) -> None:
     """reliability.png: accuracy vs confidence per bin (before and after temperatures when both are known)
-    beside the histogram of top probabilities. Written atomically."""
+    beside the histogram of top probabilities, over the rows :func:`plotted` keeps. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = [("after temperatures" if raw_rows is not None else "model", rows)]
+    spans_left_out = len(plotted(rows)) < len(rows)
+    curves = [("after temperatures" if raw_rows is not None else "model", plotted(rows))]
     if raw_rows is not None:
-        curves.insert(0, ("before (T = 1)", raw_rows))
+        curves.insert(0, ("before (T = 1)", plotted(raw_rows)))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     left.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=1, label="perfect calibration")
     width = 1.0 / bins
@@ -233,9 +242,8 @@ def plot_reliability(
         left.plot(rb.confidence[filled], rb.accuracy[filled], marker="o", label=f"{label} (ECE {ece:.3f})")
         offset = (n - (len(curves) - 1) / 2) * width / len(curves)
         right.bar(rb.edges[:-1] + width / 2 + offset, rb.counts, width=width / len(curves), label=label, alpha=0.8)
-    left.set(
-        xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy", title="Reliability diagram"
-    )
+    title = "Reliability diagram" + (" (span cells left out)" if spans_left_out else "")
+    left.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top probability)", ylabel="accuracy", title=title)
     left.legend(loc="upper left", fontsize=8)
     right.set(
         xlim=(0, 1), xlabel="confidence (top probability)", ylabel="questions (rows)", title="Confidence histogram"

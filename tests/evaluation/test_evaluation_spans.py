@@ -87,6 +87,15 @@ def test_the_report_has_span_f1_per_label_and_word_level_calibration(tmp_path: P
     assert report["span"]["n"] == n_cells and report["span"]["questions"] == 3
     assert report["span"]["log_loss"] > 0 and report["span"]["ece"] is not None
     assert report["choice"]["n"] == 1  # the other types are reported as before, beside it
+    # the reliability diagram shows what the "all" block counts: the span cells are left out beside other questions
+    from mydecide.evaluation.report import plotted
+    from mydecide.metrics import ece
+
+    shown = plotted(evaluation.rows)
+    assert shown and all(r.qtype != "span" for r in shown) and len(shown) == report["all"]["n"]
+    assert ece([r.probs for r in shown], [r.target for r in shown]) == pytest.approx(report["all"]["ece"])
+    span_only = [r for r in evaluation.rows if r.qtype == "span"]
+    assert plotted(span_only) == span_only  # a span-only evaluation still has a diagram
     # the report is a function of predictions.jsonl
     paths = write_outputs(evaluation, tmp_path)
     predictions = [json.loads(line) for line in paths["predictions"].read_text().splitlines()]
