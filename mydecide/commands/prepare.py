@@ -67,5 +67,5 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"{recipe.out}: {splits}; input {c['input']} = kept {c['kept']} + rejected "
             f"{c['rejected']} + removed {c['removed']} (+{c['augmented_copies']} augmented in train)"
-            + (f"; {soft} train rows on their meta.soft_target" if soft else "")
+            + (f"; soft targets on {soft} of the {manifest['splits']['train']['rows']} train rows" if soft else "")
         )

@@ -131,4 +131,4 @@ def test_prepare_says_how_many_train_rows_take_their_soft_target(tmp_path: Path)
     )
     assert result.exit_code == 0, result.output
     train = (tmp_path / "out" / "train.jsonl").read_text().splitlines()
-    assert f"; {len(train)} train rows on their meta.soft_target" in result.output
+    assert f"; soft targets on {len(train)} of the {len(train)} train rows" in result.output
