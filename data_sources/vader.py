@@ -21,9 +21,10 @@ The raters: where ``<corpus>_anonDataRatings.txt`` sits beside a ground-truth fi
 then every rater's rating as a list; the sdist has one per corpus, and so does the shipped sample), each score
 record also gets ``meta.raters`` (how many rated it) and ``meta.soft_target``: the share of raters whose own rating
 falls in each level, by the same bins. ``prepare`` trains on that distribution where the data recipe sets
-``augment.soft_targets``; dev and test keep the level of the mean (docs/records.md#soft-targets). The level of the
-mean stays the answer even where a corpus's two files disagree on the mean (14 of the sample's tweets, by up to
-0.8). A text the ratings file lacks gets no soft target; a ratings line that cannot be read is an error row.
+``augment.soft_targets``; dev and test keep the level of the mean (docs/records.md#training-only-soft-targets).
+The level of the mean stays the answer even where a corpus's two files disagree on the mean (14 of the sample's
+tweets, by up to 0.8). A text the ratings file lacks gets no soft target; a ratings line that cannot be read is an
+error row.
 """
 
 from __future__ import annotations

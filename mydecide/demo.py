@@ -158,12 +158,11 @@ def score_table(report: dict[str, Any]) -> str | None:
 
 def shared_states(train: Path, evaluated: list[Path]) -> int:
     """How many states of the ``evaluated`` files also appear in ``train`` (normalised as the split hashes them)."""
-    from mydecide.data.dedup import state_text
-    from mydecide.data.shingles import normalise
+    from mydecide.data.split import state_key
 
     def states(path: Path) -> set[str]:
         with path.open(encoding="utf-8") as handle:
-            return {normalise(state_text(json.loads(line)["state"])) for line in handle if line.strip()}
+            return {state_key(json.loads(line)["state"]) for line in handle if line.strip()}
 
     seen = states(train)
     return sum(len(states(path) & seen) for path in evaluated)

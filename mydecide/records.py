@@ -347,7 +347,7 @@ def parse_record(obj: Any) -> list[Record]:
 
 SOFT_TRAIN_TARGET = "soft_target"
 """A ``meta`` key: a label distribution for the record's question beside its hard answer (a score text's raters'
-levels, say), in the form of ``target``. ``prepare`` trains on it where the data recipe sets ``soft_train_targets``;
+levels, say), in the form of ``target``. ``prepare`` trains on it where the data recipe sets ``augment.soft_targets``;
 dev and test keep the hard answer, so every metric is still against the gold label."""
 
 

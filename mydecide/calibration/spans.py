@@ -120,7 +120,7 @@ def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[s
             "exact_f1": scores[used],
         }
     cut = SpanDecisions(default=default, thresholds=tuple(sorted(thresholds.items())))
-    exclusive, why = exclusive_fit(items, cut)
+    exclusive, why, cut_f1 = exclusive_fit(items, cut)
     cut = dataclasses.replace(cut, exclusive=exclusive)
     before = scored_spans(items, cut)
     slope, intercept, note = 1.0, 0.0, None
@@ -137,7 +137,7 @@ def fit_span_decisions(items: Sequence[SpanItem]) -> tuple[SpanDecisions, dict[s
         "thresholds": dict(cut.thresholds),
         "labels": per_label,
         "exact_f1_at_0.5": pooled[SPAN_THRESHOLD],
-        "exact_f1": _pooled_f1(_counts(items, cut)),
+        "exact_f1": cut_f1,
         "exclusive": {"used": exclusive, "why": why},
         "probability": {"slope": slope, "intercept": intercept, "spans": len(before), "note": note},
         "span_ece_before": ece_before,
@@ -157,19 +157,23 @@ def shared_words(items: Sequence[SpanItem]) -> int:
     return shared
 
 
-def exclusive_fit(items: Sequence[SpanItem], cut: SpanDecisions) -> tuple[bool, str]:
-    """(one label per word?, why): yes where dev's gold never puts a word in two labels' spans and the exclusive
-    reading's pooled exact F1 on dev is at least the independent reading's."""
+def exclusive_fit(items: Sequence[SpanItem], cut: SpanDecisions) -> tuple[bool, str, float]:
+    """(one label per word?, why, the dev pooled exact F1 of the reading chosen): yes where dev's gold never puts a
+    word in two labels' spans and the exclusive reading's pooled exact F1 on dev is at least the independent one's."""
+    independent = _pooled_f1(_counts(items, cut))
     if not items:
-        return False, "no span questions on dev"
+        return False, "no span questions on dev", independent
     shared = shared_words(items)
     if shared:
-        return False, f"{shared} dev words are in gold spans of two labels: labels read independently"
-    independent = _pooled_f1(_counts(items, cut))
+        return False, f"{shared} dev words are in gold spans of two labels: labels read independently", independent
     exclusive = _pooled_f1(_counts(items, dataclasses.replace(cut, exclusive=True)))
     if exclusive < independent:
-        return False, f"one label per word lowers dev exact F1 ({exclusive:.3f} against {independent:.3f})"
-    return True, f"no dev word is in gold spans of two labels; dev exact F1 {independent:.3f} → {exclusive:.3f}"
+        return False, f"one label per word lowers dev exact F1 ({exclusive:.3f} against {independent:.3f})", independent
+    return (
+        True,
+        f"no dev word is in gold spans of two labels; dev exact F1 {independent:.3f} → {exclusive:.3f}",
+        exclusive,
+    )
 
 
 def decisions_to_json(decisions: SpanDecisions) -> dict[str, Any]:

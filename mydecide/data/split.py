@@ -24,9 +24,14 @@ def unit_interval(key: str, seed: int) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+def state_key(state: object) -> str:
+    """A state as the split hashes it: its text, normalised (two states with one key always share a split)."""
+    return normalise(state_text(state))
+
+
 def split_key(record: Record) -> str:
     """What the train/dev/test hash is taken over: the normalised state."""
-    return normalise(state_text(record.state))
+    return state_key(record.state)
 
 
 def assign(record: Record, *, dev_fraction: float, test_fraction: float, seed: int) -> str:

@@ -228,8 +228,9 @@ def plot_reliability(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    spans_left_out = len(plotted(rows)) < len(rows)
-    curves = [("after temperatures" if raw_rows is not None else "model", plotted(rows))]
+    shown = plotted(rows)
+    spans_left_out = len(shown) < len(rows)
+    curves = [("after temperatures" if raw_rows is not None else "model", shown)]
     if raw_rows is not None:
         curves.insert(0, ("before (T = 1)", plotted(raw_rows)))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
