@@ -251,7 +251,14 @@ class AugmentConfig(Strict):
     reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
     drop_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: drop 1..L-1 labels and their gold spans
     rename_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: labels → neutral codes (descriptions kept)
-    # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and both span copies
+    paraphrase_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: descriptions → user-listed paraphrases
+    span_label_paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # label name → other descriptions of it
+    add_absent_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: also ask for 1..n absent_span_labels
+    # label name → description of labels that occur in no text of the data (the user says so), added with no gold
+    # spans; a record asking for one of them is an error (docs/spans.md#training)
+    absent_span_labels: dict[str, str] = Field(default_factory=dict)
+    # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and the span copies
+    # (paraphrased and absent labels only where span_label_paraphrases and absent_span_labels list some)
     schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
     # consistency copies (coherence laws by example): `consistency` is both of the next two at once
     consistency: float = Field(0.0, ge=0.0, le=1.0)
@@ -274,10 +281,53 @@ class AugmentConfig(Strict):
             )
         return data
 
+    @field_validator("span_label_paraphrases")
+    @classmethod
+    def _span_label_paraphrases(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for label, variants in value.items():
+            if not label.strip():
+                raise PydanticCustomError("span_label", "a label name must not be blank")
+            if not variants or not all(variant.strip() for variant in variants):
+                raise PydanticCustomError(
+                    "span_label",
+                    "label {label} needs a list of non-blank descriptions (leave the label out to keep its own)",
+                    {"label": json.dumps(label, ensure_ascii=False)},
+                )
+        return value
+
+    @field_validator("absent_span_labels")
+    @classmethod
+    def _absent_span_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        folded: dict[str, str] = {}
+        for label, description in value.items():
+            if (other := folded.setdefault(label.casefold(), label)) != label:
+                raise PydanticCustomError(
+                    "span_label",
+                    "labels {labels} differ only in case: declare each absent label once",
+                    {"labels": json.dumps([other, label], ensure_ascii=False)},
+                )
+            if not label.strip():
+                raise PydanticCustomError("span_label", "a label name must not be blank")
+            if not description.strip():
+                raise PydanticCustomError(
+                    "span_label",
+                    "label {label} needs a description: it is what the model reads for a label it never sees marked",
+                    {"label": json.dumps(label, ensure_ascii=False)},
+                )
+        return value
+
     @model_validator(mode="after")
     def _paraphrases(self) -> AugmentConfig:
         if self.paraphrase_instructions > 0 and not any(self.paraphrases.values()):
             raise ValueError("paraphrase_instructions > 0 needs paraphrases: {instructions: [variant, ...]}")
+        if self.paraphrase_span_labels > 0 and not self.span_label_paraphrases:
+            raise PydanticCustomError(
+                "span_label", "paraphrase_span_labels > 0 needs span_label_paraphrases: {label: [description, ...]}"
+            )
+        if self.add_absent_span_labels > 0 and not self.absent_span_labels:
+            raise PydanticCustomError(
+                "span_label", "add_absent_span_labels > 0 needs absent_span_labels: {label: description}"
+            )
         for template in self.negation_templates or []:
             if template.count("{instructions}") != 1 or template.replace("{instructions}", "").count("{"):
                 raise ValueError(

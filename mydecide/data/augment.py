@@ -21,11 +21,18 @@ Span questions' labels are resampled the same way, so that a span head learns to
   (the grid is recomputed for the labels left).
 - ``rename_span_labels``: label names become random neutral codes (``field-3fa2`` …); descriptions stay (a label
   without one keeps its old name as description) and every gold span keeps its label under the new name.
+- ``paraphrase_span_labels``: each label the recipe lists paraphrases for (``span_label_paraphrases``, by label
+  name) gets one of them as its description; names and gold spans stay. There is no built-in rewording: a template
+  around a description ("mark …") says nothing new, and only a person knows what else a label may be called.
+- ``add_absent_span_labels``: 1 … n labels the recipe declares absent from the data (``absent_span_labels``: name →
+  description) are asked for too, at random places among the labels, with no gold spans, never past
+  ``MAX_SPAN_LABELS``. Gold spans stay.
 
-``schema_resampling`` in the recipe turns on anonymised ids, dropped distractors, reworded instructions and both
+``schema_resampling`` in the recipe turns on anonymised ids, dropped distractors, reworded instructions and the
 span label copies at once (the ways Vela 2.0 resamples a question's schema so that a model learns to read the
-options it is shown). Labels are never *added* with no gold spans: a label that is not marked in a text is not
-known to be absent from it (the bundled PII texts hold postal addresses that no span marks).
+options it is shown); paraphrased and absent labels only where the recipe lists them. A label is only ever *added*
+with no gold spans when the user declares it absent: a label that is merely not marked in a text is not known to be
+absent from it (the bundled PII texts hold postal addresses that no span marks).
 
 Consistency copies (JevBench's coherence laws, taught by example; ``augment.consistency`` turns both on):
 
@@ -51,7 +58,7 @@ from typing import Any
 
 from mydecide.data.split import unit_interval
 from mydecide.records import Question, Record
-from mydecide.spans import Span, grid_target
+from mydecide.spans import MAX_SPAN_LABELS, Span, grid_target
 
 AUGMENTATIONS = (
     "anonymize_options",
@@ -62,6 +69,8 @@ AUGMENTATIONS = (
     "rename_options",
     "drop_span_labels",
     "rename_span_labels",
+    "paraphrase_span_labels",
+    "add_absent_span_labels",
 )
 REWORDINGS = (
     "Task: {instructions}",
@@ -214,6 +223,59 @@ def rename_span_labels(record: Record, rng: random.Random) -> Record | None:
     return _span_copy(record, "rename_span_labels", question, spans, {"renamed": renamed})
 
 
+def paraphrase_span_labels(
+    record: Record, paraphrases: Mapping[str, Sequence[str]], rng: random.Random
+) -> Record | None:
+    """The copy of a span question whose labels with listed paraphrases (label name → descriptions) take one of
+    them as description, gold spans kept (None for other types, or when no label has a paraphrase that differs from
+    its description)."""
+    q = record.question
+    if q.type != "span":
+        return None
+    descriptions = list(q.descriptions)
+    replaced: dict[str, str] = {}
+    for i, label in enumerate(q.options):
+        others = [v for v in paraphrases.get(label, ()) if v.strip() and v != q.descriptions[i]]
+        if others:
+            descriptions[i] = rng.choice(others)
+            replaced[label] = q.descriptions[i]
+    if not replaced:
+        return None
+    question = replace(q, descriptions=tuple(descriptions))
+    return _span_copy(record, "paraphrase_span_labels", question, record.spans, {"descriptions_from": replaced})
+
+
+def add_absent_span_labels(record: Record, absent: Mapping[str, str], rng: random.Random) -> Record | None:
+    """The copy of a span question that also asks for 1 … n of the labels declared absent from the data (label name
+    → description), each at a random place, with no gold spans (None for other types, for a question already at
+    ``MAX_SPAN_LABELS``, or when every declared label is one of its own, in any case)."""
+    q = record.question
+    if q.type != "span":
+        return None
+    own = {label.casefold() for label in q.options}
+    candidates = [label for label in absent if label.casefold() not in own]
+    most = min(len(candidates), MAX_SPAN_LABELS - q.k)
+    if most < 1:
+        return None
+    added = rng.sample(candidates, rng.randint(1, most))
+    options, descriptions = list(q.options), list(q.descriptions)
+    for label in added:
+        at = rng.randint(0, len(options))
+        options.insert(at, label)
+        descriptions.insert(at, absent[label])
+    question = replace(q, options=tuple(options), descriptions=tuple(descriptions))
+    return _span_copy(record, "add_absent_span_labels", question, record.spans, {"absent_labels": added})
+
+
+def absent_label_clash(record: Record, absent: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(declared, own)`` for the first label declared absent that ``record`` (a span question) asks for itself,
+    compared in any case; None when there is none."""
+    if record.question.type != "span":
+        return None
+    own = {label.casefold(): label for label in record.question.options}
+    return next(((label, own[label.casefold()]) for label in absent if label.casefold() in own), None)
+
+
 @dataclass(frozen=True)
 class AugmentSettings:
     anonymize_options: float = 0.0
@@ -226,6 +288,10 @@ class AugmentSettings:
     rename_options: float = 0.0
     drop_span_labels: float = 0.0
     rename_span_labels: float = 0.0
+    paraphrase_span_labels: float = 0.0
+    span_label_paraphrases: Mapping[str, Sequence[str]] | None = None
+    add_absent_span_labels: float = 0.0
+    absent_span_labels: Mapping[str, str] | None = None
     negation_templates: Sequence[str] = NEGATION_TEMPLATES
     seed: int = 13
 
@@ -249,9 +315,20 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
     if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options, settings.seed):
         made.append(rename_options(record, _rng(record, "rename_options", settings.seed)))
     if record.question.type == "span":
+        paraphrases, absent = settings.span_label_paraphrases or {}, settings.absent_span_labels or {}
         for kind, fraction, make in (
             ("drop_span_labels", settings.drop_span_labels, drop_span_labels),
             ("rename_span_labels", settings.rename_span_labels, rename_span_labels),
+            (
+                "paraphrase_span_labels",
+                settings.paraphrase_span_labels,
+                lambda r, rng: paraphrase_span_labels(r, paraphrases, rng),
+            ),
+            (
+                "add_absent_span_labels",
+                settings.add_absent_span_labels,
+                lambda r, rng: add_absent_span_labels(r, absent, rng),
+            ),
         ):
             if chosen(record, kind, fraction, settings.seed):
                 made.append(make(record, _rng(record, kind, settings.seed)))

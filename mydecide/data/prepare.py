@@ -75,6 +75,7 @@ def prepare(
         rows = near_dedup(rows, recipe, ledger, progress, engine)
         rows = decontaminate(rows, recipe, ledger, progress, engine)
         rows = cap_per_task(rows, recipe, ledger)
+        check_absent_labels(rows, recipe)
         splits = split_rows(rows, recipe, ledger)
         splits["train"] = augment_train(splits["train"], recipe, ledger)
 
@@ -168,6 +169,22 @@ def empty_train_cause(rows: list[Row], trained: int, cfg: SplitConfig, ledger: L
     )
 
 
+def check_absent_labels(rows: list[Row], recipe: DataRecipe) -> None:
+    """A label the recipe declares absent from the data (``augment.absent_span_labels``) must be no span record's
+    own label, in any case: a record that asks for it says the label can occur, so adding it with no gold spans
+    could teach the model to miss it. The first record that does is a RecipeError naming the label and the row."""
+    absent = recipe.augment.absent_span_labels
+    for row in rows if absent else ():
+        clash = augmenting.absent_label_clash(row.record, absent)
+        if clash is not None:
+            declared, own = clash
+            named = repr(declared) if own == declared else f"{declared!r} (as {own!r})"
+            raise RecipeError(
+                f"augment.absent_span_labels: {named} is a label of span record {row.record.id!r} ({row.source}, "
+                f"{row.where}); a label declared absent from the data must be no record's label: take it out"
+            )
+
+
 def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:
     """Add augmented copies of train rows (after the split, so no other split is touched)."""
     cfg = recipe.augment
@@ -182,6 +199,10 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
         rename_options=max(cfg.rename_options, cfg.consistency),
         drop_span_labels=max(cfg.drop_span_labels, schema),
         rename_span_labels=max(cfg.rename_span_labels, schema),
+        paraphrase_span_labels=max(cfg.paraphrase_span_labels, schema),
+        span_label_paraphrases=cfg.span_label_paraphrases,
+        add_absent_span_labels=max(cfg.add_absent_span_labels, schema),
+        absent_span_labels=cfg.absent_span_labels,
         negation_templates=cfg.negation_templates or augmenting.NEGATION_TEMPLATES,
         seed=cfg.seed,
     )
