@@ -9,7 +9,7 @@ dedup also keeps its removals for ``near_pairs.jsonl`` (least similar first, so 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from mydecide.config import DataRecipe
@@ -147,8 +147,9 @@ def similarity_band(similarity: float) -> str:
     )
 
 
-def near_pairs(rows: Sequence[Row], matches: dict[int, NearMatch]) -> list[dict[str, Any]]:
-    """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top."""
+def near_pairs(rows: Sequence[Row] | Mapping[int, Row], matches: dict[int, NearMatch]) -> list[dict[str, Any]]:
+    """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top
+    (``rows``: the rows by index, or, on the streaming path, the rows of the pairs by their place in the run)."""
 
     def side(row: Row) -> dict[str, Any]:
         text = row.text

@@ -19,7 +19,7 @@ from mydecide.data.dedup import state_text
 from mydecide.data.ledger import Ledger, Row, progress_bar, reason_pattern
 from mydecide.data.sources import UnknownSourceError, load_source
 from mydecide.recipe_parsing import RecipeError
-from mydecide.records import RecordError, parse_record
+from mydecide.records import Record, RecordError, parse_record
 
 
 def source_labels(specs: Sequence[SourceSpec]) -> list[str]:
@@ -46,6 +46,18 @@ def converted(spec: SourceSpec, index: int, section: str = "sources") -> Iterato
         raise RecipeError(f"{what}: {err}") from None
 
 
+def validated(obj: dict[str, Any], label: str, line: int) -> tuple[str, list[Record] | None, str, Any]:
+    """One converter row as (where, its records, "", None), or (where, None, why it is rejected, its raw content);
+    ``line``: the row's number in its source, for a converter that gives no ``_where``."""
+    where = str(obj.pop("_where", f"{label}:{line}"))
+    if "_error" in obj:
+        return where, None, str(obj["_error"]), obj.get("raw")
+    try:
+        return where, parse_record(obj), "", None
+    except RecordError as err:
+        return where, None, err.rule, obj
+
+
 def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: bool = False) -> list[Row]:
     """Run every converter and validate each row; bad rows are rejected with their location and reason."""
     rows: list[Row] = []
@@ -58,20 +70,12 @@ def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: 
                 bar.update(1)
                 counts["in"] += 1
                 ledger.rows_read += 1
-                where = str(obj.pop("_where", f"{label}:{counts['in']}"))
-                if "_error" in obj:
-                    reason = str(obj["_error"])
-                    raw = obj.get("raw")
-                else:
-                    try:
-                        records = parse_record(obj)
-                    except RecordError as err:
-                        reason, raw = err.rule, obj
-                    else:
-                        rows.extend(Row(record, label, where) for record in records)
-                        ledger.exploded_extra += len(records) - 1
-                        counts["out"] += len(records)
-                        continue
+                where, records, reason, raw = validated(obj, label, counts["in"])
+                if records is not None:
+                    rows.extend(Row(record, label, where) for record in records)
+                    ledger.exploded_extra += len(records) - 1
+                    counts["out"] += len(records)
+                    continue
                 ledger.reject("validate", label, where, reason, raw)
                 counts["rejected"] += 1
                 reasons[reason_pattern(reason)] += 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sized
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,10 @@ def prepare(
 
     ``recipe.engine: ray`` runs near dedup and decontamination on a Ray cluster (docs/distributed-prepare.md).
     """
+    if engine is None and recipe.engine == "ray" and recipe.ray.streaming:
+        from mydecide.data.streaming import prepare_streaming
+
+        return prepare_streaming(recipe, out, progress=progress, log=log)
     if engine is None and recipe.engine == "ray":
         from mydecide.data.distributed import ray_engine
 
@@ -131,9 +135,7 @@ def split_rows(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> dict[str,
     return splits
 
 
-def empty_by_recipe(
-    splits: dict[str, list[Row]], rows: list[Row], recipe: DataRecipe, ledger: Ledger
-) -> dict[str, str]:
+def empty_by_recipe(splits: Mapping[str, Sized], rows: Sized, recipe: DataRecipe, ledger: Ledger) -> dict[str, str]:
     """``{split: why}`` for each empty split the recipe asked to be empty (a fraction of 0, no held-out task); a
     split it asked for that came out empty is a RecipeError naming the cause, so prepare never writes an empty
     train.jsonl, dev.jsonl or test.jsonl and ends as if all were well."""
@@ -156,7 +158,7 @@ def empty_by_recipe(
     return empty
 
 
-def empty_train_cause(rows: list[Row], trained: int, cfg: SplitConfig, ledger: Ledger) -> str:
+def empty_train_cause(rows: Sized, trained: int, cfg: SplitConfig, ledger: Ledger) -> str:
     """Why no row went to train: none was left, every task left is held out, or the hash sent all to dev / test."""
     if not rows:
         gone = [f"{s['step']} {n}" for s in ledger.steps if (n := s.get("removed") or s.get("rejected"))]
