@@ -390,6 +390,7 @@ class CalibrateRecipe(ScoringModel):
     by_bucket: bool = False  # also one temperature per (type, option-count bucket)
     min_rows: int = Field(30, ge=1)  # questions a type or bucket needs for its own temperature
     keep_fit: bool = False  # keep a fitted T even where it does not lower the dev log loss (default: T = 1 kept)
+    level_maps: bool = True  # score questions: a level map per K after T, where dev holds enough and it helps
     limit: int | None = Field(None, ge=1)  # only the first N records
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation

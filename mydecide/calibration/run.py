@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mydecide.calibration.level_maps import describe as describe_level_map
 from mydecide.calibration.spans import decisions_to_json, fit_span_decisions
 from mydecide.calibration.temperatures import (
     DEFAULT_MIN_ROWS,
@@ -152,8 +153,11 @@ def calibrate(
     shared_prefix: bool = True,
     progress: bool = True,
     scorer: QuestionScorer | None = None,
+    level_maps: bool = True,
 ) -> dict:
-    """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits.
+    """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits, then (with
+    ``level_maps``) a level map per K of the score questions where dev has enough of them and it helps held-out
+    (:mod:`mydecide.calibration.level_maps`).
 
     ``scorer`` replaces the model's scoring (see ``scoring.engine.QuestionScorer``). Returns what
     :func:`~mydecide.calibration.temperatures.fit_temperatures` returns.
@@ -173,7 +177,7 @@ def calibrate(
         prompts_of=prompt_counter(model),
     )
     items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
-    fit = fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit)
+    fit = fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit, level_maps=level_maps)
     spans = [(r, z) for r, z in zip(records, logits, strict=True) if r.question.type == "span"]
     if spans:  # thresholds and span probabilities, on the grid as calibrated by the span temperature
         t = fit["types"]["span"]["temperature"]
@@ -247,6 +251,7 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         batch_size=recipe.batch_size,
         shared_prefix=recipe.shared_prefix,
         progress=progress,
+        level_maps=recipe.level_maps,
     )
     document = {
         "format": TEMPERATURES_FORMAT,
@@ -314,6 +319,7 @@ def fit_report(document: dict) -> list[str]:
             f"{spans['exact_f1_at_0.5']:.3f} at 0.5 → {spans['exact_f1']:.3f} on {spans['questions']} dev questions"
             + ece_line
         )
+    lines += [describe_level_map(summary) for summary in document.get("level_maps", {}).values()]
     lines.append(
         f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
         f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mydecide.calibration.level_maps import LevelMap, fit_level_maps, level_map_from_json
 from mydecide.calibration.spans import decisions_from_json
 from mydecide.config import CalibrateRecipe
 from mydecide.errors import UserError
@@ -227,8 +228,11 @@ def fit_temperatures(
     by_bucket: bool = False,
     min_rows: int = DEFAULT_MIN_ROWS,
     keep_fit: bool = False,
+    level_maps: bool = False,
 ) -> dict:
-    """Fit one temperature per question type, and optionally per (type, option-count bucket).
+    """Fit one temperature per question type, and optionally per (type, option-count bucket); with ``level_maps``,
+    then a level map per K of the score questions (:func:`~mydecide.calibration.level_maps.fit_level_maps`, in the
+    ``level_maps`` block when there are score questions; the overall "after" counts the maps).
 
     ``items`` are (type, K, logits, target) per dev question. A type with fewer than ``min_rows`` questions
     keeps T = 1 (a handful of rows would fit an extreme T); a bucket with fewer falls back to its type's T. A fit that
@@ -283,12 +287,21 @@ def fit_temperatures(
         {t: s["temperature"] for t, s in types.items()},
         {t: {b: s["temperature"] for b, s in bs.items() if "fallback" not in s} for t, bs in buckets.items()},
     )
+    maps: dict[str, dict] = {}
+    if level_maps and any(qtype == "score" for qtype, *_ in items):
+        maps = fit_level_maps(items, table)
+        table.level_maps = {int(k): level_map_from_json(m, f"level_maps.{k}") for k, m in maps.items() if "bias" in m}
     pooled = [item for item in items if item[0] != "span"] or list(items)
     all_rows = rows_of(pooled)
     targets = [y for _, y in all_rows]
     before = _calibrated([z for z, _ in all_rows], 1.0)
     row_temperatures = [table(qtype, k) for qtype, k, zs, ys in pooled for _ in answer_rows(qtype, zs, ys, logits=True)]
     after = _calibrated([z for z, _ in all_rows], row_temperatures)
+    row = 0
+    for qtype, k, zs, ys in pooled:  # a score question is one row; where its K has a map, the map's answer
+        if qtype == "score" and k in table.level_maps:
+            after[row] = table.level_maps[k].probabilities(zs, table(qtype, k))
+        row += len(answer_rows(qtype, zs, ys, logits=True))
     overall = {
         "n": len(pooled),
         "rows": len(all_rows),
@@ -305,6 +318,7 @@ def fit_temperatures(
         "keep_fit": keep_fit,
         "types": types,
         "buckets": buckets,
+        **({"level_maps": maps} if maps else {}),
         "overall": overall,
     }
 
@@ -314,6 +328,8 @@ class TemperatureTable:
 
     Callable as ``table(qtype, k)``: the contract serve / predict / evaluate use. ``span_decisions``: the per-label
     thresholds and span probability map fitted with it (``calibration/spans.py``), None when the file has none.
+    ``level_maps``: score questions' level maps by K (``calibration/level_maps.py``), applied after the temperature
+    by ``scoring.probabilities.calibrated_probabilities``.
     """
 
     def __init__(
@@ -321,10 +337,12 @@ class TemperatureTable:
         types: dict[str, float],
         buckets: dict[str, dict[str, float]] | None = None,
         span_decisions: SpanDecisions | None = None,
+        level_maps: dict[int, LevelMap] | None = None,
     ):
         self.types = dict(types)
         self.buckets = {t: dict(b) for t, b in (buckets or {}).items()}
         self.span_decisions = span_decisions
+        self.level_maps = dict(level_maps or {})
 
     def __call__(self, qtype: str, k: int) -> float:
         bucket = self.buckets.get(qtype, {}).get(option_bucket(k))
@@ -333,7 +351,8 @@ class TemperatureTable:
         return self.types.get(qtype, 1.0)
 
     def __repr__(self) -> str:
-        return f"TemperatureTable(types={self.types}, buckets={self.buckets})"
+        maps = f", level_maps=K {sorted(self.level_maps)}" if self.level_maps else ""
+        return f"TemperatureTable(types={self.types}, buckets={self.buckets}{maps})"
 
 
 def load_temperatures(path: str | Path) -> TemperatureTable:
@@ -411,4 +430,18 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
         decisions = None if spans is None else decisions_from_json(spans.get("decisions"), "spans.decisions")
     except ValueError as err:
         raise UserError(f"{path}: {err}") from None
-    return TemperatureTable(types, buckets, decisions)
+    raw_maps = data.get("level_maps") or {}
+    if not isinstance(raw_maps, dict):
+        raise UserError(f"{path}: level_maps must be an object K → the map of score questions with K levels")
+    level_maps: dict[int, LevelMap] = {}
+    for name, entry in raw_maps.items():
+        if isinstance(entry, dict) and "fallback" in entry:
+            continue  # not fitted: its K keeps the temperature
+        try:
+            fitted = level_map_from_json(entry, f"level_maps.{name}")
+        except ValueError as err:
+            raise UserError(f"{path}: {err}") from None
+        if str(fitted.k) != name:
+            raise UserError(f"{path}: level_maps.{name}: a map of {fitted.k} levels is filed under K = {name}")
+        level_maps[fitted.k] = fitted
+    return TemperatureTable(types, buckets, decisions, level_maps)

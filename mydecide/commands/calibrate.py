@@ -48,6 +48,12 @@ def register(app: typer.Typer) -> None:
             help="Keep a fitted temperature even where it does not lower the dev log loss (default: check, and keep "
             "T = 1 there, saying so).",
         ),
+        level_maps: bool | None = typer.Option(
+            None,
+            "--level-maps/--no-level-maps",
+            help="Score questions: also fit a level map per K after the temperature where dev holds enough of them "
+            "and it lowers the held-out log loss (default: on; docs/calibration.md#level-maps).",
+        ),
         limit: Limit = None,
         batch_size: BatchSize = None,
         force: bool = typer.Option(
@@ -69,6 +75,7 @@ def register(app: typer.Typer) -> None:
             "by_bucket": by_bucket,
             "min_rows": min_rows,
             "keep_fit": keep_fit,
+            "level_maps": level_maps,
             "limit": limit,
             "batch_size": batch_size,
         }

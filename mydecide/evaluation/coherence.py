@@ -14,7 +14,7 @@ import numpy as np
 
 from mydecide.records import Question, Record
 from mydecide.scoring.engine import QuestionScorer, score_records
-from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
+from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities
 from mydecide.scoring.render import render_state
 
 NEGATION_TEMPLATE = "Is it NOT the case that: {instructions}"
@@ -48,7 +48,7 @@ def coherence_checks(
 
     def probs(record: Record, z: np.ndarray) -> np.ndarray:
         q = record.question
-        return to_probabilities(q.type, z, temperature(q.type, q.k))
+        return calibrated_probabilities(q.type, q.k, z, temperature)
 
     out: dict[str, Any] = {}
 
@@ -61,7 +61,7 @@ def coherence_checks(
         progress=progress,
     )
     gaps = [
-        abs(probs(records[i], logits[i])[0] + to_probabilities("noul", z, temperature("noul", 2))[0] - 1.0)
+        abs(probs(records[i], logits[i])[0] + calibrated_probabilities("noul", 2, z, temperature)[0] - 1.0)
         for i, z in zip(nouls, neg, strict=True)
     ]
     out["negation"] = {
@@ -130,8 +130,8 @@ def context_independence(
         for pos, i in enumerate(members):
             q = records[i].question
             alone = scorer([(state, q)], None)[0]
-            t = temperature(q.type, q.k)
-            p_alone, p_together = to_probabilities(q.type, alone, t), to_probabilities(q.type, together[pos], t)
+            p_alone = calibrated_probabilities(q.type, q.k, alone, temperature)
+            p_together = calibrated_probabilities(q.type, q.k, together[pos], temperature)
             diffs.append(float(np.max(np.abs(p_alone - p_together))))
             if q.type not in ("set", "span"):
                 argmax_changed.append(int(np.argmax(p_alone)) != int(np.argmax(p_together)))

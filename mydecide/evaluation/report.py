@@ -206,6 +206,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += _table(
             ["type", "K", "T"], [[t, k, v] for t, ks in report["temperatures_used"].items() for k, v in ks.items()]
         )
+        if report.get("level_maps_used"):
+            ks = ", ".join(str(k) for k in report["level_maps_used"])
+            lines += [
+                f"Score questions of K = {ks} also went through the level map calibrate fitted for their K, after "
+                "the temperature (docs/calibration.md, level maps).",
+                "",
+            ]
     lines += ["## Reliability", "", "![reliability diagram](reliability.png)", ""]
     return "\n".join(lines)
 

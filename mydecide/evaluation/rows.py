@@ -265,7 +265,10 @@ def prediction_row(
     state_tokens: int,
     file: str,
     decisions: SpanDecisions | None = None,
+    level_map: bool = False,
 ) -> dict[str, Any]:
+    """One line of predictions.jsonl. ``level_map``: the probabilities went through a score level map after the
+    temperature (``calibration.level_maps``), so they are not softmax(logits / temperature)."""
     q = record.question
     # a span question: its grid, predicted and gold spans instead of per-option probabilities
     answer = (
@@ -285,6 +288,7 @@ def prediction_row(
         "soft": record.soft,
         "logits": [float(z) for z in logits],
         "temperature": temperature,
+        **({"level_map": True} if level_map else {}),
         "latency_ms": None if latency is None else latency * 1000.0,
         "flipped": flipped,
     }

@@ -43,7 +43,7 @@ from mydecide.modeling import adapter_disabled, has_adapter, load_model
 from mydecide.record_files import load_records
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
-from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
+from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities
 from mydecide.scoring.render import render_state
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def run_evaluation(
         for n, (record, z) in enumerate(zip(records, logits, strict=True)):
             q = record.question
             t = temp(q.type, q.k)
-            p = to_probabilities(q.type, z, t)
+            p = calibrated_probabilities(q.type, q.k, z, temp)
             lat = latency[n] if latency is not None else None
             rows += question_rows(
                 n, record, p, state_tokens=state_tokens[n], flipped=flips[n], latency=lat, file=files[n]
@@ -205,6 +205,7 @@ def run_evaluation(
                     state_tokens=state_tokens[n],
                     file=files[n],
                     decisions=getattr(temp, "span_decisions", None),
+                    level_map=q.type == "score" and q.k in getattr(temp, "level_maps", {}),
                 )
             )
         return rows, predictions
@@ -241,6 +242,8 @@ def run_evaluation(
         if report["span"]["n"]:
             report["uncalibrated"]["span"]["spans"] = span_metrics(raw_predictions)
         report["temperatures_used"] = _temperatures_used(records, temperature)
+        if _level_maps_used(records, temperature):
+            report["level_maps_used"] = _level_maps_used(records, temperature)
 
     baselines: dict[str, Any] = {}
     majority, info = majority_rows(records, prior)
@@ -291,6 +294,12 @@ def _temperatures_used(records: Sequence[Record], temperature: TemperatureLookup
     for r in records:
         used.setdefault(r.question.type, {})[str(r.question.k)] = temperature(r.question.type, r.question.k)
     return {t: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for t, v in sorted(used.items())}
+
+
+def _level_maps_used(records: Sequence[Record], temperature: TemperatureLookup) -> list[int]:
+    """The K of each score question that went through a level map after its temperature."""
+    maps = getattr(temperature, "level_maps", {})
+    return sorted({r.question.k for r in records if r.question.type == "score" and r.question.k in maps})
 
 
 def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:

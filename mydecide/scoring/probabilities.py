@@ -2,7 +2,8 @@
 
 A question's logits come from :mod:`mydecide.scoring.plan` in its canonical option order: choice / noul / score
 give K logits whose softmax is the answer; a set question gives one yes − no logit per label, whose sigmoid is
-P(label applies). :func:`to_probabilities` is the only softmax of the package; :func:`answer_rows` the only place
+P(label applies). :func:`to_probabilities` is the only softmax of the package, :func:`calibrated_probabilities` the
+one place calibration (a temperature, a score question's level map) is applied; :func:`answer_rows` the only place
 a set question becomes binary rows (for metrics, temperature fits and the training's dev metrics).
 """
 
@@ -38,6 +39,21 @@ def to_probabilities(question_type: str, logits: np.ndarray, temperature: float 
         z = np.asarray(logits, dtype=np.float64) / temperature
         return np.exp(-np.logaddexp(0.0, -z))  # sigmoid without overflow for large |z / T|
     return softmax(logits, temperature)
+
+
+def calibrated_probabilities(
+    question_type: str, k: int, logits: np.ndarray, temperature: TemperatureLookup | None
+) -> np.ndarray:
+    """A question's answer probabilities as calibrate fitted them: :func:`to_probabilities` at its temperature, and a
+    score question of K levels through the level map the lookup holds for that K (``calibration.level_maps``:
+    ``TemperatureTable.level_maps``), where it has one. No lookup: T = 1."""
+    if temperature is None:
+        return to_probabilities(question_type, logits)
+    t = temperature(question_type, k)
+    level_map = getattr(temperature, "level_maps", {}).get(k) if question_type == "score" else None
+    if level_map is not None:
+        return np.asarray(level_map.probabilities(logits, t))
+    return to_probabilities(question_type, logits, t)
 
 
 def answer_rows(

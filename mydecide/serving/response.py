@@ -17,7 +17,7 @@ from mydecide.config import Limits
 from mydecide.records import Question
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, score_plans
-from mydecide.scoring.probabilities import TemperatureLookup, to_probabilities
+from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
 from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
 from mydecide.serving.request import Request, RequestError
 from mydecide.spans import SpanDecisions, merge_spans, state_part, words
@@ -152,7 +152,9 @@ def build_response(
             decisions = getattr(temperature, "span_decisions", None)
             answers[name] = span_answer(state_part(request.state, question.over), question, probs, decisions)
         else:
-            answers[name] = build_answer(question, to_probabilities(question.type, logits[name], t))
+            answers[name] = build_answer(
+                question, calibrated_probabilities(question.type, question.k, logits[name], temperature)
+            )
     return {
         "model": request.model or model_name,
         "answers": answers,
