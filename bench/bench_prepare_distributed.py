@@ -1,10 +1,17 @@
-"""Benchmark of `mydecide prepare` on Ray (local mode) beside the local path, same records, same run.
+"""Benchmark of `mydecide prepare` on Ray (local mode): the streaming path, the in-driver Ray path and the local path
+on the same records.
 
-Run: ``.venv/bin/python bench/bench_prepare_distributed.py`` (``--records N``; ``--ray-only`` skips the local run,
-for a scaling point too slow to run twice). The records are ``bench_prepare.py``'s (mixed lengths, 10% planted
-near duplicates, 500 eval states to decontaminate against); the Ray run starts a local Ray with ``--workers``
-CPUs. It reports records/s of both paths and their ratio, seconds per step, whether the two wrote the same files
-(they must), and the peak resident memory of the driver and of each Ray worker process (sampled every 0.2 s).
+Run: ``.venv/bin/python bench/bench_prepare_distributed.py`` (``--records N``; ``--workers 2 4`` runs the Ray path
+once per worker count; ``--path streaming`` (default), ``driver`` (near dedup and decontamination on Ray, the rest
+in the driver) or both; ``--block-rows`` for the streaming path; ``--no-local`` skips the local path, which
+otherwise runs too, and every run must have written its files). The records are ``bench_prepare.py``'s (mixed
+lengths, 10% planted near duplicates, 500 eval states to decontaminate against).
+
+Each run is its own process (``--child``), so the driver's peak memory is that of one run and not of the records
+this script generates: the parent samples the run's resident memory, and that of every Ray worker process (``ray::``
+in its command line), every 0.2 s, as RSS and as private memory (RSS less shared pages): a process's RSS counts the
+object-store pages it has touched (zero-copy reads and writes of blocks), which are the store's, not its own. It
+reports wall time (the process, Ray start and stop included), the steps' own seconds, rows/s, and the peaks.
 
 Writes ``bench/results/prepare_distributed.json`` (``--out``).
 """
@@ -14,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,15 +34,19 @@ from _common import RESULTS
 from bench_prepare import synthetic
 
 from mydecide.config import DataRecipe, RayEngineConfig
-from mydecide.data.prepare import prepare
+
+MIB = 1 << 20
 
 
 class PeakMemory:
-    """Peak RSS of this process and of each Ray worker process (``ray::`` in its command line), sampled."""
+    """Peak RSS of one process and of each Ray worker process (``ray::`` in its command line), sampled."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         self.driver = 0
+        self.driver_private = 0
         self.workers: dict[int, int] = {}
+        self.workers_private: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -46,56 +59,112 @@ class PeakMemory:
         self._thread.join()
 
     def _run(self) -> None:
-        me = psutil.Process(os.getpid())
+        me = psutil.Process(self.pid)
         while not self._stop.wait(0.2):
-            self.driver = max(self.driver, me.memory_info().rss)
+            try:
+                self.driver = max(self.driver, me.memory_info().rss)
+                self.driver_private = max(self.driver_private, private(me))
+            except psutil.NoSuchProcess:
+                return
             for proc in psutil.process_iter(["pid", "cmdline"]):
                 try:
                     if any("ray::" in part for part in proc.info["cmdline"] or []):
-                        rss = proc.memory_info().rss
-                        self.workers[proc.pid] = max(self.workers.get(proc.pid, 0), rss)
+                        self.workers[proc.pid] = max(self.workers.get(proc.pid, 0), proc.memory_info().rss)
+                        self.workers_private[proc.pid] = max(self.workers_private.get(proc.pid, 0), private(proc))
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
 
 
-def run(recipe: DataRecipe, out: Path) -> tuple[dict[str, Any], float, PeakMemory]:
-    with PeakMemory() as memory:
-        start = time.perf_counter()
-        manifest = prepare(recipe, out)
-        seconds = time.perf_counter() - start
-    return manifest, seconds, memory
+def private(proc: psutil.Process) -> int:
+    """Resident memory that is the process's own: RSS less its shared pages (files and the object store's shared
+    memory, which every process that reads a block maps)."""
+    info = proc.memory_info()
+    return int(info.rss - getattr(info, "shared", 0))
+
+
+def child(recipe_file: Path, out: Path, result: Path) -> None:
+    """One prepare run in this process; its manifest's step seconds and its own wall time go to ``result``."""
+    from mydecide.data.prepare import prepare
+
+    recipe = DataRecipe.model_validate_json(recipe_file.read_text(encoding="utf-8"))
+    start = time.perf_counter()
+    manifest = prepare(recipe, out)
+    seconds = time.perf_counter() - start
+    steps = {s["step"]: s["seconds"] for s in manifest["steps"]}
+    result.write_text(json.dumps({"seconds": seconds, "steps": steps}), encoding="utf-8")
+
+
+def run(recipe: DataRecipe, out: Path, records: int) -> dict[str, Any]:
+    """``recipe`` prepared into ``out`` by a child process, with its wall time and memory peaks."""
+    recipe_file, result = out.with_suffix(".recipe.json"), out.with_suffix(".result.json")
+    recipe_file.write_text(recipe.model_dump_json(), encoding="utf-8")
+    command = [sys.executable, __file__, "--child", str(recipe_file), str(out), str(result)]
+    start = time.perf_counter()
+    process = subprocess.Popen(command)
+    with PeakMemory(process.pid) as memory:
+        code = process.wait()
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"the run into {out} failed ({code})")
+    inner = json.loads(result.read_text(encoding="utf-8"))
+    workers = sorted(memory.workers.values(), reverse=True)
+    workers_private = sorted(memory.workers_private.values(), reverse=True)
+    return {
+        "wall_seconds": round(wall, 2),
+        "prepare_seconds": round(inner["seconds"], 2),
+        "rows_per_s": round(records / inner["seconds"]),
+        "step_seconds": inner["steps"],
+        "driver_peak_rss_mib": round(memory.driver / MIB),
+        "worker_peak_rss_mib": round(workers[0] / MIB) if workers else None,
+        "worker_processes": len(workers),
+        "workers_peak_rss_mib": [round(w / MIB) for w in workers[:8]],
+        # RSS less shared pages (object-store blocks mapped for zero-copy reads, files): what the process holds
+        "driver_peak_private_mib": round(memory.driver_private / MIB),
+        "worker_peak_private_mib": round(workers_private[0] / MIB) if workers_private else None,
+    }
 
 
 def same_outputs(a: Path, b: Path) -> bool:
-    names = sorted(p.name for p in a.glob("*.jsonl"))
-    return names == sorted(p.name for p in b.glob("*.jsonl")) and all(
-        (a / name).read_bytes() == (b / name).read_bytes() for name in names
-    )
+    """Every output file but the manifest and recipe.yaml byte for byte."""
+
+    def files(out: Path) -> dict[str, Path]:
+        skip = ("manifest.json", "recipe.yaml")
+        return {str(p.relative_to(out)): p for p in out.rglob("*") if p.is_file() and p.name not in skip}
+
+    mine, theirs = files(a), files(b)
+    return sorted(mine) == sorted(theirs) and all(mine[k].read_bytes() == theirs[k].read_bytes() for k in mine)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--workers", type=int, default=2, help="CPUs of the local Ray")
-    parser.add_argument("--partitions", type=int, default=None, help="default: 2 per worker CPU")
-    parser.add_argument("--ray-only", action="store_true", help="skip the local run (a scaling point)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2], help="CPUs of the local Ray, one run each")
+    parser.add_argument("--path", nargs="+", choices=["streaming", "driver"], default=["streaming"])
+    parser.add_argument("--block-rows", type=int, default=20_000, help="ray.block_rows of the streaming path")
+    parser.add_argument("--partitions", type=int, default=None, help="ray.partitions; default: 2 per worker CPU")
+    parser.add_argument(
+        "--local", action=argparse.BooleanOptionalAction, default=True, help="also run the local path, compare files"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "prepare_distributed.json")
+    parser.add_argument("--child", nargs=3, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
 
     load_before = round(os.getloadavg()[0], 2)
     records, _planted = synthetic(args.records, 0.10)
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "records.jsonl"
         source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        del records
         eval_file = Path(tmp) / "eval.jsonl"
+        evals = records[: 500 * 7 : 7]
         eval_file.write_text(
-            "".join(
-                json.dumps({"id": f"e{i}", "state": json.loads(line)["state"]}) + "\n"
-                for i, line in enumerate(source.read_text(encoding="utf-8").splitlines()[: 500 * 7 : 7])
-            ),
+            "".join(json.dumps({"id": f"e{i}", "state": r["state"]}) + "\n" for i, r in enumerate(evals)),
             encoding="utf-8",
         )
+        del records, evals
         recipe = DataRecipe.model_validate(
             {
                 "sources": [{"kind": "jsonl", "path": str(source)}],
@@ -105,52 +174,51 @@ def main() -> None:
                 "augment": {"anonymize_options": 0.1, "drop_distractors": 0.1},
             }
         )
-        ray_settings = RayEngineConfig(num_workers=args.workers, partitions=args.partitions)
-        on_ray = recipe.model_copy(update={"engine": "ray", "ray": ray_settings})
-        ray_manifest, ray_s, ray_memory = run(on_ray, Path(tmp) / "ray")
-        local_s = None
+        outs = []
+        for path in args.path:
+            for workers in args.workers:
+                settings = RayEngineConfig(
+                    num_workers=workers,
+                    partitions=args.partitions,
+                    streaming=path == "streaming",
+                    block_rows=args.block_rows,
+                )
+                out = Path(tmp) / f"{path}-{workers}"
+                measured = run(recipe.model_copy(update={"engine": "ray", "ray": settings}), out, args.records)
+                runs.append({"path": path, "workers": workers, **measured})
+                outs.append(out)
+                print(
+                    f"{path:<9} {workers} workers: {measured['prepare_seconds']:8.1f} s  "
+                    f"{measured['rows_per_s']:>6} rows/s  driver {measured['driver_peak_rss_mib']} MiB  "
+                    f"worker {measured['worker_peak_rss_mib']} MiB; private: driver "
+                    f"{measured['driver_peak_private_mib']}, worker {measured['worker_peak_private_mib']} MiB",
+                    flush=True,
+                )
         same = None
-        local_memory = None
-        local_steps = None
-        if not args.ray_only:
-            local_manifest, local_s, local_memory = run(recipe, Path(tmp) / "local")
-            same = same_outputs(Path(tmp) / "local", Path(tmp) / "ray")
-            local_steps = {s["step"]: s["seconds"] for s in local_manifest["steps"]}
+        if args.local:
+            measured = run(recipe, Path(tmp) / "local", args.records)
+            runs.append({"path": "local", "workers": 1, **measured})
+            print(f"local              {measured['prepare_seconds']:8.1f} s  {measured['rows_per_s']:>6} rows/s")
+            same = all(same_outputs(Path(tmp) / "local", out) for out in outs)
+        elif len(outs) > 1:
+            same = all(same_outputs(outs[0], out) for out in outs[1:])
 
-    mib = 1 << 20
-    workers = sorted(ray_memory.workers.values(), reverse=True)
+    local_rate = next((r["rows_per_s"] for r in runs if r["path"] == "local"), None)
     result = {
         "records": args.records,
-        "workers": args.workers,
-        "partitions": args.partitions or 2 * args.workers,
-        "ray_seconds": round(ray_s, 2),
-        "ray_records_per_s": round(args.records / ray_s),
-        # the steps alone (without starting and stopping the local Ray, and without writing the outputs)
-        "ray_steps_seconds": round(sum(s["seconds"] for s in ray_manifest["steps"]), 2),
-        "ray_step_seconds": {s["step"]: s["seconds"] for s in ray_manifest["steps"]},
-        "local_seconds": None if local_s is None else round(local_s, 2),
-        "local_records_per_s": None if local_s is None else round(args.records / local_s),
-        "local_steps_seconds": None if local_steps is None else round(sum(local_steps.values()), 2),
-        "local_step_seconds": local_steps,
-        "ray_over_local_records_per_s": None if local_s is None else round(local_s / ray_s, 3),
+        # the first Ray run's rows/s over the local path's (make bench's headline)
+        "ray_over_local_records_per_s": round(runs[0]["rows_per_s"] / local_rate, 3) if local_rate else None,
+        "block_rows": args.block_rows,
+        "partitions": args.partitions,
+        "runs": runs,
+        # every run's files equal (the local run's when --local): all but manifest.json and recipe.yaml
         "same_outputs": same,
-        "peak_rss_mib": {
-            "ray_driver": round(ray_memory.driver / mib),
-            "ray_workers": [round(w / mib) for w in workers[: args.workers + 2]],
-            "local": None if local_memory is None else round(local_memory.driver / mib),
-        },
         # the 1-minute load average at the start and the end: above the CPU count, other processes shared them
         "machine": {"cpus": len(os.sched_getaffinity(0)), "load_average": [load_before, round(os.getloadavg()[0], 2)]},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"prepare of {args.records} records, Ray local mode with {args.workers} worker CPUs:")
-    print(f"  ray   {ray_s:8.1f} s  {result['ray_records_per_s']:>7} records/s  steps {result['ray_step_seconds']}")
-    if local_s is not None:
-        print(f"  local {local_s:8.1f} s  {result['local_records_per_s']:>7} records/s  steps {local_steps}")
-        print(f"  ray / local records/s: {result['ray_over_local_records_per_s']:.2f}x  same outputs: {same}")
-    print(f"  peak RSS MiB: {result['peak_rss_mib']}  load average {result['machine']['load_average']}")
-    print(f"→ {args.out}")
+    print(f"same outputs: {same}  load average {result['machine']['load_average']}  → {args.out}")
 
 
 if __name__ == "__main__":
