@@ -522,7 +522,7 @@ class Stream:
     def split_and_augment(self) -> None:
         import ray
 
-        from mydecide.data.prepare import empty_by_recipe
+        from mydecide.data.split_augment import empty_by_recipe
 
         cfg = self.recipe.split
         if self.recipe.augment.absent_span_labels:  # before the split, as locally: the first clash in row order
@@ -1141,7 +1141,7 @@ def _decontaminate(
 
 
 def _check_absent_labels(block: Block, recipe: DataRecipe) -> None:
-    from mydecide.data.prepare import check_absent_labels
+    from mydecide.data.split_augment import check_absent_labels
 
     check_absent_labels(block[0], recipe)
 
@@ -1184,7 +1184,7 @@ def _drop_over_cap(
 def _split_render(block: Block, recipe: DataRecipe) -> tuple[Any, ...]:
     """The block split (held-out tasks whole, the rest by the state hash), train augmented, every split's lines
     (bytes) and the counts the split and augment steps and the manifest need."""
-    from mydecide.data.prepare import augment_train
+    from mydecide.data.split_augment import augment_train
 
     cfg = recipe.split
     held = set(cfg.heldout_tasks)
