@@ -232,27 +232,41 @@ def candidate_pairs(buckets: list[tuple[np.ndarray, np.ndarray]], groups: np.nda
 
 
 def keep_rule(matches: np.ndarray) -> dict[int, NearMatch]:
-    """``{removed row: NearMatch}`` from verified (row, earlier row, similarity) pairs, visiting rows in order: a
-    row is removed by the most similar earlier row that is still kept (the first of the most similar on ties),
-    the rule of :func:`~mydecide.data.near_dedup.near_duplicates_of`."""
-    removed: dict[int, NearMatch] = {}
+    """``{removed row: NearMatch}`` from verified (row, earlier row, similarity) pairs: :func:`kept_by`'s table as
+    a dict."""
+    return {int(i): NearMatch(int(j), float(s)) for i, j, s in kept_by(matches).tolist()}
+
+
+def kept_by(matches: np.ndarray) -> np.ndarray:
+    """(k, 3) float64 (removed row, kept row, similarity), ascending by removed row, from verified (m, 3) (row,
+    earlier row, similarity) pairs, visiting rows in order: a row is removed by the most similar earlier row that
+    is still kept (the first of the most similar on ties), the rule of
+    :func:`~mydecide.data.near_dedup.near_duplicates_of`. Arrays only (no object per pair): the streaming driver
+    runs it on every verified pair of the run."""
     if not len(matches):
-        return removed
-    rows, earlier = matches[:, 0].astype(np.int64), matches[:, 1].astype(np.int64)
-    order = np.lexsort((earlier, rows))
-    best: NearMatch | None = None
-    current = -1
-    for k in order.tolist():
-        i, j, similarity = int(rows[k]), int(earlier[k]), float(matches[k, 2])
-        if i != current:
-            if best is not None:
-                removed[current] = best
-            current, best = i, None
-        if j not in removed and (best is None or similarity > best.similarity):
-            best = NearMatch(j, similarity)
-    if best is not None:
-        removed[current] = best
-    return removed
+        return np.zeros((0, 3))
+    order = np.lexsort((matches[:, 1], matches[:, 0]))  # by row, then earlier row: ties go to the first
+    rows, earlier, similarity = (
+        matches[order, 0].astype(np.int64),
+        matches[order, 1].astype(np.int64),
+        matches[order, 2],
+    )
+    ids = np.unique(np.concatenate([rows, earlier]))
+    removed = np.zeros(len(ids), dtype=bool)  # (U,) over the rows in any pair
+    at_row, at_earlier = np.searchsorted(ids, rows), np.searchsorted(ids, earlier)
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    ends = np.r_[starts[1:], len(rows)]
+    out = np.zeros((len(starts), 3))
+    n = 0
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):  # one row's pairs, ascending by earlier row
+        alive = np.where(removed[at_earlier[a:b]], -np.inf, similarity[a:b])
+        k = int(np.argmax(alive))  # the first of the most similar still-kept rows
+        if alive[k] == -np.inf:
+            continue
+        removed[at_row[a]] = True
+        out[n] = (rows[a], earlier[a + k], similarity[a + k])
+        n += 1
+    return out[:n]
 
 
 # ------------------------------------------------------------------------------ what runs on the Ray workers

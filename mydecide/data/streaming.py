@@ -2,7 +2,7 @@
 
 The rows live in the Ray object store as blocks of at most ``ray.block_rows`` read rows; every step is a Ray task
 per block (or per shuffle partition), and the driver holds only object references, counts and small tables: the
-ids of removed rows, the verified near pairs, each step's counters. The steps are the local ones, in the local order,
+verified near pairs (arrays), each step's counters. The steps are the local ones, in the local order,
 with the local rules called on the workers:
 
 - **read and validate**: one streaming task per source runs its converter and validates each row
@@ -13,10 +13,11 @@ with the local rules called on the workers:
   the lowest seq of each key and sends each removal back to the block that holds it.
 - **near dedup**: which questions are content (asked of at most ``CONTENT_ROWS`` rows) is a count by question
   over all rows, shuffled the same way; each block signs its decision texts and sends one key per LSH band to a
-  reducer, which turns shared buckets into candidate pairs; the two rows of each pair are picked from their blocks
-  and the pair is verified by the local :class:`~mydecide.data.near_dedup.Verifier`. Only the verified (row, earlier
-  row, similarity) tuples reach the driver, which applies the order-dependent keep rule
-  (:func:`mydecide.data.distributed.keep_rule`) and sends each block its removals.
+  reducer, which turns shared buckets into candidate pairs; each pair goes to the verification group of its later
+  row's block (groups are runs of consecutive blocks, as many as reducers), each block sends each group the rows its
+  pairs need, and the group verifies them by the local :class:`~mydecide.data.near_dedup.Verifier`. Only the
+  verified (row, earlier row, similarity) tuples reach the driver, which applies the order-dependent keep rule on
+  arrays (:func:`mydecide.data.distributed.kept_by`) and sends each block its removals.
 - **decontamination**: the question count again (on the rows left), the rare-phrase counts summed over blocks,
   then :meth:`EvalIndex.match` per block, reusing near dedup's signatures where the decision text is unchanged.
 - **cap per task**: each block ranks its rows of the tasks over their cap and sends at most ``cap`` of them; the
@@ -24,6 +25,10 @@ with the local rules called on the workers:
 - **split, augment, render**: per block (the split hash is per row, augmentation per record); each block returns
   its split files' lines and the counters the manifest needs (state lengths as a histogram of exact lengths, so
   the quantiles are exact).
+
+Every shuffle has ``ray.partitions`` reducers, whatever the rows: a step makes blocks x reducers objects, never
+blocks x blocks, and each object costs the driver a few KB of its own memory, so the driver stays flat as blocks are
+added (docs/distributed-prepare.md measures it).
 
 The driver then writes the files block after block (one block's lines in memory at a time) into the usual staging
 directory, which replaces ``--out`` whole only when everything is written: a worker or a driver dying at any point
@@ -50,7 +55,7 @@ from mydecide.config import DataRecipe, NearDedupConfig, SourceSpec
 from mydecide.data import split as splitting
 from mydecide.data.decontaminate import EvalIndex
 from mydecide.data.dedup import exact_key, state_text
-from mydecide.data.distributed import _matched, _sign, _verify_pairs, keep_rule, ray_engine
+from mydecide.data.distributed import _matched, _sign, _verify_pairs, kept_by, ray_engine
 from mydecide.data.filtering import SIMILARITY_BANDS, near_pairs, similarity_band
 from mydecide.data.inputs import converted, eval_items, source_labels, validated
 from mydecide.data.ledger import Ledger, Row, reason_pattern, shingling, short_reasons
@@ -127,7 +132,8 @@ class Stream:
         self.steps: list[dict[str, Any]] = []
         self.rejects: list[Any] = []  # references to the reject lines (bytes), in the order of rejects.jsonl
         self.reject_lines = 0
-        self.near_ranges: list[list[Any]] = []  # near_pairs.jsonl: per range of ranks, each block's (rank, line)
+        # near_pairs.jsonl: per range of ranks (as many as reducers), each block's (rank, line)
+        self.near_ranges: list[list[Any]] = []
         self.splits_out: dict[str, list[Any]] = {}  # each split's lines (bytes) per block
         self.split_rows: dict[str, int] = {}
         self.split_stats: dict[str, dict[str, Counter[Any]]] = {}
@@ -141,9 +147,11 @@ class Stream:
 
     @property
     def reducers(self) -> int:
-        """Shuffle partitions: at least ray.partitions, and about one per four blocks (a reducer's share stays
-        bounded as rows grow)."""
-        return max(self.min_reducers, math.ceil(len(self.parts) / 4))
+        """Shuffle partitions: ray.partitions (2 per cluster CPU by default), not a number that grows with the
+        blocks: every shuffle makes blocks x reducers objects, each a few KB of the driver's own memory (Ray's
+        reference and task records), so reducers growing with the blocks made the driver grow with the square of
+        the rows. A reducer's share grows with the rows instead: on a cluster, raise ray.partitions."""
+        return self.min_reducers
 
     def lap(self) -> float:
         now = time.perf_counter()
@@ -336,6 +344,10 @@ class Stream:
             self.step("near_dedup", [_no_removal()], skipped=not near.enabled)
             return
         blocks, reducers = len(self.parts), self.reducers
+        # verification groups: runs of consecutive blocks, one verification task each, so that rows travel
+        # blocks x groups (not blocks x blocks) and a block's removal step reads one group's rows
+        groups = min(reducers, blocks)
+        group_of = ray.put(np.arange(blocks, dtype=np.int64) * groups // blocks)  # (blocks,)
         frequent = self.frequent_questions()
         sign = ray.remote(_sign_block)
         signed = [
@@ -346,46 +358,60 @@ class Stream:
         starts = ray.put(self.starts)
         bands = ray.remote(_band_pairs)
         paired = [
-            _refs(bands.options(num_returns=2 * blocks).remote(starts, *[refs[1 + r] for refs in signed]), 2 * blocks)
+            _refs(
+                bands.options(num_returns=groups + blocks).remote(starts, group_of, *[refs[1 + r] for refs in signed]),
+                groups + blocks,
+            )
             for r in range(reducers)
         ]
+        del signed  # the band shares: freed once the reducers have read them
         pick = ray.remote(_pick)
         picked = [
             _refs(
-                pick.options(num_returns=blocks).remote(
-                    p.ref, self.signed[c], blocks, *[refs[blocks + c] for refs in paired]
+                pick.options(num_returns=groups).remote(
+                    p.ref, self.signed[c], groups, *[refs[groups + c] for refs in paired]
                 ),
-                blocks,
+                groups,
             )
             for c, p in enumerate(self.parts)
         ]
         verify = ray.remote(_verify)
         verified = [
-            verify.remote(near, reducers, *[refs[b] for refs in paired], *[refs[b] for refs in picked])
-            for b in range(blocks)
+            _refs(
+                verify.options(num_returns=2).remote(
+                    near, reducers, *[refs[g] for refs in paired], *[refs[g] for refs in picked]
+                ),
+                2,
+            )
+            for g in range(groups)
         ]
-        matches = np.concatenate([np.zeros((0, 3)), *ray.get(verified)])
-        removed = keep_rule(matches)
-        del matches
+        del paired, picked
+        matches = np.concatenate([np.zeros((0, 3)), *ray.get([refs[0] for refs in verified])])
         # (m, 4): removed row, kept row, similarity, rank in near_pairs.jsonl (least similar first, then by row)
-        table = np.array([(i, m.kept, m.similarity, 0.0) for i, m in sorted(removed.items())], dtype=np.float64)
-        table = table.reshape(-1, 4)
-        del removed
+        table = np.zeros((0, 4))
+        if len(matches):
+            kept = kept_by(matches)
+            table = np.concatenate([kept, np.zeros((len(kept), 1))], axis=1)
+        del matches
         table[np.lexsort((table[:, 0], table[:, 2])), 3] = np.arange(len(table))
-        per_range = max(1, self.recipe.ray.block_rows)
-        ranges = max(1, math.ceil(len(table) / per_range))
+        # near_pairs.jsonl's lines go to as many ranges of ranks as reducers (blocks x reducers objects, not
+        # blocks x (pairs / block_rows)); a task per range sorts them and hands the driver block_rows at a time
+        ranges = reducers
+        per_range = max(1, math.ceil(len(table) / ranges))
         bands_count = Counter(similarity_band(s) for s in table[:, 2].tolist())
         owner = np.searchsorted(self.starts, table[:, 0].astype(np.int64), side="right") - 1
+        group_of_block = (np.arange(blocks, dtype=np.int64) * groups // blocks).tolist()
         drop = ray.remote(_near_drop)
         outputs = [
             _refs(
                 drop.options(num_returns=3 + ranges).remote(
-                    p.ref, table[owner == b], per_range, ranges, *[refs[b] for refs in picked]
+                    p.ref, table[owner == b], per_range, ranges, verified[group_of_block[b]][1]
                 ),
                 3 + ranges,
             )
             for b, p in enumerate(self.parts)
         ]
+        del verified, table, owner
         self.near_ranges = [[refs[3 + k] for refs in outputs] for k in range(ranges)]
         reports = self.apply(outputs)
         self.step(
@@ -630,6 +656,8 @@ class Stream:
     def write(self, out: Path, manifest: dict[str, Any]) -> None:
         """Every file into a staging directory that replaces ``out`` whole (``outputs.write_outputs``'s swap);
         one block's lines are in memory at a time."""
+        import ray
+
         from mydecide.config import dump_recipe
 
         recipe = self.recipe
@@ -644,9 +672,11 @@ class Stream:
                     rejects.write(chunk)
             table["rejects.jsonl"] = rejects.entry()
             with Writer(staging / "near_pairs.jsonl") as pairs:
-                for refs in self.near_ranges:  # one range of ranks at a time, sorted across the blocks
-                    lines = sorted(line for part in _fetched(refs) for line in part)
-                    pairs.write(b"".join(line for _rank, line in lines))
+                merge = ray.remote(_sorted_lines).options(num_returns="streaming")
+                for refs in self.near_ranges:  # one range of ranks at a time, sorted on a worker
+                    chunks: Iterator[Any] = iter(merge.remote(recipe.ray.block_rows, *refs))  # type: ignore[call-overload]
+                    for chunk in chunks:
+                        pairs.write(ray.get(chunk))
             table["near_pairs.jsonl"] = pairs.entry()
             atomic_write_text(staging / "recipe.yaml", dump_recipe(recipe))
             table["recipe.yaml"] = Writer.of_file(staging / "recipe.yaml")
@@ -994,10 +1024,11 @@ def _sign_block(block: Block, frequent: np.ndarray, near: NearDedupConfig, reduc
     return (Signed(seqs, signed[0], found), *shares)
 
 
-def _band_pairs(starts: np.ndarray, *shares: tuple[np.ndarray, np.ndarray]) -> tuple[Any, ...]:
-    """One reducer: the (row, earlier row) pairs that share one of its buckets, per block of the row, then the
-    rows each block must be sent, as (seq, block) per block holding the seq."""
-    blocks = len(starts)
+def _band_pairs(starts: np.ndarray, group_of: np.ndarray, *shares: tuple[np.ndarray, np.ndarray]) -> tuple[Any, ...]:
+    """One reducer: the (row, earlier row) pairs that share one of its buckets, per verification group of the row's
+    block (``group_of``: (blocks,) each block's group), then the rows each block must send, as seq * groups + group
+    per block holding the seq."""
+    blocks, groups = len(starts), int(group_of.max()) + 1
     keys = np.concatenate([np.zeros(0, dtype=np.uint64), *[k for k, _ in shares]])
     members = np.concatenate([np.zeros(0, dtype=np.int64), *[m for _, m in shares]])
     _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
@@ -1012,14 +1043,13 @@ def _band_pairs(starts: np.ndarray, *shares: tuple[np.ndarray, np.ndarray]) -> t
     k = np.arange(len(later)) - np.repeat(np.cumsum(before) - before, before)
     pairs = np.stack([members[later], members[start[later] + k]], axis=1).reshape(-1, 2)
     pairs = np.unique(pairs, axis=0) if len(pairs) else pairs
-    owner = np.searchsorted(starts, pairs[:, 0], side="right") - 1
-    by_block = [pairs[owner == b] for b in range(blocks)]
-    # requests: each pair's two rows, to the block that verifies it (the later row's)
-    wanted = np.concatenate([pairs[:, 0], pairs[:, 1]]) * blocks + np.concatenate([owner, owner])
-    wanted = np.unique(wanted)
-    held = np.searchsorted(starts, wanted // blocks, side="right") - 1
+    group = group_of[np.searchsorted(starts, pairs[:, 0], side="right") - 1]
+    by_group = [pairs[group == g] for g in range(groups)]
+    # requests: each pair's two rows, to the group that verifies it (the later row's block's)
+    wanted = np.unique(np.concatenate([pairs[:, 0], pairs[:, 1]]) * groups + np.concatenate([group, group]))
+    held = np.searchsorted(starts, wanted // groups, side="right") - 1
     requests = [wanted[held == c] for c in range(blocks)]
-    return (*by_block, *requests)
+    return (*by_group, *requests)
 
 
 @dataclass
@@ -1030,17 +1060,17 @@ class Picked:
     rows: list[Row]
 
 
-def _pick(block: Block, signed: Signed, blocks: int, *requests: np.ndarray) -> tuple[Any, ...]:
-    """The rows of this block that each of the ``blocks`` asked for (``requests``: one share per reducer, of seq *
-    blocks + block codes), with their signatures."""
+def _pick(block: Block, signed: Signed, groups: int, *requests: np.ndarray) -> tuple[Any, ...]:
+    """The rows of this block that each of the ``groups`` verification groups asked for (``requests``: one share
+    per reducer, of seq * groups + group codes), with their signatures."""
     rows, seqs = block
     wanted = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *requests]))
     out = []
-    for b in range(blocks):
-        mine = wanted[wanted % blocks == b] // blocks
+    for g in range(groups):
+        mine = wanted[wanted % groups == g] // groups
         at = np.searchsorted(seqs, mine)
         out.append(Picked(mine, signed.sigs[at], signed.decisions.take(at), [rows[k] for k in at.tolist()]))
-    return tuple(out) if blocks != 1 else out[0]  # type: ignore[return-value]
+    return tuple(out) if groups != 1 else out[0]  # type: ignore[return-value]
 
 
 def _joined(picked: tuple[Picked, ...]) -> Picked:
@@ -1065,23 +1095,29 @@ def _joined(picked: tuple[Picked, ...]) -> Picked:
     )
 
 
-def _verify(near: NearDedupConfig, reducers: int, *shares: Any) -> np.ndarray:
-    """(m, 3) (row, earlier row, similarity) of this block's candidate pairs that pass the local verification."""
+def _verify(near: NearDedupConfig, reducers: int, *shares: Any) -> tuple[np.ndarray, tuple[np.ndarray, list[Row]]]:
+    """One verification group: (m, 3) (row, earlier row, similarity) of its candidate pairs (``shares``: one
+    share of pairs per reducer, then the picked rows of every block) that pass the local verification, and the
+    rows of those pairs as (seqs, rows), which the group's blocks need for their reject and near_pairs lines."""
     pairs = np.concatenate([np.zeros((0, 2), dtype=np.int64), *shares[:reducers]])
     if not len(pairs):
-        return np.zeros((0, 3))
+        return np.zeros((0, 3)), (np.zeros(0, dtype=np.int64), [])
     pairs = np.unique(pairs, axis=0)
     table = _joined(shares[reducers:])
     at = np.searchsorted(table.seqs, pairs)
     pairs = pairs[table.decisions.groups[at[:, 0]] == table.decisions.groups[at[:, 1]]]
-    return _verify_pairs((table.seqs, table.sigs, table.decisions), pairs, near)
+    found = np.asarray(_verify_pairs((table.seqs, table.sigs, table.decisions), pairs, near)).reshape(-1, 3)
+    involved = np.unique(found[:, :2].astype(np.int64))
+    return found, (involved, [table.rows[k] for k in np.searchsorted(table.seqs, involved).tolist()])
 
 
-def _near_drop(block: Block, removed: np.ndarray, per_range: int, ranges: int, *picked: Picked) -> tuple[Any, ...]:
+def _near_drop(
+    block: Block, removed: np.ndarray, per_range: int, ranges: int, involved: tuple[np.ndarray, list[Row]]
+) -> tuple[Any, ...]:
     """The block without its near duplicates (``removed``: (m, 4) row, kept row, similarity, rank in
-    near_pairs.jsonl), their reject lines, the counts, then its near_pairs.jsonl lines per range of ranks."""
-    table = _joined(picked)
-    by_seq = dict(zip(table.seqs.tolist(), table.rows, strict=True))
+    near_pairs.jsonl; ``involved``: the (seqs, rows) of its group's verified pairs), their reject lines, the
+    counts, then its near_pairs.jsonl lines per range of ranks."""
+    by_seq = dict(zip(involved[0].tolist(), involved[1], strict=True))
     matches = {int(i): NearMatch(int(j), float(s)) for i, j, s, _ in removed.tolist()}
     removals: dict[int, tuple[str, dict[str, Any] | None]] = {
         i: ("near duplicate", {**by_seq[m.kept].ref(), "similarity": round(m.similarity, 4)})
@@ -1095,6 +1131,14 @@ def _near_drop(block: Block, removed: np.ndarray, per_range: int, ranges: int, *
     ):
         shares[rank[i] // per_range].append((rank[i], (json_line(pair) + "\n").encode("utf-8")))
     return (kept, lines, report, *shares)
+
+
+def _sorted_lines(per_chunk: int, *shares: list[tuple[int, bytes]]) -> Iterator[bytes]:
+    """One range of near_pairs.jsonl: its (rank, line) from every block, in rank order, ``per_chunk`` lines at a
+    time."""
+    lines = sorted(line for share in shares for line in share)
+    for a in range(0, len(lines), per_chunk):
+        yield b"".join(line for _rank, line in lines[a : a + per_chunk])
 
 
 def _phrase_rows(index: EvalIndex, block: Block, frequent: np.ndarray) -> np.ndarray:
