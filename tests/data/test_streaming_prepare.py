@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from prepare_builders import CHOICE, NOUL, SCORE, make, sentence, write_jsonl
 from test_distributed_prepare import ROOT, outputs, planted
@@ -223,3 +224,14 @@ def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previ
         prepare(streamed(changed, 100), tmp_path / "ray")
     assert every_file(tmp_path / "ray") == before  # the previous outputs, whole
     assert not list(tmp_path.glob(".ray.staging-*"))
+
+
+def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier_kept_row() -> None:
+    from mydecide.data.distributed import kept_by
+
+    # row 2 matches 1 (0.9) and 0 (0.8), but 1 is removed by 0: 2 goes with 0; row 5 matches only 4, kept: removed;
+    # row 6 matches only 5, itself removed: 6 stays; row 7 ties 0.75 on 4 and 3: the first, 3
+    matches = [(1, 0, 0.95), (2, 1, 0.9), (2, 0, 0.8), (5, 4, 0.7), (6, 5, 0.99), (7, 4, 0.75), (7, 3, 0.75)]
+    table = kept_by(np.array(matches[::-1], dtype=np.float64))
+    assert table.tolist() == [[1, 0, 0.95], [2, 0, 0.8], [5, 4, 0.7], [7, 3, 0.75]]
+    assert kept_by(np.zeros((0, 3))).shape == (0, 3)
