@@ -73,8 +73,9 @@ def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None =
     if started:
         address = settings.address or os.environ.get("RAY_ADDRESS") or None
         options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
-        if address is None:
-            ray.init(num_cpus=settings.num_workers, **options)
+        if address is None:  # every task result to the object store: one under Ray's inline limit (100 KiB) would
+            # otherwise be kept in the driver's own memory until read, and the streaming path's shuffles make many
+            ray.init(num_cpus=settings.num_workers, _system_config={"max_direct_call_object_size": 1}, **options)
         else:  # the cluster's workers import mydecide from the copy this run ships
             package = str(Path(__file__).resolve().parents[1])
             try:
