@@ -166,13 +166,9 @@ def near_pairs(rows: Sequence[Row] | Mapping[int, Row], matches: dict[int, NearM
     ]
 
 
-def decontaminate(
-    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
-) -> list[Row]:
-    """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
-    if not recipe.decontaminate_against:
-        release(rows)
-        return ledger.step("decontaminate", rows, rows, [], eval_files={})
+def eval_index(recipe: DataRecipe) -> tuple[EvalIndex, dict[str, dict]]:
+    """The recipe's eval items (``decontaminate_against``) indexed by its decontamination and near-dedup settings,
+    with the per-file counts the manifest reports; both prepare paths match rows against it."""
     items, files = eval_items(recipe)
     settings, near = recipe.decontamination, recipe.dedup.near
     index = EvalIndex(
@@ -188,6 +184,18 @@ def decontaminate(
         short_edits=settings.short_edits,
         keep_slot_changes=near.keep_slot_changes,
     )
+    return index, files
+
+
+def decontaminate(
+    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
+) -> list[Row]:
+    """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
+    if not recipe.decontaminate_against:
+        release(rows)
+        return ledger.step("decontaminate", rows, rows, [], eval_files={})
+    index, files = eval_index(recipe)
+    settings = recipe.decontamination
     with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
         found = (engine or LocalEngine()).contamination(rows, index, recipe, bar)
     removed = [

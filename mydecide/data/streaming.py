@@ -56,8 +56,8 @@ from mydecide.data import split as splitting
 from mydecide.data.decontaminate import EvalIndex
 from mydecide.data.dedup import exact_key, state_text
 from mydecide.data.distributed import _matched, _sign, _verify_pairs, kept_by, ray_engine
-from mydecide.data.filtering import SIMILARITY_BANDS, near_pairs, similarity_band
-from mydecide.data.inputs import converted, eval_items, source_labels, validated
+from mydecide.data.filtering import SIMILARITY_BANDS, eval_index, near_pairs, similarity_band
+from mydecide.data.inputs import converted, source_labels, validated
 from mydecide.data.ledger import Ledger, Row, reason_pattern, shingling, short_reasons
 from mydecide.data.near_dedup import CONTENT_ROWS, Decisions, NearMatch, signatures
 from mydecide.data.outputs import OUTPUT_FILES, STATE_LENGTH_BINS, check_output_dir, earlier_outputs, write_parquet
@@ -436,21 +436,8 @@ class Stream:
             self.signed = None
             self.step("decontaminate", [_no_removal()], eval_files={})
             return
-        items, files = eval_items(recipe)
-        settings, near = recipe.decontamination, recipe.dedup.near
-        index = EvalIndex(
-            items,
-            exact=settings.exact,
-            near=settings.near,
-            threshold=settings.near_threshold or near.threshold,
-            num_perm=near.num_perm,
-            shingling=shingling(near),
-            seed=near.seed,
-            overlap_words=settings.ngram,
-            whole_min_words=settings.whole_min_words,
-            short_edits=settings.short_edits,
-            keep_slot_changes=near.keep_slot_changes,
-        )
+        index, files = eval_index(recipe)
+        items, settings, near = index.items, recipe.decontamination, recipe.dedup.near
         reports: list[dict[str, Any]] = []
         if self.rows:
             frequent = self.frequent_questions()

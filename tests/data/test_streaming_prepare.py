@@ -7,8 +7,6 @@ started for the module.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ import numpy as np
 import pytest
 from prepare_builders import CHOICE, NOUL, SCORE, make, sentence, write_jsonl
 from test_distributed_prepare import ROOT, outputs, planted
+from test_distributed_retry import crashing
 
 from mydecide.config import DataRecipe
 from mydecide.data import streaming
@@ -183,21 +182,6 @@ def test_a_recipe_error_on_a_worker_is_the_local_message(tmp_path: Path) -> None
         prepare(streamed(missing, 10), tmp_path / "ray")
     assert str(streamed_error.value) == str(local.value)
     assert not (tmp_path / "ray").exists()
-
-
-def crashing(task: Callable[..., Any], folder: Path) -> Callable[..., Any]:
-    """``task``, except that the first N calls to start (N in ``folder/crashes``) end their worker process."""
-
-    def crash_then_run(*args: Any, **kwargs: Any) -> Any:
-        for slot in range(int((folder / "crashes").read_text())):
-            try:
-                os.close(os.open(folder / f"crash-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                continue
-            os._exit(1)
-        return task(*args, **kwargs)
-
-    return crash_then_run
 
 
 def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previous_outputs(
