@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from mydecide.config import DataRecipe
+from mydecide.config import DataRecipe, NearDedupConfig
 from mydecide.data import split
 from mydecide.data.decontaminate import Contamination, EvalIndex
 from mydecide.data.dedup import exact_duplicates, exact_key
@@ -120,19 +120,21 @@ def near_dedup(
     kept = [row for i, row in enumerate(rows) if i not in matches]
     ledger.near_pairs = near_pairs(rows, matches)
     bands = Counter(similarity_band(m.similarity) for m in matches.values())
-    return ledger.step(
-        "near_dedup",
-        rows,
-        kept,
-        removed,
-        threshold=near.threshold,
-        num_perm=near.num_perm,
-        ngram=near.ngram,
-        shingling=shingling(near).describe(),
-        keep_slot_changes=near.keep_slot_changes,
-        by_similarity={band: bands[band] for band in SIMILARITY_BANDS if bands[band]},
-        pairs="near_pairs.jsonl",
-    )
+    return ledger.step("near_dedup", rows, kept, removed, **near_step_details(near, bands))
+
+
+def near_step_details(near: NearDedupConfig, bands: Mapping[str, int]) -> dict[str, Any]:
+    """What the manifest's near_dedup step records beside its counts: the settings, the removed rows by similarity
+    band (``bands``: band → rows) and where the pairs are; the same for both prepare paths."""
+    return {
+        "threshold": near.threshold,
+        "num_perm": near.num_perm,
+        "ngram": near.ngram,
+        "shingling": shingling(near).describe(),
+        "keep_slot_changes": near.keep_slot_changes,
+        "by_similarity": {band: bands[band] for band in SIMILARITY_BANDS if bands.get(band)},
+        "pairs": "near_pairs.jsonl",
+    }
 
 
 SIMILARITY_BANDS = ("<0.7", "0.7-0.8", "0.8-0.9", "0.9-1.0", "1.0")
@@ -195,7 +197,6 @@ def decontaminate(
         release(rows)
         return ledger.step("decontaminate", rows, rows, [], eval_files={})
     index, files = eval_index(recipe)
-    settings = recipe.decontamination
     with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
         found = (engine or LocalEngine()).contamination(rows, index, recipe, bar)
     removed = [
@@ -207,18 +208,21 @@ def decontaminate(
     for file, info in files.items():
         info["rows_removed"] = sum(hit is not None and hit.file == file for hit in found)
     release(rows)
-    return ledger.step(
-        "decontaminate",
-        rows,
-        kept,
-        removed,
-        eval_files=files,
-        ngram=settings.ngram,
-        whole_min_words=settings.whole_min_words,
-        short_edits=settings.short_edits,
-        near_threshold=index.threshold,
-        shingling=index.shingling.describe(),
-    )
+    return ledger.step("decontaminate", rows, kept, removed, **decontamination_details(recipe, index, files))
+
+
+def decontamination_details(recipe: DataRecipe, index: EvalIndex, files: dict[str, dict]) -> dict[str, Any]:
+    """What the manifest's decontaminate step records beside its counts (the eval files with the rows each removed,
+    and the settings); the same for both prepare paths."""
+    settings = recipe.decontamination
+    return {
+        "eval_files": files,
+        "ngram": settings.ngram,
+        "whole_min_words": settings.whole_min_words,
+        "short_edits": settings.short_edits,
+        "near_threshold": index.threshold,
+        "shingling": index.shingling.describe(),
+    }
 
 
 def cap_per_task(rows: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[Row]:

@@ -56,9 +56,9 @@ from mydecide.data import split as splitting
 from mydecide.data.decontaminate import EvalIndex
 from mydecide.data.dedup import exact_key, state_text
 from mydecide.data.distributed import _matched, _sign, _verify_pairs, kept_by, ray_engine
-from mydecide.data.filtering import SIMILARITY_BANDS, eval_index, near_pairs, similarity_band
+from mydecide.data.filtering import decontamination_details, eval_index, near_pairs, near_step_details, similarity_band
 from mydecide.data.inputs import converted, source_labels, validated
-from mydecide.data.ledger import Ledger, Row, reason_pattern, shingling, short_reasons
+from mydecide.data.ledger import Ledger, Row, reason_pattern, short_reasons
 from mydecide.data.near_dedup import CONTENT_ROWS, Decisions, NearMatch, signatures
 from mydecide.data.outputs import OUTPUT_FILES, STATE_LENGTH_BINS, check_output_dir, earlier_outputs, write_parquet
 from mydecide.data.shingles import Shingling, shingle_text, words
@@ -414,17 +414,7 @@ class Stream:
         del verified, table, owner
         self.near_ranges = [[refs[3 + k] for refs in outputs] for k in range(ranges)]
         reports = self.apply(outputs)
-        self.step(
-            "near_dedup",
-            reports,
-            threshold=near.threshold,
-            num_perm=near.num_perm,
-            ngram=near.ngram,
-            shingling=shingling(near).describe(),
-            keep_slot_changes=near.keep_slot_changes,
-            by_similarity={band: bands_count[band] for band in SIMILARITY_BANDS if bands_count[band]},
-            pairs="near_pairs.jsonl",
-        )
+        self.step("near_dedup", reports, **near_step_details(near, bands_count))
 
     # ----------------------------------------------------------------------------------- decontamination
 
@@ -467,16 +457,7 @@ class Stream:
             removed_per_file.update(r["files"])
         for file, info in files.items():
             info["rows_removed"] = removed_per_file[file]
-        self.step(
-            "decontaminate",
-            reports or [_no_removal()],
-            eval_files=files,
-            ngram=settings.ngram,
-            whole_min_words=settings.whole_min_words,
-            short_edits=settings.short_edits,
-            near_threshold=index.threshold,
-            shingling=index.shingling.describe(),
-        )
+        self.step("decontaminate", reports or [_no_removal()], **decontamination_details(recipe, index, files))
 
     # --------------------------------------------------------------------------------------- cap per task
 
