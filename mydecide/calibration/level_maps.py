@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from mydecide.scoring.probabilities import softmax
+from mydecide.metrics import ece, log_loss, ordinal_summary
+from mydecide.scoring.probabilities import log_softmax, softmax
 
 QUESTIONS_PER_PARAMETER = 10
 """A K-level map has K² + K parameters; it is fitted only with this many dev questions per parameter (300 for K = 5)."""
@@ -48,7 +49,7 @@ class LevelMap:
 
     def probabilities(self, logits: np.ndarray | Sequence[float], temperature: float = 1.0) -> np.ndarray:
         """The calibrated distribution of one question's K logits (or of (N, K) rows at once)."""
-        return softmax(_log_probs(np.asarray(logits, dtype=np.float64), temperature) @ self.weights.T + self.bias)
+        return softmax(log_softmax(np.asarray(logits, dtype=np.float64) / temperature) @ self.weights.T + self.bias)
 
     def to_json(self) -> dict[str, Any]:
         return {"weights": self.weights.tolist(), "bias": self.bias.tolist()}
@@ -78,12 +79,6 @@ def min_questions(k: int) -> int:
     return QUESTIONS_PER_PARAMETER * (k * k + k)
 
 
-def _log_probs(z: np.ndarray, temperature: float) -> np.ndarray:
-    z = z / temperature
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-
-
 def _fit(x: np.ndarray, y: np.ndarray, penalty: float) -> LevelMap:
     """Minimise the mean cross-entropy of softmax(x Wᵀ + b) against ``y`` plus ``penalty`` · (‖W off the
     diagonal‖² + ‖b‖²), from the identity."""
@@ -108,10 +103,6 @@ def _fit(x: np.ndarray, y: np.ndarray, penalty: float) -> LevelMap:
     return LevelMap(theta[: k * k].reshape(k, k).copy(), theta[k * k :].copy())
 
 
-def _log_loss(p: np.ndarray, y: np.ndarray) -> float:
-    return -float((y * np.log(np.clip(p, 1e-12, 1.0))).sum(axis=1).mean())
-
-
 def fit_level_map(
     logits: Sequence[np.ndarray], targets: Sequence[np.ndarray], temperature: float, *, seed: int = 0
 ) -> tuple[LevelMap | None, dict[str, Any]]:
@@ -121,20 +112,20 @@ def fit_level_map(
     :func:`min_questions`, or when no penalty's 5-fold held-out log loss is below the temperature's. The summary has
     the chosen penalty, both cross-validated log losses and the question count.
     """
-    x = _log_probs(np.asarray(np.stack(logits), dtype=np.float64), temperature)
+    x = log_softmax(np.asarray(np.stack(logits), dtype=np.float64) / temperature)
     y = np.asarray(np.stack(targets), dtype=np.float64)
     n, k = x.shape
     summary: dict[str, Any] = {"n": n, "k": k, "min_questions": min_questions(k)}
     if n < min_questions(k):
         return None, summary | {"fallback": f"{n} dev questions of {k} levels, fewer than {min_questions(k)}"}
     folds = np.array_split(np.random.default_rng(seed).permutation(n), FOLDS)
-    held_out = {"temperature": _log_loss(softmax(x), y)}  # the identity map: the temperature alone
+    held_out = {"temperature": log_loss(list(softmax(x)), list(y))}  # the identity map: the temperature alone
     for penalty in PENALTIES:
         total = 0.0
         for i, fold in enumerate(folds):
             rest = np.concatenate([f for j, f in enumerate(folds) if j != i])
             fitted = _fit(x[rest], y[rest], penalty)
-            total += _log_loss(softmax(x[fold] @ fitted.weights.T + fitted.bias), y[fold]) * len(fold)
+            total += log_loss(list(softmax(x[fold] @ fitted.weights.T + fitted.bias)), list(y[fold])) * len(fold)
         held_out[str(penalty)] = total / n
     best = min(PENALTIES, key=lambda lam: held_out[str(lam)])
     summary |= {"penalty": best, "cv_log_loss_temperature": held_out["temperature"], "cv_log_loss": held_out}
@@ -149,17 +140,16 @@ def fit_level_map(
 
 def fit_level_maps(
     items: Sequence[tuple[str, int, np.ndarray, Sequence[float]]], temperature: Callable[[str, int], float]
-) -> dict[str, dict[str, Any]]:
-    """The ``level_maps`` block of temperatures.json: per K of the dev score questions among ``items`` ((type, K,
-    logits, target) per question), its fitted map with its summary, or the summary alone with a ``fallback``. The
-    summary of a fitted map adds the dev ECE and threshold ECE at the temperature alone and through the map (on the
-    questions it was fitted on: the held-out log losses are the honest comparison)."""
-    from mydecide.metrics import ece, ordinal_summary
-
+) -> tuple[dict[int, LevelMap], dict[str, dict[str, Any]]]:
+    """The maps kept, by K, and the ``level_maps`` block of temperatures.json: per K of the dev score questions among
+    ``items`` ((type, K, logits, target) per question), its fitted map with its summary, or the summary alone with a
+    ``fallback``. The summary of a fitted map adds the dev ECE and threshold ECE at the temperature alone and through
+    the map (on the questions it was fitted on: the held-out log losses are the honest comparison)."""
     by_k: dict[int, list[tuple[np.ndarray, Sequence[float]]]] = {}
     for qtype, k, z, y in items:
         if qtype == "score":
             by_k.setdefault(k, []).append((np.asarray(z, dtype=np.float64), y))
+    kept: dict[int, LevelMap] = {}
     block: dict[str, dict[str, Any]] = {}
     for k in sorted(by_k):
         logits, targets = [z for z, _ in by_k[k]], [np.asarray(y, dtype=np.float64) for _, y in by_k[k]]
@@ -176,8 +166,9 @@ def fit_level_maps(
                 "threshold_ece_after": ordinal_summary(after, targets)["threshold_ece"],
             }
             summary = fitted.to_json() | summary
+            kept[k] = fitted
         block[str(k)] = summary
-    return block
+    return kept, block
 
 
 def describe(summary: dict[str, Any]) -> str:

@@ -289,8 +289,7 @@ def fit_temperatures(
     )
     maps: dict[str, dict] = {}
     if level_maps and any(qtype == "score" for qtype, *_ in items):
-        maps = fit_level_maps(items, table)
-        table.level_maps = {int(k): level_map_from_json(m, f"level_maps.{k}") for k, m in maps.items() if "bias" in m}
+        table.level_maps, maps = fit_level_maps(items, table)
     pooled = [item for item in items if item[0] != "span"] or list(items)
     all_rows = rows_of(pooled)
     targets = [y for _, y in all_rows]

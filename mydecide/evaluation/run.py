@@ -43,7 +43,7 @@ from mydecide.modeling import adapter_disabled, has_adapter, load_model
 from mydecide.record_files import load_records
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
-from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities
+from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, level_map_of
 from mydecide.scoring.render import render_state
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def run_evaluation(
                     state_tokens=state_tokens[n],
                     file=files[n],
                     decisions=getattr(temp, "span_decisions", None),
-                    level_map=q.type == "score" and q.k in getattr(temp, "level_maps", {}),
+                    level_map=level_map_of(q.type, q.k, temp) is not None,
                 )
             )
         return rows, predictions
@@ -242,8 +242,8 @@ def run_evaluation(
         if report["span"]["n"]:
             report["uncalibrated"]["span"]["spans"] = span_metrics(raw_predictions)
         report["temperatures_used"] = _temperatures_used(records, temperature)
-        if _level_maps_used(records, temperature):
-            report["level_maps_used"] = _level_maps_used(records, temperature)
+        if mapped := _level_maps_used(records, temperature):
+            report["level_maps_used"] = mapped
 
     baselines: dict[str, Any] = {}
     majority, info = majority_rows(records, prior)
@@ -298,8 +298,7 @@ def _temperatures_used(records: Sequence[Record], temperature: TemperatureLookup
 
 def _level_maps_used(records: Sequence[Record], temperature: TemperatureLookup) -> list[int]:
     """The K of each score question that went through a level map after its temperature."""
-    maps = getattr(temperature, "level_maps", {})
-    return sorted({r.question.k for r in records if r.question.type == "score" and r.question.k in maps})
+    return sorted({r.question.k for r in records if level_map_of(r.question.type, r.question.k, temperature)})
 
 
 def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:

@@ -10,6 +10,7 @@ a set question becomes binary rows (for metrics, temperature fits and the traini
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,10 +27,10 @@ def softmax(logits: np.ndarray | Sequence[float], temperature: float = 1.0) -> n
 
 
 def log_softmax(logits: np.ndarray | Sequence[float]) -> np.ndarray:
-    """log softmax(z) of one row, computed without overflow."""
+    """log softmax(z) over the last axis (a row, or (N, K) rows at once), computed without overflow."""
     z = np.asarray(logits, dtype=np.float64)
-    m = z.max()
-    return z - m - np.log(np.exp(z - m).sum())
+    m = z.max(axis=-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
 
 
 def to_probabilities(question_type: str, logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -50,10 +51,18 @@ def calibrated_probabilities(
     if temperature is None:
         return to_probabilities(question_type, logits)
     t = temperature(question_type, k)
-    level_map = getattr(temperature, "level_maps", {}).get(k) if question_type == "score" else None
+    level_map = level_map_of(question_type, k, temperature)
     if level_map is not None:
         return np.asarray(level_map.probabilities(logits, t))
     return to_probabilities(question_type, logits, t)
+
+
+def level_map_of(question_type: str, k: int, temperature: TemperatureLookup | None) -> Any:
+    """The level map a score question of K levels goes through after its temperature (a
+    ``calibration.level_maps.LevelMap`` the lookup holds for that K), or None: other types, other K, plain lookups."""
+    if question_type != "score" or temperature is None:
+        return None
+    return getattr(temperature, "level_maps", {}).get(k)
 
 
 def answer_rows(
