@@ -30,8 +30,9 @@ Every shuffle has ``ray.partitions`` reducers, whatever the rows: a step makes b
 blocks x blocks, and each object costs the driver a few KB of its own memory, so the driver stays flat as blocks are
 added (docs/distributed-prepare.md measures it).
 
-The driver then writes the files block after block (one block's lines in memory at a time) into the usual staging
-directory, which replaces ``--out`` whole only when everything is written: a worker or a driver dying at any point
+The files are then written block after block (one block's lines in memory at a time) by Ray tasks pinned to the
+driver's node, into the usual staging directory there, which replaces ``--out`` whole only when everything is
+written: the driver gets each file's rows and hash, never its lines, and a worker or a driver dying at any point
 leaves the previous outputs. A failed task is retried by Ray; an error in the data stops the run with the local
 message. The output is the local path's, byte for byte (docs/distributed-prepare.md).
 """
@@ -622,65 +623,105 @@ class Stream:
         }
 
     def write(self, out: Path, manifest: dict[str, Any]) -> None:
-        """Every file into a staging directory that replaces ``out`` whole (``outputs.write_outputs``'s swap);
-        one block's lines are in memory at a time."""
+        """Every file into a staging directory that replaces ``out`` whole (``outputs.write_outputs``'s swap).
+
+        The files are written by Ray tasks on the driver's own node (the staging directory is there, so no storage
+        shared between nodes is needed), one task per file set, each holding one block's lines at a time: the
+        driver only gets each file's row count and hash back, never the rows (its memory stays flat as rows
+        grow). Connected through Ray Client (``ray://``) the driver is not a node, and writes them itself."""
         import ray
+        from ray.util.client import ray as client
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from mydecide.config import dump_recipe
 
         recipe = self.recipe
         check_output_dir(out, recipe)
+        mode = 0o666 & ~_umask()
+        written = ["train", "dev", "heldout"] + (["test"] if recipe.split.test_fraction > 0 else [])
         with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
+            jobs: list[tuple[Callable[..., dict[str, dict[str, Any]]], tuple[Any, ...]]] = [
+                (_write_split, (str(staging), name, recipe, self.split_rows[name], [self.splits_out[name]], mode))
+                for name in written
+            ]
+            jobs.append((_write_rejects, (str(staging), [self.rejects], mode)))
+            jobs.append((_write_near_pairs, (str(staging), recipe.ray.block_rows, self.near_ranges, mode)))
             table: dict[str, dict[str, Any]] = {}
-            written = ["train", "dev", "heldout"] + (["test"] if recipe.split.test_fraction > 0 else [])
-            for name in written:
-                table.update(self.write_split(staging, name))
-            with Writer(staging / "rejects.jsonl") as rejects:
-                for chunk in _fetched(self.rejects):
-                    rejects.write(chunk)
-            table["rejects.jsonl"] = rejects.entry()
-            with Writer(staging / "near_pairs.jsonl") as pairs:
-                merge = ray.remote(_sorted_lines).options(num_returns="streaming")
-                for refs in self.near_ranges:  # one range of ranks at a time, sorted on a worker
-                    chunks: Iterator[Any] = iter(merge.remote(recipe.ray.block_rows, *refs))  # type: ignore[call-overload]
-                    for chunk in chunks:
-                        pairs.write(ray.get(chunk))
-            table["near_pairs.jsonl"] = pairs.entry()
+            if client.is_connected():
+                for function, args in jobs:
+                    table.update(function(*args))
+            else:
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+                # num_cpus 0: a head node started with no CPUs for tasks still runs them
+                refs = [
+                    ray.remote(function).options(num_cpus=0, scheduling_strategy=here).remote(*args)
+                    for function, args in jobs
+                ]
+                for entries in ray.get(refs):
+                    table.update(entries)
             atomic_write_text(staging / "recipe.yaml", dump_recipe(recipe))
             table["recipe.yaml"] = Writer.of_file(staging / "recipe.yaml")
-            manifest["outputs"] = table
+            manifest["outputs"] = table  # in the local path's order: the splits, rejects, near pairs, recipe
             atomic_write_json(staging / MANIFEST, manifest)
 
-    def write_split(self, out: Path, name: str) -> dict[str, dict[str, Any]]:
-        """One split, as ``outputs.write_split`` lays it out: ``train.jsonl``, or parts of ``rows_per_file``."""
-        output = self.recipe.output
-        chunks = _fetched(self.splits_out[name])
-        if output.format == "jsonl" and output.rows_per_file is None:
-            with Writer(out / SPLIT_FILES[name]) as whole:
-                for chunk in chunks:
-                    whole.write(chunk)
-            return {SPLIT_FILES[name]: whole.entry()}
-        folder = out / split_dir(name)
-        folder.mkdir(parents=True, exist_ok=True)
-        size = output.rows_per_file or max(1, self.split_rows[name])
-        table: dict[str, dict[str, Any]] = {}
-        for k, lines in enumerate(_parts(chunks, size)):
-            part = f"part-{k:05d}.{output.format}"
-            if output.format == "jsonl":
-                with Writer(folder / part) as writer:
-                    writer.write(b"".join(lines))
-                table[f"{folder.name}/{part}"] = writer.entry()
-            else:
-                write_parquet(folder / part, [json.loads(line) for line in lines])
-                table[f"{folder.name}/{part}"] = Writer.of_file(folder / part, rows=len(lines))
-        return table
+
+# ------------------------------------------------------------------------------------ writing (on the workers)
+
+
+def _write_split(
+    out: str, name: str, recipe: DataRecipe, rows: int, refs: list[list[Any]], mode: int
+) -> dict[str, dict[str, Any]]:
+    """One split, as ``outputs.write_split`` lays it out: ``train.jsonl``, or parts of ``rows_per_file``;
+    ``refs`` (wrapped in a list, so Ray passes the references, not the objects) are its lines per block."""
+    output = recipe.output
+    folder = Path(out)
+    chunks = _fetched(refs[0])
+    if output.format == "jsonl" and output.rows_per_file is None:
+        with Writer(folder / SPLIT_FILES[name], mode) as whole:
+            for chunk in chunks:
+                whole.write(chunk)
+        return {SPLIT_FILES[name]: whole.entry()}
+    folder = folder / split_dir(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    size = output.rows_per_file or max(1, rows)
+    table: dict[str, dict[str, Any]] = {}
+    for k, lines in enumerate(_parts(chunks, size)):
+        part = f"part-{k:05d}.{output.format}"
+        if output.format == "jsonl":
+            with Writer(folder / part, mode) as writer:
+                writer.write(b"".join(lines))
+            table[f"{folder.name}/{part}"] = writer.entry()
+        else:
+            write_parquet(folder / part, [json.loads(line) for line in lines])
+            table[f"{folder.name}/{part}"] = Writer.of_file(folder / part, rows=len(lines))
+    return table
+
+
+def _write_rejects(out: str, refs: list[list[Any]], mode: int) -> dict[str, dict[str, Any]]:
+    """rejects.jsonl from its lines per block and step, in order."""
+    with Writer(Path(out) / "rejects.jsonl", mode) as rejects:
+        for chunk in _fetched(refs[0]):
+            rejects.write(chunk)
+    return {"rejects.jsonl": rejects.entry()}
+
+
+def _write_near_pairs(out: str, per_chunk: int, ranges: list[list[Any]], mode: int) -> dict[str, dict[str, Any]]:
+    """near_pairs.jsonl, one range of ranks at a time: every block's (rank, line) of the range, sorted."""
+    import ray
+
+    with Writer(Path(out) / "near_pairs.jsonl", mode) as pairs:
+        for refs in ranges:
+            for chunk in _sorted_lines(per_chunk, *ray.get(refs)):
+                pairs.write(chunk)
+    return {"near_pairs.jsonl": pairs.entry()}
 
 
 class Writer:
     """A file written through a temporary name, counting its lines and hashing it as it goes."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, mode: int | None = None):
         self.path = path
+        self.mode = mode if mode is not None else 0o666 & ~_umask()
         self.temporary = path.with_name(f".{path.name}.tmp")
         self.digest = hashlib.sha256()
         self.lines = 0
@@ -697,7 +738,7 @@ class Writer:
     def __exit__(self, kind: Any, *_: Any) -> None:
         self.handle.close()
         if kind is None:
-            os.chmod(self.temporary, 0o666 & ~_umask())
+            os.chmod(self.temporary, self.mode)
             os.replace(self.temporary, self.path)
 
     def entry(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ started for the module.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -189,13 +190,13 @@ def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previ
 ) -> None:
     recipe, _ = planted(tmp_path)
     prepare(recipe, tmp_path / "local")
-    folders = [tmp_path / "sign", tmp_path / "render"]
-    for folder, task in zip(folders, ("_sign_block", "_split_render"), strict=True):
+    folders = [tmp_path / "sign", tmp_path / "render", tmp_path / "write"]
+    for folder, task in zip(folders, ("_sign_block", "_split_render", "_write_split"), strict=True):
         folder.mkdir()
         (folder / "crashes").write_text("1")
         monkeypatch.setattr(streaming, task, crashing(getattr(streaming, task), folder))
     prepare(streamed(recipe, 100), tmp_path / "ray")
-    for folder in folders:  # a worker died mid near dedup, another mid rendering
+    for folder in folders:  # a worker died mid near dedup, another mid rendering, another writing a split
         assert len(list(folder.glob("crash-*"))) == 1
     assert_same(tmp_path / "local", tmp_path / "ray")
     before = every_file(tmp_path / "ray")
@@ -219,3 +220,28 @@ def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier
     table = kept_by(np.array(matches[::-1], dtype=np.float64))
     assert table.tolist() == [[1, 0, 0.95], [2, 0, 0.8], [5, 4, 0.7], [7, 3, 0.75]]
     assert kept_by(np.zeros((0, 3))).shape == (0, 3)
+
+
+def test_the_files_are_written_by_tasks_on_the_drivers_node_or_by_a_ray_client_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.util.client import ray as client
+
+    recipe = mixed(tmp_path)
+    recipe = recipe.model_copy(update={"output": recipe.output.model_copy(update={"rows_per_file": 7})})
+    prepare(recipe, tmp_path / "local")
+    writers: list[int] = []
+    write_split = streaming._write_split
+
+    def recorded(*args: Any) -> Any:
+        writers.append(os.getpid())
+        return write_split(*args)
+
+    monkeypatch.setattr(streaming, "_write_split", recorded)
+    prepare(streamed(recipe, 10), tmp_path / "ray")
+    assert_same(tmp_path / "local", tmp_path / "ray")
+    assert writers == []  # the calls ran in Ray workers, not in this (the driver's) process
+    monkeypatch.setattr(client, "is_connected", lambda: True)  # through Ray Client the driver writes itself
+    prepare(streamed(recipe, 10), tmp_path / "client")
+    assert_same(tmp_path / "local", tmp_path / "client")
+    assert writers == [os.getpid()] * 4  # train, dev, held-out, test
