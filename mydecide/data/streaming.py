@@ -86,7 +86,7 @@ def prepare_streaming(
     if recipe.output.format == "parquet" and recipe.output.rows_per_file is None:
         raise RecipeError(
             "ray.streaming: output.format parquet needs output.rows_per_file (one Parquet file of a whole split "
-            "would be built in one process); set output.rows_per_file, e.g. 1000000"
+            "would be built in one process); set output.rows_per_file, e.g. 1000000, or ray.streaming: false"
         )
     with directory_lock(out, "prepare"), ray_engine(recipe.ray, log=log) as engine:
         say = log or (lambda _message: None)

@@ -38,7 +38,9 @@ def outputs(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def on_ray(recipe: DataRecipe, partitions: int) -> DataRecipe:
-    return recipe.model_copy(update={"engine": "ray", "ray": recipe.ray.model_copy(update={"partitions": partitions})})
+    """The in-driver Ray path (``ray.streaming: false``; the streaming path is tests/data/test_streaming_prepare.py)."""
+    settings = recipe.ray.model_copy(update={"partitions": partitions, "streaming": False})
+    return recipe.model_copy(update={"engine": "ray", "ray": settings})
 
 
 def assert_same(local: Path, distributed: Path) -> dict[str, str]:
@@ -149,6 +151,7 @@ def test_the_command_line_runs_the_ray_engine(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["recipe"]["engine"] == "ray"
+    assert manifest["recipe"]["ray"]["streaming"] is True  # the default: no process holds all rows
     assert manifest["conservation"]["removed"] == 1  # r99 repeats r3's state exactly
 
 

@@ -54,6 +54,11 @@ def data(tmp_path: Path) -> DataRecipe:
     return DataRecipe.model_validate({"sources": [{"kind": "jsonl", "path": str(source)}]})
 
 
+def in_driver(recipe: DataRecipe, partitions: int) -> Any:
+    """The in-driver Ray path's settings (``ray.streaming: false``), whose near dedup calls ``distributed._sign``."""
+    return recipe.ray.model_copy(update={"partitions": partitions, "streaming": False})
+
+
 def files(out: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(out.glob("*.jsonl"))}
 
@@ -62,7 +67,7 @@ def test_a_worker_that_dies_is_retried_and_the_answer_is_the_local_one(tmp_path:
     recipe = data(tmp_path)
     prepare(recipe, tmp_path / "local")
     (crash_dir / "crashes").write_text("1")
-    on_ray = recipe.model_copy(update={"engine": "ray", "ray": recipe.ray.model_copy(update={"partitions": 3})})
+    on_ray = recipe.model_copy(update={"engine": "ray", "ray": in_driver(recipe, 3)})
     prepare(on_ray, tmp_path / "ray")
     assert len(list(crash_dir.glob("crash-*"))) == 1  # one worker died
     assert files(tmp_path / "ray") == files(tmp_path / "local")
@@ -74,7 +79,7 @@ def test_a_run_whose_tasks_keep_failing_stops_and_writes_nothing(tmp_path: Path,
     for marker in crash_dir.glob("crash-*"):
         marker.unlink()
     (crash_dir / "crashes").write_text("1000")
-    on_ray = recipe.model_copy(update={"engine": "ray", "ray": recipe.ray.model_copy(update={"partitions": 2})})
+    on_ray = recipe.model_copy(update={"engine": "ray", "ray": in_driver(recipe, 2)})
     with pytest.raises(ray.exceptions.RayError):
         prepare(on_ray, tmp_path / "out")
     assert not (tmp_path / "out").exists()
