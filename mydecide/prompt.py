@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
 ScoreForm = Literal["letters", "per_option", "thresholds", "binomial"]
-Continuation = Literal["full", "lean"]
+Continuation = Literal["full", "lean", "answer"]
 SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds", "binomial")
 
 
@@ -100,7 +100,9 @@ class RenderConfig(BaseModel):
     # question): what each yes / no continuation repeats. "full" = every continuation repeats the
     # answer format (A. yes, B. no, the letter only), as every adapter so far was trained; "lean" = the answer format
     # is said once in the shared prefix and a continuation is the option's line and the chat template's tail (about
-    # 16 fewer tokens per option on smollm2; docs/scoring-forms.md#the-lean-continuation). A render config saved
+    # 16 fewer tokens per option on smollm2; docs/scoring-forms.md#the-lean-continuation); "answer" = the shared
+    # prefix also ends the user's turn (the answer format, then the chat template's tail) and a continuation is the
+    # option's line inside the answer turn, read at its line break (6 fewer again on smollm2). A render config saved
     # before the key existed means "full" (modeling.read_render_config)
     continuation: Continuation = "full"
     # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)

@@ -85,17 +85,21 @@ def option_text(question: Question, index: int, show_ids: bool) -> str:
 
 
 LEAN_ANSWER_FORMAT = "Answer A for yes or B for no, with the letter only."
+ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} or B if not."
 
 
-def per_option_question_text(question: Question, show_ids: bool, list_options: bool, lean: bool = False) -> str:
+def per_option_question_text(
+    question: Question, show_ids: bool, list_options: bool, lean: bool = False, answer: bool = False
+) -> str:
     """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
     client cannot change — choice options sorted by id, score levels lowest first — and (``lean``) the answer
-    format that a full continuation repeats."""
+    format that a full continuation repeats, or (``answer``) the format of an answer turn that names the option."""
     kind = {
         "choice": "Exactly one option is right. Is the option below the right one?",
         "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?",
     }
-    lines = ["", "", f"Question: {question.instructions}", kind[question.type]]
+    said = kind[question.type].split(" Is the")[0] if answer else kind[question.type]  # no option below to ask of
+    lines = ["", "", f"Question: {question.instructions}", said]
     if list_options:
         indices = (
             range(question.k)
@@ -103,16 +107,22 @@ def per_option_question_text(question: Question, show_ids: bool, list_options: b
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
-    if lean:
+    if answer:
+        name = "level" if question.type == "score" else "option"
+        lines.append(ANSWER_TURN_FORMAT.format(name=name, test="it is the right one"))
+    elif lean:
         lines.append(LEAN_ANSWER_FORMAT)
     return "\n".join(lines)
 
 
-def threshold_question_text(question: Question, lean: bool = False) -> str:
+def threshold_question_text(question: Question, lean: bool = False, answer: bool = False) -> str:
     """The shared part of every threshold read of a score question: the question and its levels, lowest first
-    (and, ``lean``, the answer format)."""
+    (and, ``lean`` or ``answer``, the answer format)."""
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
     lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
+    if answer:
+        lines.append(ANSWER_TURN_FORMAT.format(name="level", test="the right level is that level or a higher one"))
+        return "\n".join(lines)
     lines.append("Is the right level the level below or a higher one?")
     if lean:
         lines.append(LEAN_ANSWER_FORMAT)
@@ -135,6 +145,13 @@ def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean:
     name = "Level" if question.type == "score" else "Option"
     line = f"{name}: {option_text(question, index, show_ids)}"
     return "\n".join(["", line] if lean else ["", line, "A. yes", "B. no", "Answer with the letter only."])
+
+
+def answer_turn_text(question: Question, index: int, show_ids: bool) -> str:
+    """One option's continuation in the ``answer`` form: inside the answer turn (the prefix ends with the chat
+    template's tail), the option's line and a line break, where A (yes) or B (no) is read."""
+    name = "Level" if question.type == "score" else "Option"
+    return f"{name}: {option_text(question, index, show_ids)}\n"
 
 
 def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
@@ -309,41 +326,38 @@ class Renderer:
         """
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
-        state_ids, truncated = self.encode_state(state)
-        lean = self.config.continuation == "lean"
-        shared = per_option_question_text(question, self.config.show_option_ids, self.config.list_options, lean)
-        stem = tuple(self._encode_user(shared))
-        indices = range(question.k) if indices is None else indices
+        lean, answer = self.config.continuation == "lean", self.config.continuation == "answer"
         show = self.config.show_option_ids
-        return [
-            Prompt(
-                state_ids + stem,
-                tuple(self._encode_user(per_option_suffix_text(question, i, show, lean), self.tail)),
-                (0, 1),
-                truncated,
-                len(stem),
-            )
-            for i in indices
-        ]
+        shared = per_option_question_text(question, show, self.config.list_options, lean, answer)
+        indices = range(question.k) if indices is None else indices
+        return self._continuations(state, shared, [(question, i, show) for i in indices])
+
+    def _continuations(self, state: Any, shared: str, options: list[tuple[Question, int, bool]]) -> list[Prompt]:
+        """One yes / no prompt per (question, option index, show ids) after one prefix: the state, then ``shared``
+        (the stem); with ``continuation: answer`` the stem ends with the template's tail and each continuation is
+        the option's line in the answer turn, otherwise each continuation is the option's line (and, ``full``,
+        the answer format) and then the tail."""
+        state_ids, truncated = self.encode_state(state)
+        continuation = self.config.continuation
+        if continuation == "answer":
+            stem = tuple(self._encode_user(shared, self.tail))
+            suffixes = [self._encode_user(answer_turn_text(q, i, show)) for q, i, show in options]
+        else:
+            stem = tuple(self._encode_user(shared))
+            lean = continuation == "lean"
+            suffixes = [
+                self._encode_user(per_option_suffix_text(q, i, show, lean), self.tail) for q, i, show in options
+            ]
+        return [Prompt(state_ids + stem, tuple(suffix), (0, 1), truncated, len(stem)) for suffix in suffixes]
 
     def render_thresholds(self, state: Any, question: Question) -> list[Prompt]:
         """The K − 1 threshold reads of a score question, for levels 1 … K − 1 ("is the right level this one or
         higher?", A = yes, B = no), all continuing one prefix that holds the state, the question and every level."""
         if question.type != "score":
             raise ValueError(f"a {question.type} question has no threshold form")
-        state_ids, truncated = self.encode_state(state)
-        lean = self.config.continuation == "lean"
-        stem = tuple(self._encode_user(threshold_question_text(question, lean)))
-        return [
-            Prompt(
-                state_ids + stem,
-                tuple(self._encode_user(per_option_suffix_text(question, i, False, lean), self.tail)),
-                (0, 1),
-                truncated,
-                len(stem),
-            )
-            for i in range(1, question.k)
-        ]
+        continuation = self.config.continuation
+        shared = threshold_question_text(question, continuation == "lean", continuation == "answer")
+        return self._continuations(state, shared, [(question, i, False) for i in range(1, question.k)])
 
     def render_binomial(self, state: Any, question: Question) -> Prompt:
         """The one read of a score question in the binomial form (A = yes, B = no: closer to the top level than to

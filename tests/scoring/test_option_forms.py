@@ -63,7 +63,7 @@ def per_option_model_dir(model_dir: Path, out: Path, **config: object) -> Path:
 # ------------------------------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize("continuation", ["lean", "full"])
+@pytest.mark.parametrize("continuation", ["lean", "full", "answer"])
 def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
     tiny_tokenizer_dir: Path, continuation: str
 ) -> None:
@@ -83,11 +83,14 @@ def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
         assert f"Option: {option} — {description}" in suffix
         if continuation == "lean":  # the option's line and the template's tail, nothing the prefix already says
             assert suffix == f"\nOption: {option} — {description}{tail}"
+        elif continuation == "answer":  # the option's line inside the answer turn: the prefix ended the user's turn
+            assert suffix == f"Option: {option} — {description}\n" and prefix.endswith(tail)
         else:
             assert "A. yes" in suffix and "B. no" in suffix and "letter only" in suffix
         assert not any(other in suffix for other in CRITERIA if other != option)  # no other option, no position
         assert prefix.count(option) == 0  # the options are not listed unless asked
     assert ("A for yes or B for no" in prefix) == (continuation == "lean")  # the answer format, said once
+    assert ("then A if it is the right one or B if not" in prefix) == (continuation == "answer")
 
 
 def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one(
@@ -99,12 +102,13 @@ def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one
 
     tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
     cost = {}
-    for continuation in ("lean", "full"):
+    for continuation in ("lean", "full", "answer"):
         prompts = Renderer(tok, PER_OPTION.model_copy(update={"continuation": continuation})).render_per_option(
             STATE, choice(CRITERIA)
         )
         cost[continuation] = len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
     assert cost["lean"] < cost["full"] - 3 * 4  # the answer format is paid once, not once per option
+    assert cost["answer"] < cost["lean"] - 3  # and the template's tail too
     saved = json.loads(PER_OPTION.model_dump_json())
     del saved["continuation"]  # a render config saved before prompt.continuation existed
     (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
@@ -147,7 +151,9 @@ def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> 
 # -------------------------------------------------------------------------------------- scoring (inference)
 
 
-@pytest.mark.parametrize(("k", "continuation"), [(4, "full"), (40, "full"), (4, "lean"), (40, "lean")])
+@pytest.mark.parametrize(
+    ("k", "continuation"), [(4, "full"), (40, "full"), (4, "lean"), (40, "lean"), (4, "answer"), (40, "answer")]
+)
 def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int, continuation: str) -> None:
     from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
@@ -200,7 +206,8 @@ def test_set_and_score_questions_work_in_the_per_option_form(tiny_llama_dir: Pat
 # --------------------------------------------------------------------------------------------------- training
 
 
-def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("continuation", ["full", "answer"])
+def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_dir: Path, continuation: str) -> None:
     import torch
 
     from mydecide.modeling import load_model
@@ -208,7 +215,8 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
 
-    model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
+    render = PER_OPTION.model_copy(update={"continuation": continuation})
+    model = load_model(str(tiny_model_dir), render=render, device="cpu")
     order = [2, 0, 3, 1]
     records = [
         parse_record(

@@ -122,6 +122,22 @@ def per_option(tiny_llama_dir: Path):
     return load_model(str(tiny_llama_dir), render=RenderConfig(option_form="per_option"), device="cpu")
 
 
+@pytest.mark.parametrize("score_form", ["per_option", "thresholds"])
+def test_answer_turn_reads_equal_each_prompt_scored_alone(tiny_llama_dir: Path, score_form: str) -> None:
+    """``continuation: answer``: the stem ends with the template's tail, each read is one option's line in the answer
+    turn; a packed row still gives every read as if its prompt were scored alone."""
+    from mydecide.modeling import load_model
+    from mydecide.scoring.forward import score_packed, score_prompts
+
+    render = RenderConfig(option_form="per_option", score_form=score_form, continuation="answer")
+    model = load_model(str(tiny_llama_dir), render=render, device="cpu")
+    prompts = prompts_of(model)
+    tail = model.renderer._encode(model.renderer.tail)
+    stems = [p for p in prompts if p.stem]
+    assert stems and all(list(p.prefix[-len(tail) :]) == tail for p in stems)
+    assert gap(score_prompts(model, prompts, batch_size=1, shared_prefix=False), score_packed(model, prompts)) < 1e-5
+
+
 def test_a_state_and_each_questions_shared_text_are_laid_out_once(per_option) -> None:
     """Per-option and per-level reads: one row per state, holding the state once, each question's stem once and
     every read after its stem; a read sees the state, its own stem and itself, and nothing else."""
