@@ -208,7 +208,7 @@ def read_render_config(path: Path) -> RenderConfig:
         raise UserError(f"{path}: not a valid render config ({problems})") from err
 
 
-SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last"}
+SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last", "layout": "own"}
 """What a render config saved before a ``prompt.span`` key existed was scored with."""
 
 

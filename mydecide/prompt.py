@@ -50,6 +50,14 @@ class SpanWindows(BaseModel):
     # the span head's read of a word: "last" = the final hidden state at its last token, "mean" = the mean over its
     # tokens (the letters read always reads the last token)
     word_read: Literal["last", "mean"] = "last"
+    # where the span head reads: "own" = every window its own sequence (template head, context, question, labels,
+    # text); "shared" = after the prefix every other question of the state shares (template head + state), one
+    # block: the question, the label lines, then a copy of the text, read there, so every read has seen all labels
+    # and the whole text (a window not wholly in the prefix, a state cut by max_state_tokens, carries its own first
+    # copy); scored in the state's packed row beside its other questions (docs/spans.md#the-shared-layout). The
+    # span head's read only (a letters read keeps its own sequences). A render config saved before the key existed
+    # means "own"
+    layout: Literal["own", "shared"] = "own"
 
     def resolve(self, head: bool) -> SpanWindows:
         """``auto`` made concrete: ``head`` when the model has (or training will give it) a span head, else
@@ -65,6 +73,10 @@ class SpanWindows(BaseModel):
     def _overlap_below_window(self) -> SpanWindows:
         if self.overlap_tokens > self.window_tokens // 2:
             raise ValueError(f"overlap_tokens must be at most half of window_tokens ({self.window_tokens // 2})")
+        if self.layout == "shared" and self.read == "letters":
+            raise ValueError("layout: shared is a layout of the span head's read; read: letters keeps its own layout")
+        if self.layout == "shared" and self.echo:
+            raise ValueError("layout: shared already reads a second copy of the text; leave echo off with it")
         return self
 
 

@@ -67,6 +67,21 @@ def score_questions(
     rest = [i for i, (_, q) in enumerate(items) if q.type != "span"]
     plan = ScoringPlan(model.renderer, [items[i] for i in rest], [orders[i] for i in rest] if orders else None)
     packed = shared_prefix and packs(model)  # each state once in a packed row, each question's text once
+    out: list[np.ndarray] = [np.empty(0)] * len(items)
+    unread = spans  # span questions read on their own (score_span_questions)
+    if spans and packed and model.renderer.config.span.read == "head" and model.renderer.config.span.layout == "shared":
+        from mydecide.scoring.spans import score_with_blocks, span_layout
+
+        unread = []  # each span block one more question in its state's packed row
+        layouts = [span_layout(model.renderer, *items[i]) for i in spans]
+        blocks = [seq for layout in layouts for seq in layout.sequences]
+        first, reads = score_with_blocks(model, plan.pending, blocks, progress=progress)
+        if plan.pending:
+            plan.read(first)
+        at = 0
+        for i, layout in zip(spans, layouts, strict=True):
+            out[i] = layout.grid(reads[at : at + len(layout.sequences)])
+            at += len(layout.sequences)
     while plan.pending:
         if packed:
             plan.read(score_packed(model, plan.pending, progress=progress))
@@ -76,16 +91,15 @@ def score_questions(
                     model, plan.pending, batch_size=batch_size, shared_prefix=shared_prefix, progress=progress
                 )
             )
-    out: list[np.ndarray] = [np.empty(0)] * len(items)
     for i, z in zip(rest, plan.logits(), strict=True):
         out[i] = z
-    if spans:
+    if unread:
         from mydecide.scoring.spans import score_span_questions
 
-        for i, z in zip(spans, score_span_questions(model, [items[i] for i in spans]), strict=True):
+        for i, z in zip(unread, score_span_questions(model, [items[i] for i in unread]), strict=True):
             out[i] = z
-        if progress:
-            progress(sum(items[i][1].k for i in spans))
+    if spans and progress:
+        progress(sum(items[i][1].k for i in spans))
     return out
 
 

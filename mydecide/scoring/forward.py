@@ -238,6 +238,30 @@ MAX_ROW_TOKENS = 4096  # longer rows (a (L, L) mask per row) go through score_pr
 _TOLD: set[str] = set()  # models whose probe failed, said once
 
 
+def packed_passes(prompts: Sequence[Prompt], max_batch_tokens: int = 8192) -> tuple[list[list[int]], list[int]]:
+    """The prompts (indices) of each packed forward pass, and those left out: prompts on the same state share one
+    row, rows are sorted by length and cut into passes of at most ``max_batch_tokens`` (padded) tokens; the prompts
+    of a state whose row would be longer than ``MAX_ROW_TOKENS`` are left out (for ``score_prompts``)."""
+    by_root: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_root.setdefault(p.root, []).append(i)
+    sized = [(tree_tokens([prompts[i] for i in members]), members) for members in by_root.values()]
+    sized.sort(key=lambda g: g[0])
+    too_long = [i for length, members in sized if length > MAX_ROW_TOKENS for i in members]
+    passes: list[list[int]] = []
+    chunk: list[list[int]] = []
+    for length, members in sized:
+        if length > MAX_ROW_TOKENS:
+            continue
+        if chunk and length * (len(chunk) + 1) > max_batch_tokens:  # sorted: this row is the longest yet
+            passes.append([i for group in chunk for i in group])  # one packed row per state, read in this order
+            chunk = []
+        chunk.append(members)
+    if chunk:
+        passes.append([i for group in chunk for i in group])
+    return passes, too_long
+
+
 def score_packed(
     model: LoadedModel,
     prompts: Sequence[Prompt],
@@ -248,51 +272,31 @@ def score_packed(
     """Option logits (canonical order, float64) for each prompt, like ``score_prompts``, with packed rows.
 
     Prompts on the same state share one row (its root once, each question's stem once: ``packed.pack``); rows are
-    sorted by length and cut into forward passes of at most ``max_batch_tokens`` (padded) tokens.
+    sorted by length and cut into forward passes of at most ``max_batch_tokens`` (padded) tokens
+    (:func:`packed_passes`).
     """
     import numpy as np
     import torch
 
-    by_root: dict[tuple[int, ...], list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_root.setdefault(p.root, []).append(i)
-    sized = [(tree_tokens([prompts[i] for i in members]), members) for members in by_root.values()]
-    sized.sort(key=lambda g: g[0])
+    passes, too_long = packed_passes(prompts, max_batch_tokens)
     out: list[np.ndarray] = [np.empty(0)] * len(prompts)
-    too_long = [i for length, members in sized if length > MAX_ROW_TOKENS for i in members]
     if too_long:
         for i, z in zip(too_long, score_prompts(model, [prompts[i] for i in too_long], progress=progress), strict=True):
             out[i] = z
-        sized = [g for g in sized if g[0] <= MAX_ROW_TOKENS]
-
     decoder = decoder_of(model.lm)
     weight, bias, softcap = output_head(model.lm)
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
     pad_id = model.tokenizer.pad_token_id
-    chunk: list[list[int]] = []
-
-    def flush() -> None:
-        order = [i for members in chunk for i in members]  # one packed row per state, read in this order
-        batch = pack([prompts[i] for i in order], pad_id).to(model.device)
-        last = packed_last_hidden(decoder, batch)  # (N, H)
-        logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap)
-        rows = logits.double().cpu().numpy()  # (N, K)
-        for row, i in enumerate(order):
-            p = prompts[i]
-            canonical = np.empty(p.k)
-            canonical[list(p.order)] = rows[row, : p.k]
-            out[i] = canonical
-        if progress:
-            progress(len(order))
-
     with torch.inference_mode():
-        for length, members in sized:
-            if chunk and length * (len(chunk) + 1) > max_batch_tokens:  # sorted: this row is the longest yet
-                flush()
-                chunk = []
-            chunk.append(members)
-        if chunk:
-            flush()
+        for order in passes:
+            batch = pack([prompts[i] for i in order], pad_id).to(model.device)
+            last = packed_last_hidden(decoder, batch)  # (N, H)
+            logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap).double().cpu()
+            shown = [prompts[i] for i in order]
+            for i, row in zip(order, canonical_rows(shown, logits.numpy()), strict=True):
+                out[i] = row
+            if progress:
+                progress(len(order))
     return out
 
 

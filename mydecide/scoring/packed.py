@@ -94,7 +94,8 @@ class Segments:
 @dataclass
 class PackedBatch:
     """One forward pass over packed rows. ``allowed`` (B, 1, L, L) True where a token may attend; ``rows``/``cols``
-    (N,) the answer slot of each prompt, in the order the prompts were given; ``option_mask`` (N, K)."""
+    (N,) the answer slot of each prompt, in the order the prompts were given; ``starts`` (N,) the column of each
+    prompt's first suffix token (a span block is read at many of its positions); ``option_mask`` (N, K)."""
 
     option_mask: torch.Tensor
     input_ids: torch.Tensor
@@ -105,6 +106,7 @@ class PackedBatch:
     segments: Segments | None = None
     n_tokens: int = 0  # real (non-pad) tokens processed
     n_padded: int = 0  # tokens processed including padding
+    starts: torch.Tensor | None = None
 
     def to(self, device: Any) -> PackedBatch:
         return PackedBatch(
@@ -117,6 +119,7 @@ class PackedBatch:
             None if self.segments is None else self.segments.to(device),
             self.n_tokens,
             self.n_padded,
+            None if self.starts is None else self.starts.to(device),
         )
 
     def last_hidden(self, decoder: Any) -> torch.Tensor:
@@ -162,7 +165,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
     ids = torch.full((n_rows, width), pad_id, dtype=torch.long)
     pos = torch.zeros((n_rows, width), dtype=torch.long)
     allowed = torch.zeros((n_rows, 1, width, width), dtype=torch.bool)
-    rows, cols = [0] * len(prompts), [0] * len(prompts)
+    rows, cols, starts = [0] * len(prompts), [0] * len(prompts), [0] * len(prompts)
     heads = [len(root) // CHUNK * CHUNK for root in trees]
     h_width = max(heads)
     r_width = max(len(p.prefix) % CHUNK + len(p.suffix) for p in prompts)
@@ -214,7 +217,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
                     scatter[r * width + block] = out_at + (p_len - head) + torch.arange(s_len)
                 first = False
                 group[i] = r
-                rows[i], cols[i] = r, at + s_len - 1
+                rows[i], cols[i], starts[i] = r, at + s_len - 1, at
                 at += s_len
         pad = torch.arange(start)
         allowed[r, 0, pad, pad] = True  # padding attends to itself only, so no softmax row is empty
@@ -232,6 +235,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
         Segments(head_index, row_index, group, scatter) if segments else None,
         n_tokens=sum(lengths),
         n_padded=ids.numel(),
+        starts=torch.tensor(starts),
     )
 
 
@@ -249,6 +253,11 @@ def tree_tokens(prompts: Sequence[Prompt]) -> int:
 
 def packed_last_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
     """(N, H) final hidden state at each prompt's answer slot: one decoder call over the packed rows."""
+    return packed_hidden(decoder, batch)[batch.rows, batch.cols]
+
+
+def packed_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
+    """(B, L, H) final hidden states at every packed position: one decoder call over the packed rows."""
     import torch
 
     config = getattr(decoder.config, "text_config", None) or decoder.config
@@ -262,7 +271,7 @@ def packed_last_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
         _install_segmented_forward(decoder)
         mask = {"full_attention": mask, "linear_attention": batch.segments}
     out = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False)
-    return out.last_hidden_state[batch.rows, batch.cols]
+    return out.last_hidden_state  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------------------- Gated DeltaNet segments

@@ -11,7 +11,10 @@ A span question (docs/spans.md) is decided as a word × label grid, read one of 
   (name and description; ``label_read: last``: its last token): a third of the sequences for three labels, and no
   answer letters shared with the other question types.
 
-Either way the log-odds of ``prompt.span.prior`` (when one is set) is added to every read.
+Either way the log-odds of ``prompt.span.prior`` (when one is set) is added to every read. The head's sequence has
+two layouts (``prompt.span.layout``): ``own``, above, or ``shared``: the prefix every other question of the state
+shares (template head + state), then one block of question, label lines and a copy of the text, read there, so that
+packed rows score it as one more question of its state (:func:`score_with_blocks`).
 
 Each word is tokenised with the whitespace before it (``Renderer.encode_pieces``), so its tokens and its last token
 are known exactly and character offsets need no mapping back from tokens. A long text is cut into windows of at most
@@ -28,14 +31,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mydecide.errors import UserError
 from mydecide.records import Question
-from mydecide.scoring.forward import decoder_of, output_head, read_option_logits
-from mydecide.scoring.render import Renderer, render_state
+from mydecide.scoring.forward import (
+    canonical_rows,
+    decoder_of,
+    output_head,
+    packed_passes,
+    read_option_logits,
+    score_prompts,
+)
+from mydecide.scoring.packed import pack, packed_hidden
+from mydecide.scoring.render import Prompt, Renderer, render_state
 from mydecide.spans import DEFAULT_PART, state_part, words
 
 if TYPE_CHECKING:
@@ -61,6 +72,10 @@ class SpanSequence:
     label_lines: tuple[tuple[int, int], ...] = ()
     line_labels: tuple[int, ...] = ()  # the question's label index of each line (empty: the question's order)
     word_starts: tuple[int, ...] = ()  # each read word's first token (``word_read: mean``); empty: its last token
+    # ``layout: shared``: how many of ``ids`` are the state's shared prefix (template head + state, ``Prompt.root``),
+    # which a packed row computes once for every question of the state; the rest is the question's block. 0: a
+    # sequence of its own
+    root: int = 0
 
     def cells(self, n_labels: int) -> list[int]:
         """The flat grid index of each of this sequence's values, in the order they are read (word-major)."""
@@ -135,6 +150,8 @@ def owners(lengths: Sequence[int], cuts: Sequence[tuple[int, int]], size: int, b
 
 ECHO_TEXT = "\n\nThe same text again:\n"
 """Between the two copies of a window with ``prompt.span.echo``."""
+WINDOW_TEXT = "\n\nPart of the text:\n"
+"""``layout: shared``: before a window's own first copy, in a block whose state prefix does not hold the whole text."""
 
 
 def span_head(renderer: Renderer) -> str:
@@ -174,10 +191,13 @@ def label_order(renderer: Renderer, question: Question) -> list[int]:
     return sorted(range(question.k), key=lambda j: question.options[j])
 
 
-def head_prompt(state: Any, question: Question, order: Sequence[int] | None = None) -> tuple[str, list[str], str]:
+def head_prompt(
+    state: Any, question: Question, order: Sequence[int] | None = None, shared: bool = False
+) -> tuple[str, list[str], str]:
     """The span head's user text before the text, in pieces: context and question, one line per label in ``order``
-    (each after a newline; the head reads the label over it), how it is answered."""
-    lines = context_lines(state, question)
+    (each after a newline; the head reads the label over it), how it is answered. ``shared``: the question's block
+    after the state's prefix (which shows the whole state, so no context), opening as other questions do."""
+    lines = ["", ""] if shared else context_lines(state, question)
     lines += [f"Question: {question.instructions}", "Labels:"]
     labels = [
         f"{question.options[j]}" + (f" — {question.descriptions[j]}" if question.descriptions[j] else "")
@@ -194,13 +214,22 @@ def head_prefix(
     and the token range of each label's read: its line's tokens (``label_read: line``, the newline before it left
     out) or its last token (``last``). A long context keeps its last ``max_state_tokens`` + 200 tokens."""
     intro, labels, outro = head_prompt(state, question, order)
+    return label_block(renderer, intro, labels, outro, head, renderer.config.max_state_tokens + 200)
+
+
+def label_block(
+    renderer: Renderer, intro: str, labels: Sequence[str], outro: str, before: Sequence[int], keep: int | None = None
+) -> tuple[list[int], tuple[tuple[int, int], ...]]:
+    """``before`` + the ids of ``intro`` (its last ``keep`` tokens), the label lines and ``outro``, and each label
+    line's read range in them: its line's tokens (``label_read: line``, the newline before it left out) or its last
+    token (``last``)."""
     if renderer.config.span.label_read == "last":  # as trained before lines were pooled: newline and line one piece
         pieces = renderer.encode_pieces([intro, *("\n" + line for line in labels), outro])
         lines: list[tuple[list[int], list[int]]] = [([], piece) for piece in pieces[1:-1]]
     else:  # the newline on its own, so the line's tokens are exactly its name and description
         pieces = renderer.encode_pieces([intro, *(p for line in labels for p in ("\n", line)), outro])
         lines = [(pieces[1 + 2 * j], pieces[2 + 2 * j]) for j in range(len(labels))]
-    ids = head + pieces[0][-(renderer.config.max_state_tokens + 200) :]
+    ids = list(before) + pieces[0][-keep if keep else 0 :]
     reads = []
     for newline, line in lines:
         ids += newline
@@ -210,47 +239,76 @@ def head_prefix(
     return ids + pieces[-1], tuple(reads)
 
 
+def shared_layout(renderer: Renderer) -> bool:
+    """Whether span questions are read in a block after the state's shared prefix (``layout: shared``, head read)."""
+    return renderer.config.span.read == "head" and renderer.config.span.layout == "shared"
+
+
 def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayout:
     """The sequences of one span question: one per label and window (``read: letters``), or one per window with
-    every label (``read: head``); every word × label cell read once."""
+    every label (``read: head``); every word × label cell read once.
+
+    ``layout: shared`` (head read): each window's sequence is the state's prefix (``Renderer.encode_state``, the
+    root every question of the state shares) and then one block: the question, the label lines, then the window's
+    text, read there. Where the prefix does not hold the whole text (a state cut by ``max_state_tokens``) the block
+    first shows the window itself (``WINDOW_TEXT``), so every read has seen all labels and the whole window."""
     if question.type != "span":
         raise ValueError(f"a {question.type} question has no span layout")
     part = state_part(state, question.over)
     offsets = words(part)
     pieces = [part[(offsets[i - 1][1] if i else 0) : end] for i, (_, end) in enumerate(offsets)]
-    size, overlap = renderer.config.span.window_tokens, renderer.config.span.overlap_tokens
+    span = renderer.config.span
+    size, overlap = span.window_tokens, span.overlap_tokens
     tokens = [ids[-size:] for ids in renderer.encode_pieces(pieces)] if pieces else []
     lengths = [len(t) for t in tokens]
     cuts = windows(lengths, size, overlap)
-    owner = owners(lengths, cuts, size, both_edges=renderer.config.span.echo)
-    head = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
-    max_context = renderer.config.max_state_tokens
-    echo = renderer.encode_pieces([ECHO_TEXT])[0] if renderer.config.span.echo else None
-    sequences = []
-    prefixes: list[tuple[int, list[int], tuple[tuple[int, int], ...]]] = []  # (label, −1 for all; ids; lines)
+    shared = shared_layout(renderer)
+    owner = owners(lengths, cuts, size, both_edges=span.echo or shared)
     order = label_order(renderer, question)
-    if renderer.config.span.read == "head":
+    mean_words = span.read == "head" and span.word_read == "mean"
+    sequences = []
+
+    def read_window(w: int, label: int, before: list[int], label_lines: tuple[tuple[int, int], ...], root: int) -> None:
+        """The sequence ``before`` + window ``w``'s text, read at the words the window owns (if it owns any)."""
+        (a, b), ids, reads, starts, owned = cuts[w], list(before), [], [], []
+        for i in range(a, b):
+            ids += tokens[i]
+            if owner[i] == w:
+                reads.append(len(ids) - 1)
+                starts.append(len(ids) - len(tokens[i]))
+                owned.append(i)
+        if owned:
+            lines = tuple(order) if label < 0 else ()
+            sequence = SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines, lines, root=root)
+            sequences.append(replace(sequence, word_starts=tuple(starts)) if mean_words else sequence)
+
+    if shared:
+        root, truncated = renderer.encode_state(state)
+        intro, labels, outro = head_prompt(state, question, order, shared=True)
+        first = renderer.encode_pieces([WINDOW_TEXT])[0] if truncated else []
+        for w, (a, b) in enumerate(cuts):
+            before = list(root)
+            if truncated:  # the prefix holds only part of the text: the window's own first copy
+                before += first + [t for i in range(a, b) for t in tokens[i]]
+            block, label_lines = label_block(renderer, intro, labels, outro, before)
+            read_window(w, -1, block, label_lines, len(root))
+        return SpanLayout(tuple(sequences), len(offsets), question.k)
+
+    head = list(renderer.tokenizer(span_head(renderer), add_special_tokens=False)["input_ids"])
+    echo = renderer.encode_pieces([ECHO_TEXT])[0] if span.echo else None
+    prefixes: list[tuple[int, list[int], tuple[tuple[int, int], ...]]] = []  # (label, −1 for all; ids; lines)
+    if span.read == "head":
         prefixes.append((-1, *head_prefix(renderer, head, state, question, order)))
     else:
         for label in order:
             prefix = renderer.encode_pieces([span_prompt(state, question, label)])[0]
-            prefixes.append((label, head + prefix[-(max_context + 200) :], ()))
-    mean_words = renderer.config.span.read == "head" and renderer.config.span.word_read == "mean"
+            prefixes.append((label, head + prefix[-(renderer.config.max_state_tokens + 200) :], ()))
     for label, prefix, label_lines in prefixes:
         for w, (a, b) in enumerate(cuts):
-            ids, reads, starts, owned = list(prefix), [], [], []
+            before = list(prefix)
             if echo is not None:  # the window once in full, then again with the reads: every read has seen it all
-                ids += [t for i in range(a, b) for t in tokens[i]] + echo
-            for i in range(a, b):
-                ids += tokens[i]
-                if owner[i] == w:
-                    reads.append(len(ids) - 1)
-                    starts.append(len(ids) - len(tokens[i]))
-                    owned.append(i)
-            if owned:
-                lines = tuple(order) if label < 0 else ()
-                sequence = SpanSequence(tuple(ids), tuple(reads), tuple(owned), label, label_lines, lines)
-                sequences.append(replace(sequence, word_starts=tuple(starts)) if mean_words else sequence)
+                before += [t for i in range(a, b) for t in tokens[i]] + echo
+            read_window(w, label, before, label_lines, 0)
     return SpanLayout(tuple(sequences), len(offsets), question.k)
 
 
@@ -291,15 +349,38 @@ def span_read_logits(
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    rows, words = [], []
     for r, seq in enumerate(sequences):
         ids[r, : len(seq.ids)] = torch.tensor(seq.ids, dtype=torch.long)
         mask[r, : len(seq.ids)] = 1
-        rows += [r] * len(seq.reads)
-        words += [(start, end + 1) for start, end in zip(seq.word_starts or seq.reads, seq.reads, strict=True)]
     out = decoder_of(lm)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
-    index = torch.tensor(rows, device=device)
-    hidden = pooled(out.last_hidden_state, rows, words)  # (M, H): each word's last token, or its tokens' mean
+    return sequence_reads(lm, out.last_hidden_state, sequences, label_ids, offset=offset)
+
+
+def sequence_reads(
+    lm: Any,
+    hidden: torch.Tensor,
+    sequences: Sequence[SpanSequence],
+    label_ids: torch.Tensor,
+    rows: Sequence[int] | None = None,
+    shifts: Sequence[int] | None = None,
+    offset: float = 0.0,
+) -> torch.Tensor:
+    """The log-odds at every read of ``sequences`` (as :func:`span_read_logits`) from the (R, T, H) last hidden
+    states of a forward pass already run: sequence n's position t is ``hidden[rows[n], t + shifts[n]]`` (default:
+    row n, no shift; a packed row holds a block at another column than the block's position in its sequence)."""
+    import torch
+
+    device = hidden.device
+    rows = list(range(len(sequences))) if rows is None else rows
+    shifts = [0] * len(sequences) if shifts is None else shifts
+    at, words, index = [], [], []  # per read: its row in ``hidden``, its token range there, its sequence
+    for n, (seq, row, shift) in enumerate(zip(sequences, rows, shifts, strict=True)):
+        at += [row] * len(seq.reads)
+        index += [n] * len(seq.reads)
+        starts = seq.word_starts or seq.reads
+        words += [(start + shift, end + 1 + shift) for start, end in zip(starts, seq.reads, strict=True)]
+    word_states = pooled(hidden, at, words)  # (M, H): each word's last token, or its tokens' mean
+    index_t = torch.tensor(index, device=device)
     if sequences[0].label < 0:  # the span head: every word against every label line of its sequence
         from mydecide.scoring.span_head import span_head_of
 
@@ -312,13 +393,13 @@ def span_read_logits(
         n = max(len(s.label_lines) for s in sequences)
         padded = [s.label_lines + s.label_lines[-1:] * (n - len(s.label_lines)) for s in sequences]
         shown = torch.tensor([[j < len(s.label_lines) for j in range(n)] for s in sequences], device=device)
-        at = [r for r, lines in enumerate(padded) for _ in lines]
-        labels = pooled(out.last_hidden_state, at, [line for lines in padded for line in lines])
-        labels = labels.reshape(len(sequences), n, -1)  # (N, L, H)
-        return head(hidden, labels, index)[shown[index]] + offset  # (M · L,) word-major per sequence
+        line_rows = [row for row, lines in zip(rows, padded, strict=True) for _ in lines]
+        ranges = [(a + shift, b + shift) for lines, shift in zip(padded, shifts, strict=True) for a, b in lines]
+        labels = pooled(hidden, line_rows, ranges).reshape(len(sequences), n, -1)  # (N, L, H)
+        return head(word_states, labels, index_t)[shown[index_t]] + offset  # (M · L,) word-major per sequence
     weight, bias, softcap = output_head(lm)
-    shown = torch.ones(len(rows), 2, dtype=torch.bool, device=device)
-    logits = read_option_logits(hidden, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
+    shown = torch.ones(len(at), 2, dtype=torch.bool, device=device)
+    logits = read_option_logits(word_states, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
     return logits[:, 0] - logits[:, 1] + offset
 
 
@@ -361,3 +442,62 @@ def score_span_questions(
         out.append(layout.grid(reads[at : at + n]))
         at += n
     return out
+
+
+def score_with_blocks(
+    model: LoadedModel,
+    prompts: Sequence[Prompt],
+    blocks: Sequence[SpanSequence],
+    *,
+    max_batch_tokens: int = 8192,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[np.ndarray], list[list[float]]]:
+    """The option logits of ``prompts`` (as ``forward.score_packed``) and the reads of span ``blocks`` (sequences of
+    ``layout: shared``), in one set of packed rows: a block is one more question of its state, a child of the
+    state's root (``packed.pack``), so the state is computed once for all of its questions, span ones included. A
+    block sees the root and itself at the positions it has alone, so its reads equal the sequence read alone. A state
+    whose row would be too long is read without packing (``score_prompts``, :func:`read_sequences`)."""
+    import numpy as np
+    import torch
+
+    n = len(prompts)
+    tree = [*prompts, *(Prompt(s.ids[: s.root], s.ids[s.root :], (0, 1)) for s in blocks)]
+    passes, too_long = packed_passes(tree, max_batch_tokens)
+    logits: list[np.ndarray] = [np.empty(0)] * n
+    reads: list[list[float]] = [[] for _ in blocks]
+    alone = [i for i in too_long if i < n]
+    for i, z in zip(alone, score_prompts(model, [prompts[i] for i in alone]) if alone else [], strict=True):
+        logits[i] = z
+    alone = [i - n for i in too_long if i >= n]
+    for j, block_reads in zip(alone, read_sequences(model, [blocks[j] for j in alone]) if alone else [], strict=True):
+        reads[j] = block_reads
+    decoder = decoder_of(model.lm)
+    weight, bias, softcap = output_head(model.lm)
+    label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
+    offset = model.renderer.config.span.offset
+    with torch.inference_mode():
+        for order in passes:
+            batch = pack([tree[i] for i in order], model.tokenizer.pad_token_id).to(model.device)
+            assert batch.starts is not None
+            hidden = packed_hidden(decoder, batch)  # (B, T, H)
+            asked = [k for k, i in enumerate(order) if i < n]
+            if asked:
+                at = torch.tensor(asked, device=model.device)
+                last = hidden[batch.rows[at], batch.cols[at]]  # (N, H) each prompt's answer slot
+                rows = read_option_logits(last, weight, label_ids, batch.option_mask[at], bias, softcap)
+                shown = [prompts[order[k]] for k in asked]
+                for k, row in zip(asked, canonical_rows(shown, rows.double().cpu().numpy()), strict=True):
+                    logits[order[k]] = row
+            read = [k for k, i in enumerate(order) if i >= n]
+            if read:
+                seqs = [blocks[order[k] - n] for k in read]
+                where = [int(batch.rows[k]) for k in read]
+                shifts = [int(batch.starts[k]) - seq.root for k, seq in zip(read, seqs, strict=True)]
+                values = sequence_reads(model.lm, hidden, seqs, label_ids, where, shifts, offset).double().cpu()
+                at_value = 0
+                for k, seq in zip(read, seqs, strict=True):
+                    reads[order[k] - n] = values[at_value : at_value + seq.n_values].tolist()
+                    at_value += seq.n_values
+            if progress:
+                progress(len(asked))
+    return logits, reads
