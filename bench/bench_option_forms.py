@@ -6,7 +6,8 @@ is scored by the same loaded model three times (``letters``: one read over A, B,
 final round above 26 options; ``per_option``: one yes / no continuation per option from a prefix holding the state
 and the question, every continuation repeating the answer format: the default ``prompt.continuation: full``;
 ``per_option_lean``: the answer format said once in the prefix, a continuation only the option's line and the
-template's tail). The table gives seconds per question (batched: wall time of scoring every
+template's tail; ``per_option_answer``: the prefix also ends with the template's tail, a continuation is the
+option's line in the answer turn). The table gives seconds per question (batched: wall time of scoring every
 question divided by their number), prompts and tokens processed per question, and each per-option form's ratio to
 letters.
 Accuracy of the untuned model is printed for orientation only (zero-shot, near chance in both forms).
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 from _common import BENCH, RESULTS
+
+PER_OPTION_FORMS = ("per_option", "per_option_lean", "per_option_answer")
 
 
 def main() -> None:
@@ -57,6 +60,7 @@ def main() -> None:
         "letters": {"option_form": "letters"},
         "per_option": {"option_form": "per_option", "continuation": "full"},
         "per_option_lean": {"option_form": "per_option", "continuation": "lean"},
+        "per_option_answer": {"option_form": "per_option", "continuation": "answer"},
     }
     models = {
         form: LoadedModel(
@@ -83,7 +87,7 @@ def main() -> None:
                 "tokens_per_question": plan.tokens() / len(items),
                 "zero_shot_accuracy": accuracy,
             }
-        for form in ("per_option", "per_option_lean"):
+        for form in PER_OPTION_FORMS:
             row[form]["time_ratio"] = row[form]["s_per_question"] / row["letters"]["s_per_question"]
             row[form]["token_ratio"] = row[form]["tokens_per_question"] / row["letters"]["tokens_per_question"]
         results[str(k)] = row
@@ -109,7 +113,7 @@ def main() -> None:
         args.out,
         {
             "benchmark": "option_forms",
-            "what": "seconds per question of the per-option form (full continuation, the default; and lean) "
+            "what": "seconds per question of the per-option form (full continuation, the default; lean; answer) "
             "against letters on 4-, 10- and 77-option choice questions, same model, same run",
             "model": args.model,
             "torch_threads": torch.get_num_threads(),
@@ -117,7 +121,7 @@ def main() -> None:
             "ratio": {
                 f"{form}_over_letters_time_k{k}": row[form]["time_ratio"]
                 for k, row in results.items()
-                for form in ("per_option", "per_option_lean")
+                for form in PER_OPTION_FORMS
             },
             "time_ratio_k4": results["4"]["per_option"]["time_ratio"],
             "load_average_1m": load[0],
