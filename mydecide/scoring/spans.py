@@ -45,7 +45,7 @@ from mydecide.scoring.forward import (
     read_option_logits,
     score_prompts,
 )
-from mydecide.scoring.packed import pack, packed_hidden
+from mydecide.scoring.packed import PackedBatch, pack, packed_hidden
 from mydecide.scoring.render import Prompt, Renderer, render_state
 from mydecide.spans import DEFAULT_PART, state_part, words
 
@@ -401,6 +401,29 @@ def sequence_reads(
     shown = torch.ones(len(at), 2, dtype=torch.bool, device=device)
     logits = read_option_logits(word_states, weight, label_ids[:2], shown, bias, softcap)  # (M, 2): A = yes, B = no
     return logits[:, 0] - logits[:, 1] + offset
+
+
+def packed_block_reads(
+    lm: Any,
+    batch: PackedBatch,
+    sequences: Sequence[SpanSequence],
+    first: int,
+    label_ids: torch.Tensor,
+    offset: float = 0.0,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """One forward call over packed rows whose prompts ``first`` … are span blocks (``layout: shared`` sequences, in
+    order): the (first, K) option logits of the prompts before them (None when there are none) and the blocks'
+    reads, as :func:`span_read_logits` gives them (training's forward; gradients flow when enabled)."""
+    assert batch.starts is not None
+    hidden = packed_hidden(decoder_of(lm), batch)  # (B, T, H)
+    logits = None
+    if first:
+        weight, bias, softcap = output_head(lm)
+        last = hidden[batch.rows[:first], batch.cols[:first]]  # (first, H) each prompt's answer slot
+        logits = read_option_logits(last, weight, label_ids, batch.option_mask[:first], bias, softcap)
+    rows = batch.rows[first:].tolist()
+    shifts = [start - s.root for start, s in zip(batch.starts[first:].tolist(), sequences, strict=True)]
+    return logits, sequence_reads(lm, hidden, sequences, label_ids, rows, shifts, offset)
 
 
 def read_sequences(

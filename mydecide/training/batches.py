@@ -16,7 +16,9 @@ together (so little compute is spent on padding). A recipe's ``task_weights`` sh
 often per epoch.
 
 A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.spans``) run beside the
-batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads.
+batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads. With
+``prompt.span.layout: shared`` a packed batch lays its sequences as blocks in the rows of their states
+(``SpanBatch.packed_from``), each one more question of its state.
 """
 
 from __future__ import annotations
@@ -107,16 +109,20 @@ def span_unit(renderer: Renderer, record: Record, index: int) -> SpanUnit:
 @dataclass
 class SpanBatch:
     """The span questions of a batch: their sequences (one right-padded forward), the 0 / 1 target of every read,
-    and ``owner`` (M,) the span question (0 … S−1 in the batch) each read belongs to."""
+    and ``owner`` (M,) the span question (0 … S−1 in the batch) each read belongs to. ``packed_from``: the sequences
+    (``layout: shared``) are blocks in the batch's packed rows, prompts ``packed_from`` … of it, one more question
+    of their state each; None: read in a forward pass of their own."""
 
     sequences: list[SpanSequence]
     targets: torch.Tensor  # (M,)
     owner: torch.Tensor  # (M,) long
     pad_id: int
     count: int  # span questions
+    packed_from: int | None = None
 
     def to(self, device: torch.device) -> SpanBatch:
-        return SpanBatch(self.sequences, self.targets.to(device), self.owner.to(device), self.pad_id, self.count)
+        targets, owner = self.targets.to(device), self.owner.to(device)
+        return SpanBatch(self.sequences, targets, owner, self.pad_id, self.count, self.packed_from)
 
 
 @dataclass
@@ -419,38 +425,49 @@ def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing:
     ``shared_prefix`` with ``packing`` (``scoring.packed.packing_mode`` of the model: "attention" or "hybrid"): one
     packed row per state, a single forward call that gradient checkpointing can recompute; ``shared_prefix`` alone:
     the prefix once through a KV cache (:func:`mydecide.scoring.forward.last_hidden`); neither: one prompt per row.
+    Span questions of ``layout: shared`` join their states' packed rows, a block per window; any other span
+    sequence is read in a forward pass of its own.
     """
     import torch
 
     span_units = [u for u in units if isinstance(u, SpanUnit)]
     spans = None
+    units = [u for u in units if not isinstance(u, SpanUnit)]
+    prompts = [p for u in units for p in u.prompts]
     if span_units:
         reads = [(n, y) for n, u in enumerate(span_units) for y in u.target]
+        sequences = [s for u in span_units for s in u.sequences]
+        blocks = shared_prefix and packing is not None and all(s.root for s in sequences)
         spans = SpanBatch(
-            [s for u in span_units for s in u.sequences],
+            sequences,
             torch.tensor([y for _, y in reads], dtype=torch.float32),
             torch.tensor([n for n, _ in reads], dtype=torch.long),
             pad_id,
             len(span_units),
+            len(prompts) if blocks else None,
         )
-        units = [u for u in units if not isinstance(u, SpanUnit)]
-        if not units:
-            none = torch.zeros(0, 2, dtype=torch.bool)
+        none = torch.zeros(0, 2, dtype=torch.bool)
+        if not blocks and not units:
             return TrainBatch(None, torch.zeros(0, 2), torch.zeros(0, dtype=torch.bool), [], None, none, spans)
-    prompts = [p for u in units for p in u.prompts]
+        if blocks:  # each block one more question of its state: the state's prefix is the root it continues
+            prompts += [Prompt(s.ids[: s.root], s.ids[s.root :], (0, 1)) for s in sequences]
     batch: Batch | PackedBatch
     if shared_prefix and packing is not None:  # one row per state, each question's shared text once in it
         batch = pack(prompts, pad_id, segments=packing == "hybrid")
     else:
         batch = collate(prompts, pad_id, shared_prefix)
+    if not units:  # only span blocks
+        return TrainBatch(batch, torch.zeros(0, 2), torch.zeros(0, dtype=torch.bool), [], None, none, spans)
+    asked = len(prompts) if spans is None or spans.packed_from is None else spans.packed_from
     k = max(u.k for u in units)
     targets = torch.zeros(len(units), k)
     for i, unit in enumerate(units):
         targets[i, : unit.k] = torch.tensor(unit.target)
     is_score = torch.tensor([u.is_score for u in units], dtype=torch.bool)
     if not any(u.yes_no for u in units):
-        return TrainBatch(batch, targets, is_score, list(units), spans=spans)
-    rows, width = len(prompts), batch.option_mask.shape[1]
+        option_mask = batch.option_mask[:asked] if asked < len(prompts) else None  # without the span blocks' rows
+        return TrainBatch(batch, targets, is_score, list(units), option_mask=option_mask, spans=spans)
+    rows, width = asked, batch.option_mask.shape[1]
     index = torch.zeros(len(units), k, dtype=torch.long)
     mask = torch.zeros(len(units), k, dtype=torch.bool)
     row = 0

@@ -70,7 +70,7 @@ def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
     import torch
 
     from mydecide.scoring.forward import forward_option_logits
-    from mydecide.scoring.spans import span_read_logits
+    from mydecide.scoring.spans import packed_block_reads, span_read_logits
 
     class DecisionModule(torch.nn.Module):
         def __init__(self) -> None:
@@ -80,6 +80,8 @@ def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
 
         def forward(self, batch: Any, spans: Any = None) -> Any:
             label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
+            if spans is not None and spans.packed_from is not None:  # span blocks in the batch's packed rows
+                return packed_block_reads(self.lm, batch, spans.sequences, spans.packed_from, label_ids, span_offset)
             logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
             if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
                 return logits

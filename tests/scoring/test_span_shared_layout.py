@@ -197,6 +197,58 @@ def test_training_reads_the_shared_layout_as_scoring_does(tiny_llama_dir: Path) 
     assert unit.target == tuple(record.target[c] for c in cells) and sum(unit.target) > 0
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen3_5"])
+def test_training_packs_span_blocks_with_their_states_other_questions(
+    tiny_llama_dir: Path, tiny_qwen_dir: Path, kind: str
+) -> None:
+    """In a packed training batch a span block is one more question of its state (Qwen3.5: through the Gated
+    DeltaNet segments): its reads equal the block read alone, the other questions' logits are unchanged, and the
+    loss's gradient reaches the span head and the LoRA-free model alike through one forward call."""
+    import torch
+
+    from mydecide.config import ProperObjective
+    from mydecide.scoring.packed import PackedBatch, packing_mode
+    from mydecide.scoring.span_head import span_head_of
+    from mydecide.scoring.spans import span_layout
+    from mydecide.training.batches import epoch_units, make_batch
+    from mydecide.training.model import build_module
+    from mydecide.training.objectives import batch_loss, loss_for
+
+    model = loaded(
+        tiny_llama_dir if kind == "llama" else tiny_qwen_dir, shared_config(24, window_tokens=16, overlap_tokens=4)
+    )
+    packing = packing_mode(model.lm)
+    assert packing == ("attention" if kind == "llama" else "hybrid")
+    answer = [{"label": "PERSON", "start": 5, "end": 14}]
+    rows = [
+        {"id": "s", "task": "pii", "state": TEXT, "question": SPAN, "answer": answer},
+        {"id": "n", "task": "refund", "state": TEXT, "question": NOUL, "answer": False},
+        {"id": "c", "task": "team", "state": TEXT, "question": CHOICE, "answer": "support"},
+        {"id": "o", "task": "refund", "state": "Another state.", "question": NOUL, "answer": True},
+    ]
+    records = [parse_record(r)[0] for r in rows]
+    units = epoch_units(model.renderer, records, 0, 0, False)
+    pad = model.tokenizer.pad_token_id
+    tb = make_batch(units, pad, True, packing)
+    assert isinstance(tb.batch, PackedBatch) and tb.spans is not None and tb.spans.packed_from is not None
+    assert tb.batch.input_ids.shape[0] == 2  # two states, two rows: the span blocks in their state's row
+    module = build_module(model.lm, model.renderer.label_ids).eval()
+    with torch.no_grad():
+        logits, reads = module(tb.batch, tb.spans)
+        without = make_batch([u for u in units if u.record_index != 0], pad, True, packing)
+        expected_logits = without.logits(module(without.batch))
+    layout = span_layout(model.renderer, TEXT, records[0].question)
+    grid = alone(model, layout)
+    cells = [c for seq in layout.sequences for c in seq.cells(3)]
+    np.testing.assert_allclose(reads.double().numpy(), grid[cells], atol=1e-5)
+    got = tb.logits(logits)
+    assert got.shape == expected_logits.shape
+    torch.testing.assert_close(got, expected_logits, atol=1e-5, rtol=0)
+    loss = batch_loss(module.train(), tb, loss_for(ProperObjective(), 0.0), progress=0.0)
+    loss.backward()
+    assert float(span_head_of(model.lm).word.weight.grad.abs().max()) > 0
+
+
 def saved_model_dir(model_dir: Path, out: Path, layout: str) -> Path:
     """A copy of a tiny model directory with a random span head and a render config, as ``mydecide merge`` writes
     them (span_head.safetensors, mydecide_render.json)."""
