@@ -7,6 +7,7 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,6 +97,20 @@ def build_qwen3_5(out: Path, vocab_size: int) -> None:
         eos_token_id=2,
     )
     Qwen3_5ForCausalLM(config).save_pretrained(out)
+
+
+def random_span_head(model: Any, seed: int = 0, scale: float = 0.1) -> Any:
+    """A span head attached to ``model.lm`` with random weights (a trained head's word projection is not zero)."""
+    import torch
+
+    from mydecide.scoring.span_head import attach_span_head
+
+    head = attach_span_head(model.lm, bias=-1.0)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in head.parameters():
+            parameter.copy_(scale * torch.randn_like(parameter))
+    return head
 
 
 @pytest.fixture(scope="session", autouse=True)

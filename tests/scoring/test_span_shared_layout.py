@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import random_span_head
 
 from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
@@ -33,16 +34,8 @@ def shared_config(max_state_tokens: int = 3000, **span: object) -> RenderConfig:
 
 
 def with_head(model: Any, seed: int = 0) -> Any:
-    """A span head on ``model`` with random weights (a trained one's word projection is not zero either)."""
-    import torch
-
-    from mydecide.scoring.span_head import attach_span_head
-
-    head = attach_span_head(model.lm, bias=-1.0)
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in head.parameters():
-            parameter.copy_(0.3 * torch.randn_like(parameter))
+    """``model`` with a random span head (a trained one's word projection is not zero either)."""
+    random_span_head(model, seed, scale=0.3)
     return model
 
 

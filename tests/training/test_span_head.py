@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import random_span_head
 from test_span_training import choice_row
 
 from mydecide.records import parse_question, parse_record
@@ -85,20 +86,6 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     assert len(letters.sequences) == 2 * len(layout.sequences)
 
 
-def random_head(model: object, seed: int = 0) -> object:
-    """A span head on ``model`` with random weights (as if trained: the word projection is not zero)."""
-    import torch
-
-    from mydecide.scoring.span_head import attach_span_head
-
-    head = attach_span_head(model.lm, bias=-1.0)
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in head.parameters():
-            parameter.copy_(0.1 * torch.randn_like(parameter))
-    return head
-
-
 def by_hand(model: object, head: object, layout: object) -> object:
     """A layout's grid computed step by step: each sequence alone through the decoder, each word's last token and
     each label's range mean-pooled, projected, q·k/√d + the label's bias."""
@@ -136,7 +123,7 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
 
     render = head_config(label_read=label_read, word_read=word_read)
     model = load_model(str(tiny_llama_dir), render=render, device="cpu")
-    head = random_head(model)
+    head = random_span_head(model)
     record = parse_record(span_row(3, random.Random(5)))[0]
     layout = span_layout(model.renderer, record.state, record.question)
     lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
@@ -190,7 +177,7 @@ def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: 
     def column_by_name(order: str) -> list[dict[str, np.ndarray]]:
         model = load_model(str(tiny_llama_dir), render=head_config(read=read, label_order=order), device="cpu")
         if read == "head":
-            random_head(model)
+            random_span_head(model)
         out = []
         for names in itertools.permutations(criteria):
             (grid,) = score_span_questions(model, [(text, parse_question(question(names)))])
