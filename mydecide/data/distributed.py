@@ -57,6 +57,15 @@ from mydecide.recipe_parsing import RecipeError
 
 # ------------------------------------------------------------------------------------------------- the engine
 
+# Ray settings of a local Ray that a run starts (a cluster the run joins keeps its own; start it with these):
+# - every task result goes to the object store: a result under Ray's inline limit (100 KiB) would otherwise stay in
+#   the driver's own memory until read, and the streaming path's shuffles make many;
+# - every spilled object gets a file of its own: Ray otherwise fuses objects into files of 100 MB and deletes a file
+#   only when every object in it is freed, so a few long-lived objects (reject lines, near pairs, a block's
+#   signatures) kept whole files of freed blocks on disk: 42 GB of spill files at 3M rows filled this machine's
+#   disk, against 3 MiB left at the end when unfused (docs/distributed-prepare.md).
+LOCAL_RAY_SETTINGS = {"max_direct_call_object_size": 1, "max_fused_object_count": 1}
+
 
 @contextmanager
 def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None = None) -> Iterator[RayEngine]:
@@ -73,9 +82,8 @@ def ray_engine(settings: RayEngineConfig, *, log: Callable[[str], None] | None =
     if started:
         address = settings.address or os.environ.get("RAY_ADDRESS") or None
         options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
-        if address is None:  # every task result to the object store: one under Ray's inline limit (100 KiB) would
-            # otherwise be kept in the driver's own memory until read, and the streaming path's shuffles make many
-            ray.init(num_cpus=settings.num_workers, _system_config={"max_direct_call_object_size": 1}, **options)
+        if address is None:  # a local Ray, set for the streaming path (docs/distributed-prepare.md):
+            ray.init(num_cpus=settings.num_workers, _system_config=LOCAL_RAY_SETTINGS, **options)
         else:  # the cluster's workers import mydecide from the copy this run ships
             package = str(Path(__file__).resolve().parents[1])
             try:
