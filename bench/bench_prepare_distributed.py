@@ -145,6 +145,9 @@ def main() -> None:
     parser.add_argument(
         "--local", action=argparse.BooleanOptionalAction, default=True, help="also run the local path, compare files"
     )
+    parser.add_argument(
+        "--near", action=argparse.BooleanOptionalAction, default=True, help="near dedup on (off: every other step)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "prepare_distributed.json")
     parser.add_argument("--child", nargs=3, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -169,7 +172,9 @@ def main() -> None:
             {
                 "sources": [{"kind": "jsonl", "path": str(source)}],
                 "decontaminate_against": [str(eval_file)],
-                "dedup": {"near": {"threshold": 0.7, "num_perm": 128, "ngram": 5, "shingle": "char"}},
+                "dedup": {
+                    "near": {"enabled": args.near, "threshold": 0.7, "num_perm": 128, "ngram": 5, "shingle": "char"}
+                },
                 "split": {"dev_fraction": 0.05, "seed": 13},
                 "augment": {"anonymize_options": 0.1, "drop_distractors": 0.1},
             }
@@ -210,6 +215,7 @@ def main() -> None:
         "ray_over_local_records_per_s": round(runs[0]["rows_per_s"] / local_rate, 3) if local_rate else None,
         "block_rows": args.block_rows,
         "partitions": args.partitions,
+        "near_dedup": args.near,
         "runs": runs,
         # every run's files equal (the local run's when --local): all but manifest.json and recipe.yaml
         "same_outputs": same,
