@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from collections.abc import Callable
@@ -111,6 +112,26 @@ def random_span_head(model: Any, seed: int = 0, scale: float = 0.1) -> Any:
         for parameter in head.parameters():
             parameter.copy_(scale * torch.randn_like(parameter))
     return head
+
+
+def span_grid_by_hand(model: Any, head: Any, layout: Any) -> Any:
+    """A layout's grid computed step by step: each sequence alone through the decoder, each word's last token and
+    each label's range mean-pooled, projected, q·k/√d + the label's bias."""
+    import numpy as np
+    import torch
+
+    from mydecide.scoring.forward import decoder_of
+
+    grid = np.full(layout.n_words * layout.n_labels, np.nan)
+    with torch.no_grad():
+        for seq in layout.sequences:
+            h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
+            words = zip(seq.word_starts or seq.reads, seq.reads, strict=True)
+            q = head.word(torch.stack([h[a : b + 1].mean(0) for a, b in words]))
+            k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
+            bias = head.bias + (k @ head.label_bias if hasattr(head, "label_bias") else 0.0)
+            grid[seq.cells(layout.n_labels)] = (q @ k.T / math.sqrt(q.shape[-1]) + bias).flatten().double().numpy()
+    return grid
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import random_span_head
+from conftest import random_span_head, span_grid_by_hand
 
 from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
@@ -48,21 +47,9 @@ def loaded(model_dir: Path, render: RenderConfig) -> Any:
 def alone(model: Any, layout: Any) -> np.ndarray:
     """The grid with every sequence of ``layout`` (state prefix + block) run alone through the decoder, each word's
     and each label line's tokens pooled by hand: q·k/√d + u·k + b0."""
-    import torch
-
-    from mydecide.scoring.forward import decoder_of
     from mydecide.scoring.span_head import span_head_of
 
-    head = span_head_of(model.lm)
-    grid = np.full(layout.n_words * layout.n_labels, np.nan)
-    with torch.no_grad():
-        for seq in layout.sequences:
-            h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
-            words = zip(seq.word_starts or seq.reads, seq.reads, strict=True)
-            q = head.word(torch.stack([h[a : b + 1].mean(0) for a, b in words]))
-            k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
-            z = q @ k.T / math.sqrt(q.shape[-1]) + k @ head.label_bias + head.bias
-            grid[seq.cells(layout.n_labels)] = z.flatten().double().numpy()
+    grid = span_grid_by_hand(model, span_head_of(model.lm), layout)
     assert not np.isnan(grid).any()
     return grid
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import random_span_head
+from conftest import random_span_head, span_grid_by_hand
 from test_span_training import choice_row
 
 from mydecide.records import parse_question, parse_record
@@ -86,26 +86,6 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     assert len(letters.sequences) == 2 * len(layout.sequences)
 
 
-def by_hand(model: object, head: object, layout: object) -> object:
-    """A layout's grid computed step by step: each sequence alone through the decoder, each word's last token and
-    each label's range mean-pooled, projected, q·k/√d + the label's bias."""
-    import numpy as np
-    import torch
-
-    from mydecide.scoring.forward import decoder_of
-
-    grid = np.full(layout.n_words * layout.n_labels, np.nan)
-    with torch.no_grad():
-        for seq in layout.sequences:
-            h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
-            words = zip(seq.word_starts or seq.reads, seq.reads, strict=True)
-            q = head.word(torch.stack([h[a : b + 1].mean(0) for a, b in words]))
-            k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
-            bias = head.bias + (k @ head.label_bias if hasattr(head, "label_bias") else 0.0)
-            grid[seq.cells(layout.n_labels)] = (q @ k.T / math.sqrt(q.shape[-1]) + bias).flatten().double().numpy()
-    return grid
-
-
 @pytest.mark.parametrize(("label_read", "word_read"), [("line", "last"), ("last", "last"), ("line", "mean")])
 def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
     tiny_llama_dir: Path, label_read: str, word_read: str
@@ -148,7 +128,7 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
         ends = [start + end for end in itertools.accumulate(len(piece) for piece in pieces)][1:-1]  # the label lines'
         assert all([b for _, b in seq.label_lines] == ends for seq in layout.sequences)
     (grid,) = score_span_questions(model, [(record.state, record.question)])
-    np.testing.assert_allclose(grid, by_hand(model, head, layout), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grid, span_grid_by_hand(model, head, layout), rtol=1e-5, atol=1e-5)
     (unit,) = epoch_units(model.renderer, [record], 0, 0, False)
     module = build_module(model.lm, model.renderer.label_ids).eval()
     with torch.no_grad():
@@ -308,7 +288,7 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     (grid,) = score_span_questions(adapter, [(text, unseen)])
     np.testing.assert_allclose(
         grid,
-        by_hand(adapter, span_head_of(adapter.lm), span_layout(adapter.renderer, text, unseen)),
+        span_grid_by_hand(adapter, span_head_of(adapter.lm), span_layout(adapter.renderer, text, unseen)),
         rtol=1e-5,
         atol=1e-5,
     )
