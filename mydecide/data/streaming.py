@@ -717,11 +717,12 @@ def _write_near_pairs(out: str, per_chunk: int, ranges: list[list[Any]], mode: i
 
 
 class Writer:
-    """A file written through a temporary name, counting its lines and hashing it as it goes."""
+    """A file written through a temporary name, counting its lines and hashing it as it goes; given ``mode`` (the
+    driver's: a writer task's process may have another umask)."""
 
-    def __init__(self, path: Path, mode: int | None = None):
+    def __init__(self, path: Path, mode: int):
         self.path = path
-        self.mode = mode if mode is not None else 0o666 & ~_umask()
+        self.mode = mode
         self.temporary = path.with_name(f".{path.name}.tmp")
         self.digest = hashlib.sha256()
         self.lines = 0

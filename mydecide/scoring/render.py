@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mydecide.errors import UserError
-from mydecide.prompt import RenderConfig
+from mydecide.prompt import Continuation, RenderConfig
 from mydecide.records import Question
 
 LETTERS = string.ascii_uppercase
@@ -89,17 +89,20 @@ ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} o
 
 
 def per_option_question_text(
-    question: Question, show_ids: bool, list_options: bool, lean: bool = False, answer: bool = False
+    question: Question, show_ids: bool, list_options: bool, continuation: Continuation = "full"
 ) -> str:
     """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
-    client cannot change — choice options sorted by id, score levels lowest first — and (``lean``) the answer
-    format that a full continuation repeats, or (``answer``) the format of an answer turn that names the option."""
-    kind = {
-        "choice": "Exactly one option is right. Is the option below the right one?",
-        "score": "Exactly one level is right (levels are listed lowest first). Is the level below the right one?",
-    }
-    said = kind[question.type].split(" Is the")[0] if answer else kind[question.type]  # no option below to ask of
-    lines = ["", "", f"Question: {question.instructions}", said]
+    client cannot change — choice options sorted by id, score levels lowest first — and the answer format where
+    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option)."""
+    name = "level" if question.type == "score" else "option"
+    lines = ["", "", f"Question: {question.instructions}"]
+    lines.append(
+        "Exactly one level is right (levels are listed lowest first)."
+        if name == "level"
+        else "Exactly one option is right."
+    )
+    if continuation != "answer":  # an answer turn names the option itself: no option below to ask about
+        lines[-1] += f" Is the {name} below the right one?"
     if list_options:
         indices = (
             range(question.k)
@@ -107,24 +110,23 @@ def per_option_question_text(
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
-    if answer:
-        name = "level" if question.type == "score" else "option"
+    if continuation == "answer":
         lines.append(ANSWER_TURN_FORMAT.format(name=name, test="it is the right one"))
-    elif lean:
+    elif continuation == "lean":
         lines.append(LEAN_ANSWER_FORMAT)
     return "\n".join(lines)
 
 
-def threshold_question_text(question: Question, lean: bool = False, answer: bool = False) -> str:
+def threshold_question_text(question: Question, continuation: Continuation = "full") -> str:
     """The shared part of every threshold read of a score question: the question and its levels, lowest first
-    (and, ``lean`` or ``answer``, the answer format)."""
+    (and the answer format where the ``continuation`` says it once here)."""
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
     lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
-    if answer:
+    if continuation == "answer":
         lines.append(ANSWER_TURN_FORMAT.format(name="level", test="the right level is that level or a higher one"))
         return "\n".join(lines)
     lines.append("Is the right level the level below or a higher one?")
-    if lean:
+    if continuation == "lean":
         lines.append(LEAN_ANSWER_FORMAT)
     return "\n".join(lines)
 
@@ -326,27 +328,28 @@ class Renderer:
         """
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
-        lean, answer = self.config.continuation == "lean", self.config.continuation == "answer"
         show = self.config.show_option_ids
-        shared = per_option_question_text(question, show, self.config.list_options, lean, answer)
+        shared = per_option_question_text(question, show, self.config.list_options, self.config.continuation)
         indices = range(question.k) if indices is None else indices
-        return self._continuations(state, shared, [(question, i, show) for i in indices])
+        return self._continuations(state, shared, question, indices, show)
 
-    def _continuations(self, state: Any, shared: str, options: list[tuple[Question, int, bool]]) -> list[Prompt]:
-        """One yes / no prompt per (question, option index, show ids) after one prefix: the state, then ``shared``
-        (the stem); with ``continuation: answer`` the stem ends with the template's tail and each continuation is
-        the option's line in the answer turn, otherwise each continuation is the option's line (and, ``full``,
-        the answer format) and then the tail."""
+    def _continuations(
+        self, state: Any, shared: str, question: Question, indices: Sequence[int], show_ids: bool
+    ) -> list[Prompt]:
+        """One yes / no prompt per option index after one prefix: the state, then ``shared`` (the stem); with
+        ``continuation: answer`` the stem ends with the template's tail and each continuation is the option's line
+        in the answer turn, otherwise each continuation is the option's line (and, ``full``, the answer format)
+        and then the tail."""
         state_ids, truncated = self.encode_state(state)
         continuation = self.config.continuation
         if continuation == "answer":
             stem = tuple(self._encode_user(shared, self.tail))
-            suffixes = [self._encode_user(answer_turn_text(q, i, show)) for q, i, show in options]
+            suffixes = [self._encode_user(answer_turn_text(question, i, show_ids)) for i in indices]
         else:
             stem = tuple(self._encode_user(shared))
             lean = continuation == "lean"
             suffixes = [
-                self._encode_user(per_option_suffix_text(q, i, show, lean), self.tail) for q, i, show in options
+                self._encode_user(per_option_suffix_text(question, i, show_ids, lean), self.tail) for i in indices
             ]
         return [Prompt(state_ids + stem, tuple(suffix), (0, 1), truncated, len(stem)) for suffix in suffixes]
 
@@ -355,9 +358,8 @@ class Renderer:
         higher?", A = yes, B = no), all continuing one prefix that holds the state, the question and every level."""
         if question.type != "score":
             raise ValueError(f"a {question.type} question has no threshold form")
-        continuation = self.config.continuation
-        shared = threshold_question_text(question, continuation == "lean", continuation == "answer")
-        return self._continuations(state, shared, [(question, i, False) for i in range(1, question.k)])
+        shared = threshold_question_text(question, self.config.continuation)
+        return self._continuations(state, shared, question, range(1, question.k), False)
 
     def render_binomial(self, state: Any, question: Question) -> Prompt:
         """The one read of a score question in the binomial form (A = yes, B = no: closer to the top level than to
