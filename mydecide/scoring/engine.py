@@ -19,6 +19,7 @@ from mydecide.records import Question
 from mydecide.scoring.forward import packs, score_packed, score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count
 from mydecide.scoring.render import Prompt, render_state
+from mydecide.scoring.spans import score_span_questions, score_with_blocks, shared_layout, span_layout
 
 if TYPE_CHECKING:
     from mydecide.modeling import LoadedModel
@@ -69,9 +70,7 @@ def score_questions(
     packed = shared_prefix and packs(model)  # each state once in a packed row, each question's text once
     out: list[np.ndarray] = [np.empty(0)] * len(items)
     unread = spans  # span questions read on their own (score_span_questions)
-    if spans and packed and model.renderer.config.span.read == "head" and model.renderer.config.span.layout == "shared":
-        from mydecide.scoring.spans import score_with_blocks, span_layout
-
+    if spans and packed and shared_layout(model.renderer):
         unread = []  # each span block one more question in its state's packed row
         layouts = [span_layout(model.renderer, *items[i]) for i in spans]
         blocks = [seq for layout in layouts for seq in layout.sequences]
@@ -94,8 +93,6 @@ def score_questions(
     for i, z in zip(rest, plan.logits(), strict=True):
         out[i] = z
     if unread:
-        from mydecide.scoring.spans import score_span_questions
-
         for i, z in zip(unread, score_span_questions(model, [items[i] for i in unread]), strict=True):
             out[i] = z
     if spans and progress:
