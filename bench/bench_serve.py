@@ -17,8 +17,9 @@ converted once to a Hugging Face directory), fp32 on the CPU:
 Both mydecide servers read choices and scores as letters, as the seed's serve.py does, so all three make the same
 reads of the same weights: they serve the base from a folder of links to its files beside a saved render config
 that says letters (how a merged model carries its forms; /health is checked to report letters). ``--forms default``
-serves mydecide's own defaults (per-option reads: more tokens per request) instead, and ``--forms lean`` the
-defaults with the lean per-option continuation (``prompt.continuation: lean``).
+serves mydecide's own defaults (per-option reads: more tokens per request) instead, ``--forms lean`` the
+defaults with the lean per-option continuation (``prompt.continuation: lean``) and ``--forms answer`` with the
+continuation in the answer turn (``prompt.continuation: answer``).
 
 Every server gets the same requests, built from one definition: a ~250-token support ticket with a unique ticket
 number (so no two requests of one server share a state) and the 4 questions of bench_scoring (choice among 4, yes /
@@ -102,10 +103,13 @@ def state(n: int) -> str:
     return f"Ticket #{48000 + n}, opened 2024-11-{1 + n % 28:02d}.\n{TICKETS[n % len(TICKETS)]}"
 
 
+SERVED_NAME = "bench"  # the model name every request asks for; mydecide's servers are started under it (--name)
+
+
 def request_body(n: int) -> dict[str, Any]:
     """The one request definition every server is sent: both wire formats read ``state`` and ``questions`` (the
     seed's serve.py ignores ``model``); noul questions carry no criteria, which both show as yes / no."""
-    return {"model": "bench", "state": state(n), "questions": QUESTIONS}
+    return {"model": SERVED_NAME, "state": state(n), "questions": QUESTIONS}
 
 
 def check_answers(server: str, reply: dict[str, Any]) -> None:
@@ -131,6 +135,7 @@ def check_answers(server: str, reply: dict[str, Any]) -> None:
 FORMS = {
     "letters": {"option_form": "letters", "score_form": "letters"},  # the seed's reads
     "lean": {"continuation": "lean"},  # the per-option defaults with the lean continuation
+    "answer": {"continuation": "answer"},  # the per-option defaults, each continuation in the answer turn
 }
 
 
@@ -218,8 +223,8 @@ class MydecideServer(Server):
 
     def __init__(self, name: str, model: str, extra: list[str], log_dir: Path):
         port = free_port()
-        command = [sys.executable, "-m", "mydecide.cli", "serve", "--model", model, "--port", str(port)]
-        command += ["--log-level", "warning", "--request-timeout", "3600", *extra]
+        command = [sys.executable, "-m", "mydecide.cli", "serve", "--model", model, "--name", SERVED_NAME]
+        command += ["--port", str(port), "--log-level", "warning", "--request-timeout", "3600", *extra]
         super().__init__(name, port, command, log_dir, ROOT, {})
 
     def health(self) -> dict[str, Any]:
@@ -348,10 +353,10 @@ def main() -> None:
     parser.add_argument("--no-seed", action="store_true", help="leave the seed's serve.py out")
     parser.add_argument(
         "--forms",
-        choices=["letters", "default", "lean"],
+        choices=["letters", "default", "lean", "answer"],
         default="letters",
         help="how mydecide reads choices and scores: letters (as the seed's serve.py does), its own defaults, or "
-        "the defaults with the lean per-option continuation",
+        "the defaults with the lean or the answer-turn per-option continuation",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = parser.parse_args()
