@@ -23,10 +23,10 @@ HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "dedup": ("near_dup_recall_j70", "near-dup recall (char-5-gram Jaccard >= 0.7)"),
     "scoring": ("speedup", "shared-state speed-up"),
     "train": ("speedup", "bucketed+shared speed-up"),
-    "train_command": ("speedup_seed_settings", "mydecide train / seed train.py, checkpointing on"),
+    "train_command": ("speedup_seed_settings_default_forms", "seed train.py / mydecide train, its settings"),
     "serve": ("concurrent_throughput_ratio", "concurrent throughput ratio"),
     "many_options": ("time_ratio", "time per question, 77 options / 10"),
-    "option_forms": ("time_ratio_k4", "per-option / letters time, 4 options"),
+    "option_forms": ("time_ratio_k4", "per-option (default) / letters time, 4 options"),
     "calibration": ("shipped_over_per_option_excess_log_loss", "temperature fit: held-out excess log loss, new / old"),
 }
 
