@@ -109,13 +109,13 @@ class RenderConfig(BaseModel):
     # score: levels lowest first) in the shared prefix, so each option is judged against the others
     list_options: bool = False
     # per_option and thresholds (binomial has one read, whose prompt always says the answer format after its
-    # question): what each yes / no continuation repeats. "full" = every continuation repeats the
-    # answer format (A. yes, B. no, the letter only), as every adapter so far was trained; "lean" = the answer format
-    # is said once in the shared prefix and a continuation is the option's line and the chat template's tail (about
-    # 16 fewer tokens per option on smollm2; docs/scoring-forms.md#the-lean-continuation); "answer" = the shared
-    # prefix also ends the user's turn (the answer format, then the chat template's tail) and a continuation is the
-    # option's line inside the answer turn, read at its line break (6 fewer again on smollm2). A render config saved
-    # before the key existed means "full" (modeling.read_render_config)
-    continuation: Continuation = "full"
+    # question): what each yes / no continuation repeats. "answer" (the default) = the shared prefix ends the user's
+    # turn (the question, the answer format, then the chat template's tail) and a continuation is the option's line
+    # inside the answer turn, read at its line break: the fewest tokens per option, and on the demo the best choice
+    # and score answers of the three (docs/scoring-forms.md); "full" = every continuation repeats the answer format
+    # (A. yes, B. no, the letter only), as adapters before the key were trained; "lean" = the answer format is said
+    # once in the shared prefix and a continuation is the option's line and the chat template's tail. A render
+    # config saved before the key existed means "full" (modeling.read_render_config)
+    continuation: Continuation = "answer"
     # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)
     span: SpanWindows = Field(default_factory=SpanWindows)

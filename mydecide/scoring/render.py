@@ -88,9 +88,7 @@ LEAN_ANSWER_FORMAT = "Answer A for yes or B for no, with the letter only."
 ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} or B if not."
 
 
-def per_option_question_text(
-    question: Question, show_ids: bool, list_options: bool, continuation: Continuation = "full"
-) -> str:
+def per_option_question_text(question: Question, show_ids: bool, list_options: bool, continuation: Continuation) -> str:
     """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
     client cannot change — choice options sorted by id, score levels lowest first — and the answer format where
     the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option)."""
@@ -117,7 +115,7 @@ def per_option_question_text(
     return "\n".join(lines)
 
 
-def threshold_question_text(question: Question, continuation: Continuation = "full") -> str:
+def threshold_question_text(question: Question, continuation: Continuation) -> str:
     """The shared part of every threshold read of a score question: the question and its levels, lowest first
     (and the answer format where the ``continuation`` says it once here)."""
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]

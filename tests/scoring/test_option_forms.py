@@ -113,7 +113,7 @@ def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one
     del saved["continuation"]  # a render config saved before prompt.continuation existed
     (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
     assert read_render_config(tmp_path / RENDER_CONFIG_FILE).continuation == "full"  # read as it was trained
-    assert RenderConfig().continuation == "full"  # the default until the lean one holds the demo (docs)
+    assert RenderConfig().continuation == "answer"  # the default since it held the demo (docs/scoring-forms.md)
 
 
 def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:
