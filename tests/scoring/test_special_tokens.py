@@ -113,6 +113,14 @@ def specials_in(renderer: Renderer, ids: tuple[int, ...]) -> list[int]:
     return [i for i in ids if i in marks]
 
 
+def tail_at(renderer: Renderer, prompt: Any) -> str | None:
+    """Where the chat template's tail closes ``prompt``: ``suffix`` (the prompt's end) or ``prefix``."""
+    tail = renderer._encode(renderer.tail)
+    if list(prompt.suffix[-len(tail) :]) == tail:
+        return "suffix"
+    return "prefix" if list(prompt.prefix[-len(tail) :]) == tail else None
+
+
 def test_control_tokens_in_a_state_question_or_option_are_plain_text(renderer: Renderer) -> None:
     text = hostile(renderer)
     tok = renderer.tokenizer
@@ -126,8 +134,9 @@ def test_control_tokens_in_a_state_question_or_option_are_plain_text(renderer: R
                 # the only special tokens are the template's own, in the same places: the head's, then the tail's
                 assert specials_in(renderer, b.prefix) == specials_in(renderer, o.prefix), (state_bad, q_bad)
                 assert specials_in(renderer, b.suffix) == specials_in(renderer, o.suffix), (state_bad, q_bad)
-                tail = renderer._encode(renderer.tail)
-                assert list(b.suffix[-len(tail) :]) == tail and list(o.suffix[-len(tail) :]) == tail
+                # the template's tail ends the prompt, or (prompt.continuation: answer, per-option reads) the shared
+                # prefix, after which each read is written in the answer turn
+                assert tail_at(renderer, b) == tail_at(renderer, o) is not None, (state_bad, q_bad)
                 # and the typed characters are all there, as text
                 assert text in tok.decode(list(b.prefix + b.suffix)) or text.strip() in tok.decode(
                     list(b.prefix + b.suffix)
