@@ -140,7 +140,7 @@ def binomial_question_text(question: Question) -> str:
     return "\n".join(lines)
 
 
-def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean: bool = False) -> str:
+def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean: bool) -> str:
     """One option's continuation: its line, then (unless ``lean``: the prefix said it once) the answer format."""
     name = "Level" if question.type == "score" else "Option"
     line = f"{name}: {option_text(question, index, show_ids)}"
