@@ -187,8 +187,9 @@ def default_dtype(device: str) -> torch.dtype:
 
 
 def read_render_config(path: Path) -> RenderConfig:
-    """A saved render config. A key it was saved without is read as scoring was before the key existed (letters,
-    the full continuation, the span keys in ``SPAN_KEYS_BEFORE``)."""
+    """A saved render config. A key it was saved without is read as scoring was before the key existed
+    (``RENDER_KEYS_BEFORE``: letters, the full continuation, answer formats with each question; the span keys in
+    ``SPAN_KEYS_BEFORE``)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
@@ -198,15 +199,21 @@ def read_render_config(path: Path) -> RenderConfig:
     if isinstance(data.get("span", {}), dict):  # a span head trained before these keys read labels as it was trained
         data = {**data, "span": {**SPAN_KEYS_BEFORE, **data.get("span", {})}}
     try:
-        return RenderConfig.model_validate(
-            {"option_form": "letters", "score_form": "letters", "continuation": "full", **data}
-        )
+        return RenderConfig.model_validate({**RENDER_KEYS_BEFORE, **data})
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in e['loc']) or 'the config'}: {e['msg']}" for e in err.errors()[:3]
         )
         raise UserError(f"{path}: not a valid render config ({problems})") from err
 
+
+RENDER_KEYS_BEFORE = {
+    "option_form": "letters",
+    "score_form": "letters",
+    "continuation": "full",
+    "answer_format": "each_question",
+}
+"""What a render config saved before one of these ``prompt`` keys existed was scored with."""
 
 SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last", "layout": "own"}
 """What a render config saved before a ``prompt.span`` key existed was scored with."""

@@ -17,6 +17,7 @@ OptionForm = Literal["letters", "per_option"]
 OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
 ScoreForm = Literal["letters", "per_option", "thresholds", "binomial"]
 Continuation = Literal["full", "lean", "answer"]
+AnswerFormat = Literal["each_question", "once"]
 SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds", "binomial")
 
 
@@ -85,6 +86,7 @@ class RenderConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # the chat's system message (null: none); with answer_format: once the answer formats follow it there
     system_prompt: str | None = (
         "You are a decision model. Read the state, then answer the question with the letter of one option."
     )
@@ -117,5 +119,15 @@ class RenderConfig(BaseModel):
     # once in the shared prefix and a continuation is the option's line and the chat template's tail. A render
     # config saved before the key existed means "full" (modeling.read_render_config)
     continuation: Continuation = "answer"
+    # where the answer formats of the default reads are said: "each_question" (the default) = every question says
+    # its own, right before the answer; "once" = in one sentence after the system prompt, in the prompt's head
+    # (which every question and every request shares: serving computes it once and keeps it), and a question's own
+    # text drops the lines that sentence says (a yes / no question's "A. yes / B. no" where its options carry no
+    # description, "Answer with the letter only.", and with continuation: answer the "Exactly one option is
+    # right." and answer-format lines). 17% fewer tokens on a 4-question request, but on the demo it lost choice
+    # and score accuracy (0.884 -> 0.798, 0.548 -> 0.308 tuned; docs/scoring-forms.md). The threshold, binomial,
+    # lean and full reads keep their own lines (they ask something else). A render config saved before the key
+    # existed means "each_question" (modeling.read_render_config)
+    answer_format: AnswerFormat = "each_question"
     # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)
     span: SpanWindows = Field(default_factory=SpanWindows)

@@ -85,20 +85,30 @@ def option_text(question: Question, index: int, show_ids: bool) -> str:
 
 
 LEAN_ANSWER_FORMAT = "Answer A for yes or B for no, with the letter only."
+HEAD_ANSWER_FORMATS = (
+    "Answer a yes or no question with A (yes) or B (no), lettered options with the right letter, and options written "
+    "one per line with A after the right one, B after any other."
+)
+"""``prompt.answer_format: once``: the answer formats of the default reads, said once in the head before the state."""
 ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} or B if not."
 
 
-def per_option_question_text(question: Question, show_ids: bool, list_options: bool, continuation: Continuation) -> str:
+def per_option_question_text(
+    question: Question, show_ids: bool, list_options: bool, continuation: Continuation, once: bool = False
+) -> str:
     """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
     client cannot change — choice options sorted by id, score levels lowest first — and the answer format where
-    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option)."""
+    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option; not
+    with ``once`` and ``answer``: the head says it, :data:`HEAD_ANSWER_FORMATS`)."""
     name = "level" if question.type == "score" else "option"
     lines = ["", "", f"Question: {question.instructions}"]
-    lines.append(
-        "Exactly one level is right (levels are listed lowest first)."
-        if name == "level"
-        else "Exactly one option is right."
-    )
+    head_says = once and continuation == "answer"
+    if not head_says:
+        lines.append(
+            "Exactly one level is right (levels are listed lowest first)."
+            if name == "level"
+            else "Exactly one option is right."
+        )
     if continuation != "answer":  # an answer turn names the option itself: no option below to ask about
         lines[-1] += f" Is the {name} below the right one?"
     if list_options:
@@ -108,7 +118,7 @@ def per_option_question_text(question: Question, show_ids: bool, list_options: b
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
-    if continuation == "answer":
+    if continuation == "answer" and not head_says:
         lines.append(ANSWER_TURN_FORMAT.format(name=name, test="it is the right one"))
     elif continuation == "lean":
         lines.append(LEAN_ANSWER_FORMAT)
@@ -154,21 +164,22 @@ def answer_turn_text(question: Question, index: int, show_ids: bool) -> str:
     return f"{name}: {option_text(question, index, show_ids)}\n"
 
 
-def question_text(question: Question, order: Sequence[int], show_ids: bool = True) -> str:
+def question_text(question: Question, order: Sequence[int], show_ids: bool = True, once: bool = False) -> str:
+    """A question read by letters: the question, what kind of answer it takes, its lettered options and the answer
+    format. With ``once`` the head says the format (:data:`HEAD_ANSWER_FORMATS`): the last line is left out, and so
+    are a yes / no question's option lines where neither option carries a description."""
     kind = {
         "choice": "Choose one option.",
         "noul": "Answer yes or no.",
         "score": "Choose one level (levels are listed lowest first).",
         "set": "",
     }[question.type]
-    lines = [
-        "",
-        "",
-        f"Question: {question.instructions}",
-        kind,
-        *option_lines(question, order, show_ids),
-        "Answer with the letter only.",
-    ]
+    plain_yes_no = question.type == "noul" and not any(question.descriptions)
+    lines = ["", "", f"Question: {question.instructions}", kind]
+    if not (once and plain_yes_no):
+        lines += option_lines(question, order, show_ids)
+    if not once:
+        lines.append("Answer with the letter only.")
     return "\n".join(lines)
 
 
@@ -209,24 +220,44 @@ class Renderer:
     def __init__(self, tokenizer: Any, config: RenderConfig | None = None):
         self.tokenizer = tokenizer
         self.config = config or RenderConfig()
-        self.head, self.tail = self._template_parts()
+        self.template_head, self.head, self.tail = self._template_parts()
         self.label_form, self.label_ids = self._label_tokens()
         self._state_cache: dict[str, tuple[tuple[int, ...], bool]] = {}
 
     # -- template ------------------------------------------------------------------------------------------------
-    def _template_parts(self) -> tuple[str, str]:
-        """The chat template's text before the state and after the question (which ends at the answer slot)."""
+    @property
+    def once(self) -> bool:
+        """Whether the head says the answer formats (``prompt.answer_format: once``)."""
+        return self.config.answer_format == "once"
+
+    def _template_parts(self) -> tuple[str, str, str]:
+        """The chat template's text before the user's message (with the configured system prompt alone: what a
+        span question's prompt starts with), the text before the state, and the text after the question (which ends
+        at the answer slot).
+
+        Before the state: the template's text, the answer formats with ``answer_format: once``
+        (:data:`HEAD_ANSWER_FORMATS`: after the system prompt in its message, or without one at the start of the
+        user's), then "State:".
+        """
         tok = self.tokenizer
+        system = self.config.system_prompt
+        formats = HEAD_ANSWER_FORMATS if self.once else ""
         if not getattr(tok, "chat_template", None):
-            return "", "\nAnswer:"
-        messages = []
-        if self.config.system_prompt:
-            messages.append({"role": "system", "content": self.config.system_prompt})
-        messages.append({"role": "user", "content": f"{_STATE_SLOT}{_QUESTION_SLOT}"})
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-        head, rest = text.split(_STATE_SLOT)
-        _, tail = rest.split(_QUESTION_SLOT)
-        return head + "State:\n", tail
+            return "", f"{formats}\n\n" if formats else "", "\nAnswer:"
+
+        def before_state(system: str | None, user: str) -> tuple[str, str]:
+            messages = [{"role": "system", "content": system}] if system else []
+            messages.append({"role": "user", "content": f"{user}{_STATE_SLOT}{_QUESTION_SLOT}"})
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+            head, rest = text.split(_STATE_SLOT)
+            return head, rest.split(_QUESTION_SLOT)[1]
+
+        template_head, tail = before_state(system, "")
+        if formats:
+            head, _ = before_state(f"{system} {formats}", "") if system else before_state(None, f"{formats}\n\n")
+        else:
+            head = template_head
+        return template_head, head + "State:\n", tail
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of the template's own text (head, tail, labels): its special tokens are real."""
@@ -287,6 +318,10 @@ class Renderer:
         return [self._encode_user(piece) for piece in pieces]
 
     # -- rendering -----------------------------------------------------------------------------------------------
+    def head_ids(self) -> list[int]:
+        """Token ids of the head every state's prefix starts with (``encode_state``)."""
+        return self._encode(self.head)
+
     def encode_state(self, state: Any) -> tuple[tuple[int, ...], bool]:
         """Token ids of head + state (cut to ``max_state_tokens``), and whether the state was cut. Cached."""
         text = render_state(state)
@@ -327,7 +362,7 @@ class Renderer:
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
         show = self.config.show_option_ids
-        shared = per_option_question_text(question, show, self.config.list_options, self.config.continuation)
+        shared = per_option_question_text(question, show, self.config.list_options, self.config.continuation, self.once)
         indices = range(question.k) if indices is None else indices
         return self._continuations(state, shared, question, indices, show)
 
@@ -380,5 +415,5 @@ class Renderer:
         if question.k > MAX_LETTER_OPTIONS:
             raise ValueError(f"question shows {question.k} options; at most {MAX_LETTER_OPTIONS} (A–Z) per prompt")
         prefix, truncated = self.encode_state(state)
-        suffix = self._encode_user(question_text(question, order, self.config.show_option_ids), self.tail)
+        suffix = self._encode_user(question_text(question, order, self.config.show_option_ids, self.once), self.tail)
         return Prompt(prefix, tuple(suffix), order, truncated)

@@ -155,8 +155,9 @@ WINDOW_TEXT = "\n\nPart of the text:\n"
 
 
 def span_head(renderer: Renderer) -> str:
-    """The chat template's text before the user's message (the renderer's head without its "State:" line)."""
-    return renderer.head.removesuffix("State:\n")
+    """The chat template's text before the user's message (the renderer's head without the answer formats and its
+    "State:" line: a span question says its own format)."""
+    return renderer.template_head
 
 
 def context_lines(state: Any, question: Question) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.render import Renderer
+from mydecide.scoring.render import HEAD_ANSWER_FORMATS, Renderer
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
 CRITERIA = {
@@ -63,14 +63,16 @@ def per_option_model_dir(model_dir: Path, out: Path, **config: object) -> Path:
 # ------------------------------------------------------------------------------------------------- rendering
 
 
+@pytest.mark.parametrize("answer_format", ["each_question", "once"])
 @pytest.mark.parametrize("continuation", ["lean", "full", "answer"])
 def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
-    tiny_tokenizer_dir: Path, continuation: str
+    tiny_tokenizer_dir: Path, continuation: str, answer_format: str
 ) -> None:
     from transformers import AutoTokenizer
 
     renderer = Renderer(
-        AutoTokenizer.from_pretrained(tiny_tokenizer_dir), PER_OPTION.model_copy(update={"continuation": continuation})
+        AutoTokenizer.from_pretrained(tiny_tokenizer_dir),
+        PER_OPTION.model_copy(update={"continuation": continuation, "answer_format": answer_format}),
     )
     q = choice(CRITERIA)
     prompts = renderer.render_per_option(STATE, q)
@@ -90,7 +92,12 @@ def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
         assert not any(other in suffix for other in CRITERIA if other != option)  # no other option, no position
         assert prefix.count(option) == 0  # the options are not listed unless asked
     assert ("A for yes or B for no" in prefix) == (continuation == "lean")  # the answer format, said once
-    assert ("then A if it is the right one or B if not" in prefix) == (continuation == "answer")
+    # the answer turn's format: after the question, or (answer_format: once) in the head before the state
+    said_after_question = "then A if it is the right one or B if not" in prefix
+    assert said_after_question == (continuation == "answer" and answer_format == "each_question")
+    head = renderer.tokenizer.decode(renderer._encode(renderer.head))
+    assert ("A after the right one, B after any other" in head) == (answer_format == "once")
+    assert ("Exactly one option is right." in prefix) == (continuation != "answer" or answer_format != "once")
 
 
 def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one(
@@ -114,6 +121,45 @@ def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one
     (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
     assert read_render_config(tmp_path / RENDER_CONFIG_FILE).continuation == "full"  # read as it was trained
     assert RenderConfig().continuation == "answer"  # the default since it held the demo (docs/scoring-forms.md)
+
+
+def test_answer_formats_said_once_cost_fewer_tokens_and_old_adapters_keep_them_per_question(
+    tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """answer_format: once moves the formats every question repeated into the head, which every question and every
+    request shares (so serving computes it once); a yes / no question whose options carry criteria keeps them."""
+    from transformers import AutoTokenizer
+
+    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    noul = parse_question({"type": "noul", "instructions": "Is it urgent?"}, "n")
+    graded = parse_question(
+        {
+            "type": "noul",
+            "instructions": "Is it urgent?",
+            "criteria": {"true": "needs work today", "false": "can wait"},
+        },
+        "g",
+    )
+    cost: dict[str, tuple[int, int]] = {}
+    for fmt in ("each_question", "once"):
+        renderer = Renderer(tok, PER_OPTION.model_copy(update={"answer_format": fmt}))
+        prompts = renderer.render_per_option(STATE, choice(CRITERIA))
+        asked = len(prompts[0].prefix) - len(prompts[0].root) + len(renderer.render(STATE, noul).suffix)
+        cost[fmt] = (len(prompts[0].root), asked)
+        kept = tok.decode(list(renderer.render(STATE, graded).suffix))
+        assert "A. yes — needs work today" in kept and "B. no — can wait" in kept
+    assert cost["once"][0] > cost["each_question"][0]  # a longer head, shared by everything ...
+    assert cost["once"][1] < cost["each_question"][1] - 20  # ... and shorter questions
+    without = Renderer(tok, PER_OPTION.model_copy(update={"system_prompt": None, "answer_format": "once"}))
+    assert without.head.endswith(f"{HEAD_ANSWER_FORMATS}\n\nState:\n")  # no system message: first in the user's
+    assert without.template_head in without.head and HEAD_ANSWER_FORMATS not in without.template_head
+    saved = json.loads(PER_OPTION.model_dump_json())
+    del saved["answer_format"]  # a render config saved before prompt.answer_format existed
+    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
+    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).answer_format == "each_question"
+    assert RenderConfig().answer_format == "each_question"  # once lost accuracy on the demo (docs/scoring-forms.md)
 
 
 def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:

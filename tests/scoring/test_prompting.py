@@ -212,7 +212,7 @@ def test_option_order_shows_permuted_letters_and_returns_canonical_logits(model:
     shown = model.tokenizer.decode(list(prompt.suffix))
     assert (
         "A. support — How-to and account questions\nB. billing — Charges, invoices and refunds\n"
-        "C. engineering — Bugs, errors and outages\n" in shown
+        "C. engineering — Bugs, errors and outages" in shown
     )
     batch = collate([prompt], model.tokenizer.pad_token_id)
     with torch.no_grad():
@@ -222,9 +222,15 @@ def test_option_order_shows_permuted_letters_and_returns_canonical_logits(model:
         assert canonical[option] == pytest.approx(raw[position], abs=1e-6)
     # score levels keep their order whatever the order argument: the caller decides; default is canonical
     levels = model.tokenizer.decode(list(model.renderer.render(SHORT, URGENCY).suffix))
-    assert "A. not urgent\nB. soon\nC. today\nD. this hour\nE. blocking\n" in levels
+    assert "A. not urgent\nB. soon\nC. today\nD. this hour\nE. blocking" in levels
     yes_no = model.tokenizer.decode(list(model.renderer.render(SHORT, OUTAGE).suffix))
-    assert "A. yes\nB. no\n" in yes_no
+    assert "A. yes\nB. no\nAnswer with the letter only." in yes_no
+    assert "A (yes)" not in model.tokenizer.decode(model.renderer.head_ids())
+    # answer_format: once: a plain yes / no question lists no options, the head says A is yes and B is no
+    once = Renderer(model.tokenizer, model.renderer.config.model_copy(update={"answer_format": "once"}))
+    said = model.tokenizer.decode(list(once.render(SHORT, OUTAGE).suffix))
+    assert "Answer yes or no." in said and "A. yes" not in said and "letter only" not in said
+    assert "A (yes) or B (no)" in model.tokenizer.decode(once.head_ids())
 
 
 def test_render_rejects_bad_orders_and_set_questions(model: LoadedModel) -> None:

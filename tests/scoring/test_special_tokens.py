@@ -170,7 +170,8 @@ def test_ordinary_text_tokenises_exactly_as_before(renderer: Renderer) -> None:
                 continue
             prompt = renderer.render(state, question)
             assert list(prompt.prefix) == encode(renderer.head) + encode(render_state(state))
-            assert list(prompt.suffix) == encode(question_text(question, range(question.k)) + renderer.tail)
+            text = question_text(question, range(question.k), once=renderer.once)
+            assert list(prompt.suffix) == encode(text + renderer.tail)
 
 
 def test_the_template_keeps_its_own_special_tokens(renderer: Renderer) -> None:
