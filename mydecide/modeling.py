@@ -174,6 +174,9 @@ class LoadedModel:
     packing: bool | None = field(default=None, compare=False)
     """Whether packed rows reproduce each prompt scored alone on this model (``scoring.forward.packs``: probed on
     first use, then kept)."""
+    head: Any = field(default=None, compare=False, repr=False)
+    """The prompt head's keys and values on these weights (``scoring.forward.head_cache``: computed on first use,
+    then kept; dropped while the weights change, :func:`adapter_disabled`)."""
 
     @property
     def device(self) -> torch.device:
@@ -403,8 +406,10 @@ def adapter_disabled(model: LoadedModel) -> Iterator[None]:
     if renderer.config.span.read == "head":
         span = renderer.config.span.model_copy(update={"read": "letters"})
         model.renderer = Renderer(model.tokenizer, renderer.config.model_copy(update={"span": span}))
+    model.head = None  # computed with the adapter
     try:
         with lm.disable_adapter():
             yield
     finally:
         model.renderer = renderer
+        model.head = None  # computed without it

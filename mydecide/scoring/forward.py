@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mydecide.scoring.packed import pack, packed_last_hidden, packing_mode, tree_tokens
+from mydecide.scoring.packed import HeadCache, pack, packed_last_hidden, packing_mode, tree_tokens
 from mydecide.scoring.probabilities import softmax
 from mydecide.scoring.render import Prompt
 
@@ -273,7 +273,8 @@ def score_packed(
 
     Prompts on the same state share one row (its root once, each question's stem once: ``packed.pack``); rows are
     sorted by length and cut into forward passes of at most ``max_batch_tokens`` (padded) tokens
-    (:func:`packed_passes`).
+    (:func:`packed_passes`). The prompt head every row starts with is computed once per loaded model and kept
+    (:func:`head_cache`): rows start after it.
     """
     import numpy as np
     import torch
@@ -288,16 +289,34 @@ def score_packed(
     label_ids = torch.tensor(model.renderer.label_ids, device=model.device)
     pad_id = model.tokenizer.pad_token_id
     with torch.inference_mode():
+        head = head_cache(model) if passes else None
         for order in passes:
-            batch = pack([prompts[i] for i in order], pad_id).to(model.device)
-            last = packed_last_hidden(decoder, batch)  # (N, H)
-            logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap).double().cpu()
             shown = [prompts[i] for i in order]
+            cached = head if head is not None and head.covers(shown) else None
+            batch = pack(shown, pad_id, cached=0 if cached is None else len(cached.ids)).to(model.device)
+            last = packed_last_hidden(decoder, batch, cached)  # (N, H)
+            logits = read_option_logits(last, weight, label_ids, batch.option_mask, bias, softcap).double().cpu()
             for i, row in zip(order, canonical_rows(shown, logits.numpy()), strict=True):
                 out[i] = row
             if progress:
                 progress(len(order))
     return out
+
+
+def head_cache(model: LoadedModel) -> HeadCache | None:
+    """The keys and values of the renderer's prompt head on ``model`` (``packed.HeadCache``), computed on first use
+    and kept in ``model.head`` while the renderer's head stays the same; None where the model does not pack."""
+    if packing_mode(model.lm) != "attention":
+        return None
+    ids = tuple(model.renderer.head_ids())
+    if not ids:
+        return None
+    if model.head is None or model.head.ids != ids:
+        import torch
+
+        with torch.inference_mode():
+            model.head = HeadCache.compute(decoder_of(model.lm), ids, model.device)
+    return model.head  # type: ignore[no-any-return]
 
 
 def packing_agrees(model: LoadedModel, prompts: Sequence[Prompt], tolerance: float = 1e-4) -> bool:

@@ -107,6 +107,7 @@ class PackedBatch:
     n_tokens: int = 0  # real (non-pad) tokens processed
     n_padded: int = 0  # tokens processed including padding
     starts: torch.Tensor | None = None
+    cached: int = 0  # leading tokens of every root left out of the rows: a HeadCache holds them
 
     def to(self, device: Any) -> PackedBatch:
         return PackedBatch(
@@ -120,6 +121,7 @@ class PackedBatch:
             self.n_tokens,
             self.n_padded,
             None if self.starts is None else self.starts.to(device),
+            self.cached,
         )
 
     def last_hidden(self, decoder: Any) -> torch.Tensor:
@@ -127,7 +129,7 @@ class PackedBatch:
         return packed_last_hidden(decoder, self)
 
 
-def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> PackedBatch:
+def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False, cached: int = 0) -> PackedBatch:
     """Lay out the prompts one row per state (rows left-padded); answers are read in the given order.
 
     A row is a tree laid flat: the state's ``root`` (template head and state), then per question its ``stem`` (the
@@ -142,8 +144,15 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
 
     ``segments``: also lay out the heads and question rows of Gated DeltaNet layers (:class:`Segments`). Those
     layers run each question row from the state's recurrent state, so there a stem joins each of its reads.
+
+    ``cached``: the first ``cached`` tokens of every root (the prompt head every prompt shares: :class:`HeadCache`)
+    are already in a KV cache, so rows leave them out; positions start after them and ``allowed`` has ``cached``
+    more columns in front, which every token may attend to.
     """
     import torch
+
+    if cached and segments:
+        raise ValueError("a cached head is for attention layers only; Gated DeltaNet segments start from zero")
 
     if segments:
         prompts = [
@@ -155,6 +164,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
         trees.setdefault(p.root, {}).setdefault(p.prefix, []).append(i)
     lengths = [
         len(root)
+        - cached
         + sum(
             len(prefix) - len(root) + sum(len(prompts[i].suffix) for i in members) for prefix, members in stems.items()
         )
@@ -166,7 +176,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
     pos = torch.zeros((n_rows, width), dtype=torch.long)
     allowed = torch.zeros((n_rows, 1, width, width), dtype=torch.bool)
     rows, cols, starts = [0] * len(prompts), [0] * len(prompts), [0] * len(prompts)
-    heads = [len(root) // CHUNK * CHUNK for root in trees]
+    heads = [len(root) // CHUNK * CHUNK if segments else 0 for root in trees]  # Gated DeltaNet layers only
     h_width = max(heads)
     r_width = max(len(p.prefix) % CHUNK + len(p.suffix) for p in prompts)
     head_index = torch.full((n_rows, h_width), -1, dtype=torch.long)
@@ -179,21 +189,21 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
 
     for r, (root, stems) in enumerate(trees.items()):
         start = width - lengths[r]
-        p_len, head = len(root), heads[r]
+        p_len, head = len(root) - cached, heads[r]  # p_len: the root's tokens laid out in the row
         span = start + torch.arange(p_len)  # the root's packed columns
-        ids[r, span] = torch.tensor(root, dtype=torch.long)
-        pos[r, span] = torch.arange(p_len)
+        ids[r, span] = torch.tensor(root[cached:], dtype=torch.long)
+        pos[r, span] = torch.arange(cached, cached + p_len)
         causal(r, start, p_len)
         head_index[r, :head] = r * width + span[:head]
         scatter[r * width + span[:head]] = r * h_width + torch.arange(head)
         at = start + p_len
         first = True
         for prefix, members in stems.items():
-            stem = prefix[p_len:]
+            stem = prefix[len(root) :]
             m_len = len(stem)
             stem_cols = torch.arange(at, at + m_len)
             ids[r, stem_cols] = torch.tensor(stem, dtype=torch.long)
-            pos[r, stem_cols] = torch.arange(p_len, p_len + m_len)
+            pos[r, stem_cols] = torch.arange(len(root), len(root) + m_len)
             allowed[r, 0, at : at + m_len, start : start + p_len] = True
             causal(r, at, m_len)
             at += m_len
@@ -202,7 +212,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
                 s_len = len(suffix)
                 block = torch.arange(at, at + s_len)
                 ids[r, block] = torch.tensor(suffix, dtype=torch.long)
-                pos[r, block] = torch.arange(p_len + m_len, p_len + m_len + s_len)
+                pos[r, block] = torch.arange(len(root) + m_len, len(root) + m_len + s_len)
                 allowed[r, 0, at : at + s_len, start : start + p_len] = True
                 allowed[r, 0, at : at + s_len, stem_cols] = True
                 causal(r, at, s_len)
@@ -221,6 +231,8 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
                 at += s_len
         pad = torch.arange(start)
         allowed[r, 0, pad, pad] = True  # padding attends to itself only, so no softmax row is empty
+    if cached:  # the cached head comes first in every key row, and every token sees it
+        allowed = torch.cat([torch.ones((n_rows, 1, width, cached), dtype=torch.bool), allowed], dim=-1)
     k_max = max(p.k for p in prompts)
     option_mask = torch.zeros(len(prompts), k_max, dtype=torch.bool)
     for i, p in enumerate(prompts):
@@ -236,6 +248,7 @@ def pack(prompts: Sequence[Prompt], pad_id: int, segments: bool = False) -> Pack
         n_tokens=sum(lengths),
         n_padded=ids.numel(),
         starts=torch.tensor(starts),
+        cached=cached,
     )
 
 
@@ -251,14 +264,53 @@ def tree_tokens(prompts: Sequence[Prompt]) -> int:
     )
 
 
-def packed_last_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
+@dataclass
+class HeadCache:
+    """The keys and values of the prompt head every prompt starts with (the chat template's text, the system prompt
+    and the answer formats: ``Renderer.head_ids``), computed once and then continued by every packed pass, whose rows
+    leave the head out (``pack(cached=...)``). Inference on attention layers only: a cache belongs to one set of
+    weights (``LoadedModel.head`` is dropped when they change, ``modeling.adapter_disabled``)."""
+
+    ids: tuple[int, ...]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def compute(cls, decoder: Any, ids: Sequence[int], device: Any) -> HeadCache:
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=decoder.config)
+        decoder(input_ids=torch.tensor([list(ids)], device=device), past_key_values=cache, use_cache=True)
+        return cls(tuple(ids), [(layer.keys, layer.values) for layer in cache.layers])  # type: ignore[union-attr,misc]
+
+    def covers(self, prompts: Sequence[Prompt]) -> bool:
+        """Whether every prompt's root starts with this head and has a token after it."""
+        n = len(self.ids)
+        return all(len(p.root) > n and p.root[:n] == self.ids for p in prompts)
+
+    def expanded(self, decoder: Any, rows: int) -> Any:
+        """A fresh cache holding the head once per row (the forward call appends the rows' own keys to it)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=decoder.config)
+        for i, (keys, values) in enumerate(self.layers):
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+        return cache
+
+
+def packed_last_hidden(decoder: Any, batch: PackedBatch, head: HeadCache | None = None) -> torch.Tensor:
     """(N, H) final hidden state at each prompt's answer slot: one decoder call over the packed rows."""
-    return packed_hidden(decoder, batch)[batch.rows, batch.cols]
+    return packed_hidden(decoder, batch, head)[batch.rows, batch.cols]
 
 
-def packed_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
-    """(B, L, H) final hidden states at every packed position: one decoder call over the packed rows."""
+def packed_hidden(decoder: Any, batch: PackedBatch, head: HeadCache | None = None) -> torch.Tensor:
+    """(B, L, H) final hidden states at every packed position: one decoder call over the packed rows (continuing
+    ``head``, the cache of the ``batch.cached`` tokens the rows leave out)."""
     import torch
+
+    if batch.cached != (0 if head is None else len(head.ids)):
+        held = 0 if head is None else len(head.ids)
+        raise ValueError(f"the rows leave out {batch.cached} head tokens; the head cache holds {held}")
 
     config = getattr(decoder.config, "text_config", None) or decoder.config
     if config._attn_implementation == "eager":  # eager adds the mask to the scores; sdpa takes it as booleans
@@ -270,7 +322,17 @@ def packed_hidden(decoder: Any, batch: PackedBatch) -> torch.Tensor:
     if batch.segments is not None:
         _install_segmented_forward(decoder)
         mask = {"full_attention": mask, "linear_attention": batch.segments}
-    out = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False)
+    if head is not None:
+        past = head.expanded(decoder, batch.input_ids.shape[0])
+        out = decoder(
+            input_ids=batch.input_ids,
+            position_ids=batch.position_ids,
+            attention_mask=mask,
+            past_key_values=past,
+            use_cache=True,
+        )
+    else:
+        out = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False)
     return out.last_hidden_state  # type: ignore[no-any-return]
 
 

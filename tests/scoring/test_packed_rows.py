@@ -67,6 +67,59 @@ def test_packed_logits_equal_each_prompt_scored_alone(llama) -> None:
     assert gap(packed[::-1], reordered) < 1e-5
 
 
+def test_the_prompt_head_is_computed_once_and_continued_with_the_same_logits(llama, monkeypatch) -> None:
+    """score_packed keeps the keys and values of the head every prompt starts with (template, system prompt, answer
+    formats) and lays rows out after it: the same hidden states as rows that hold the head, the cache computed once
+    per loaded model and dropped while the adapter is off."""
+    import torch
+
+    import mydecide.scoring.forward as forward
+    from mydecide.scoring.packed import HeadCache, pack, packed_last_hidden
+
+    prompts = prompts_of(llama)
+    decoder, pad_id = forward.decoder_of(llama.lm), llama.tokenizer.pad_token_id
+    head_ids = llama.renderer.head_ids()
+    assert len(head_ids) > 20 and all(p.root[: len(head_ids)] == tuple(head_ids) for p in prompts)
+    head = HeadCache.compute(decoder, head_ids, "cpu")
+    assert head.covers(prompts) and not head.covers([p.__class__(p.prefix[1:], p.suffix, p.order) for p in prompts])
+    with torch.inference_mode():
+        whole = packed_last_hidden(decoder, pack(prompts, pad_id))
+        rows = pack(prompts, pad_id, cached=len(head_ids))
+        assert rows.input_ids.shape[1] == pack(prompts, pad_id).input_ids.shape[1] - len(head_ids)
+        after = packed_last_hidden(decoder, rows, head)
+        with pytest.raises(ValueError, match="head cache"):
+            packed_last_hidden(decoder, rows)  # rows without their head need the cache
+    assert float((whole - after).abs().max()) < 1e-5
+
+    llama.head = None
+    computed: list[int] = []
+    real = HeadCache.compute
+    monkeypatch.setattr(HeadCache, "compute", lambda *a: computed.append(1) or real(*a))
+    first = forward.score_packed(llama, prompts)
+    second = forward.score_packed(llama, prompts[::-1])
+    assert computed == [1] and llama.head is not None and gap(first[::-1], second) < 1e-6
+    alone = forward.score_prompts(llama, prompts, batch_size=1, shared_prefix=False)
+    assert gap(alone, first) < 1e-4
+
+
+def test_the_head_cache_is_dropped_while_the_adapter_is_off(tiny_llama_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from mydecide.modeling import adapter_disabled, load_model
+    from mydecide.scoring.forward import score_packed
+
+    model = load_model(str(tiny_llama_dir), render=RenderConfig(option_form="letters"), device="cpu")
+    model.lm = get_peft_model(model.lm, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    prompts = prompts_of(model)
+    tuned = score_packed(model, prompts)
+    kept = model.head
+    with adapter_disabled(model):
+        base = score_packed(model, prompts)
+        assert model.head is not kept  # the base's own head
+    assert model.head is None
+    assert gap(tuned, score_packed(model, prompts)) < 1e-6 and gap(tuned, base) > 1e-3
+
+
 def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, monkeypatch) -> None:
     import mydecide.scoring.forward as packing
 
@@ -75,9 +128,9 @@ def test_packed_rows_split_by_the_token_budget_and_long_rows_fall_back(llama, mo
     calls: list[int] = []
     real_pack = packing.pack
 
-    def counting_pack(prompts, pad_id, segments=False):
+    def counting_pack(prompts, pad_id, segments=False, cached=0):
         calls.append(len({p.root for p in prompts}))  # packed rows (states) in this forward pass
-        return real_pack(prompts, pad_id, segments)
+        return real_pack(prompts, pad_id, segments, cached)
 
     monkeypatch.setattr(packing, "pack", counting_pack)
     split = packing.score_packed(llama, prompts, max_batch_tokens=1)  # one row per forward pass
@@ -200,8 +253,8 @@ def test_evaluation_scores_in_packed_rows_where_the_model_packs(per_option, monk
     monkeypatch.setattr(
         forward,
         "pack",
-        lambda prompts, pad_id, segments=False: (
-            rows.append(len({p.root for p in prompts})) or real_pack(prompts, pad_id, segments)
+        lambda prompts, pad_id, segments=False, cached=0: (
+            rows.append(len({p.root for p in prompts})) or real_pack(prompts, pad_id, segments, cached)
         ),
     )
     per_option.packing = None
