@@ -149,9 +149,10 @@ class Stream:
     @property
     def reducers(self) -> int:
         """Shuffle partitions: ray.partitions (2 per cluster CPU by default), not a number that grows with the
-        blocks: every shuffle makes blocks x reducers objects, each a few KB of the driver's own memory (Ray's
-        reference and task records), so reducers growing with the blocks made the driver grow with the square of
-        the rows. A reducer's share grows with the rows instead: on a cluster, raise ray.partitions."""
+        blocks: a shuffle sending every block to every reducer at once makes blocks x reducers objects, each a few
+        KB of the driver's own memory (Ray's reference and task records), so reducers growing with the blocks made
+        the driver grow with the square of the rows (exact dedup and duplicate ids send blocks in waves instead:
+        :meth:`shuffle_firsts`). A reducer's share grows with the rows: on a cluster, raise ray.partitions."""
         return self.min_reducers
 
     def lap(self) -> float:
@@ -280,31 +281,58 @@ class Stream:
         return reports
 
     def shuffle_firsts(self, kind: str) -> list[list[Any]]:
-        """The blocks' (key, seq, ref) sent to reducers by key; each block's removals (every row but the first
-        of its key), as (kept block, lines, report) per block."""
+        """Each block's removals (every row but the first of its key), as (kept block, lines, report) per block.
+
+        The blocks are keyed in waves of :meth:`wave_blocks`, in block order. Each wave's keys go to ``A``
+        :class:`FirstSeen` actors by key (each holds its share of the keys seen so far and answers, per block, the
+        rows whose key an earlier row holds), then each block drops its rows. Only two waves are in flight at once,
+        so the objects alive (the driver's own memory: Ray's records of each) do not grow with the blocks.
+        """
         import ray
 
-        reducers = self.reducers
+        actors = min(self.reducers, self.cpus())
         keyed = ray.remote(_keyed)
-        firsts = ray.remote(_firsts)
         drop = ray.remote(_drop)
-        mapped = [
-            _refs(keyed.options(num_returns=1 + reducers).remote(part.ref, int(start), kind, reducers), 1 + reducers)
-            for part, start in zip(self.parts, self.starts.tolist(), strict=True)
-        ]
-        for part, refs in zip(self.parts, mapped, strict=True):
-            part.ref = refs[0]
-        blocks = len(self.parts)
-        starts = ray.put(self.starts)
-        reduced = [
-            _refs(firsts.options(num_returns=blocks).remote(starts, *[refs[1 + r] for refs in mapped]), blocks)
-            for r in range(reducers)
-        ]
+        seen: list[Any] = [ray.remote(FirstSeen).options(num_cpus=0).remote() for _ in range(actors)]
         step, reason = {"exact": ("exact_dedup", "exact duplicate"), "id": ("duplicate_ids", "duplicate id")}[kind]
-        return [
-            _refs(drop.options(num_returns=3).remote(part.ref, step, reason, *[shares[b] for shares in reduced]), 3)
-            for b, part in enumerate(self.parts)
-        ]
+        out: list[list[Any]] = []
+        wave = self.wave_blocks()
+        for first in range(0, len(self.parts), wave):
+            blocks = range(first, min(first + wave, len(self.parts)))
+            mapped = [
+                _refs(
+                    keyed.options(num_returns=1 + actors).remote(self.parts[b].ref, int(self.starts[b]), kind, actors),
+                    1 + actors,
+                )
+                for b in blocks
+            ]
+            for b, refs in zip(blocks, mapped, strict=True):
+                self.parts[b].ref = refs[0]
+            answered = [
+                _refs(actor.add.options(num_returns=len(blocks)).remote(*[refs[1 + a] for refs in mapped]), len(blocks))
+                for a, actor in enumerate(seen)
+            ]
+            if first:  # the wave before this one is done before another is sent
+                ray.wait([refs[2] for refs in out[first - wave : first]], num_returns=wave, fetch_local=False)
+            out += [
+                _refs(drop.options(num_returns=3).remote(self.parts[b].ref, step, reason, *[a[j] for a in answered]), 3)
+                for j, b in enumerate(blocks)
+            ]
+            del mapped, answered
+        last = [refs[2] for refs in out[-wave:]]  # once these are done, every actor has answered: they can go
+        ray.wait(last, num_returns=len(last), fetch_local=False)  # (errors are raised in block order by apply)
+        for actor in seen:
+            ray.kill(actor)
+        return out
+
+    def cpus(self) -> int:
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def wave_blocks(self) -> int:
+        """Blocks keyed at once in a shuffle: twice the cluster's CPUs, at least 4."""
+        return max(4, 2 * self.cpus())
 
     # ----------------------------------------------------------------------------- exact dedup, unique ids
 
@@ -894,27 +922,33 @@ def _keyed(block: Any, start: int, kind: str, reducers: int) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _firsts(starts: np.ndarray, *shares: tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]) -> tuple[Any, ...]:
-    """One reducer: every row whose key an earlier seq holds, as (seqs, the first row's ref, whether the targets
-    differ) per block."""
-    keys = np.concatenate([np.zeros((0, 2), dtype=np.uint64), *[s[0] for s in shares]])
-    seqs = np.concatenate([np.zeros(0, dtype=np.int64), *[s[1] for s in shares]])
-    targets = np.concatenate([np.zeros(0, dtype=np.uint64), *[s[2] for s in shares]])
-    refs = [ref for s in shares for ref in s[3]]
-    order = np.lexsort((seqs, keys[:, 1], keys[:, 0]))
-    keys, seqs, targets = keys[order], seqs[order], targets[order]
-    new = np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)] if len(seqs) else np.zeros(0, dtype=bool)
-    first = np.maximum.accumulate(np.where(new, np.arange(len(seqs)), 0))
-    later = np.flatnonzero(~new)
-    by_seq = later[np.argsort(seqs[later])]
-    removed, kept = seqs[by_seq], first[by_seq]
-    conflicts = targets[by_seq] != targets[kept]
-    owner = np.searchsorted(starts, removed, side="right") - 1
-    out = []
-    for b in range(len(starts)):
-        mine = np.flatnonzero(owner == b)
-        out.append((removed[mine], [refs[order[kept[k]]] for k in mine.tolist()], conflicts[mine]))
-    return tuple(out) if len(out) != 1 else out[0]
+class FirstSeen:
+    """A Ray actor holding one share of the keys seen so far (by key), with each key's first row's target hash and
+    reference. Blocks arrive in block order and rows in seq order, so the first row seen of a key is its lowest seq."""
+
+    def __init__(self) -> None:
+        self.first: dict[bytes, tuple[int, Any]] = {}
+
+    def add(self, *shares: tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]) -> tuple[Any, ...]:
+        """Per block share (keys, seqs, target hashes, refs): the rows whose key an earlier row holds, as (seqs,
+        the first row's ref, whether the targets differ)."""
+        out = []
+        for keys, seqs, targets, refs in shares:
+            removed: list[int] = []
+            matched: list[Any] = []
+            conflicts: list[bool] = []
+            for k in np.argsort(seqs, kind="stable").tolist():
+                key = keys[k].tobytes()
+                target = int(targets[k])
+                held = self.first.get(key)
+                if held is None:
+                    self.first[key] = (target, refs[k])
+                else:
+                    removed.append(int(seqs[k]))
+                    matched.append(held[1])
+                    conflicts.append(held[0] != target)
+            out.append((np.array(removed, dtype=np.int64), matched, np.array(conflicts, dtype=bool)))
+        return tuple(out) if len(out) != 1 else out[0]
 
 
 def _drop(block: Block, step: str, reason: str, *shares: tuple[np.ndarray, list[Any], np.ndarray]) -> tuple[Any, ...]:

@@ -211,6 +211,24 @@ def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previ
     assert not list(tmp_path.glob(".ray.staging-*"))
 
 
+def test_a_first_seen_share_removes_every_row_but_the_lowest_seq_of_its_key_across_blocks_and_waves() -> None:
+    """FirstSeen (the actor of the exact-dedup and duplicate-id shuffles) called wave by wave, blocks in order: a
+    later row of a key already seen is removed against the first row's ref, with its target conflict."""
+    seen = streaming.FirstSeen()
+
+    def share(keys: list[int], seqs: list[int], targets: list[int]) -> tuple[Any, ...]:
+        k = np.array([[key, 0] for key in keys], dtype=np.uint64).reshape(-1, 2)
+        return (k, np.array(seqs, dtype=np.int64), np.array(targets, dtype=np.uint64), [f"row{q}" for q in seqs])
+
+    # wave 1: block 0 (seqs 0-2; rows given out of seq order) and block 1 (seqs 3-5)
+    b0, b1 = seen.add(share([7, 9, 7], [2, 0, 1], [1, 1, 2]), share([9, 5, 5], [3, 4, 5], [1, 0, 0]))
+    assert b0[0].tolist() == [2] and b0[1] == ["row1"] and b0[2].tolist() == [True]  # seq 1 came first; other target
+    assert b1[0].tolist() == [3, 5] and b1[1] == ["row0", "row4"] and b1[2].tolist() == [False, False]
+    # wave 2: one block; every key seen in wave 1 is still held
+    removed, matched, conflicts = seen.add(share([5, 8, 7], [6, 7, 8], [0, 0, 2]))
+    assert removed.tolist() == [6, 8] and matched == ["row4", "row1"] and conflicts.tolist() == [False, False]
+
+
 def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier_kept_row() -> None:
     from mydecide.data.distributed import kept_by
 
