@@ -355,14 +355,29 @@ class Stream:
 
     def frequent_questions(self) -> Any:
         """The keys of the questions asked of more than CONTENT_ROWS of the rows now in the blocks (an object
-        reference to a sorted (F,) uint64 array): those questions are instructions, every other one content."""
+        reference to a sorted (F,) uint64 array): those questions are instructions, every other one content.
+
+        Counted in waves like :meth:`shuffle_firsts`: each wave's question keys go by key to :class:`KeyCounts`
+        actors, which add them up, so the objects alive do not grow with the blocks."""
         import ray
 
-        reducers = self.reducers
+        actors = min(self.reducers, self.cpus())
         keyed = ray.remote(_question_keys)
-        frequent = ray.remote(_frequent)
-        mapped = [_refs(keyed.options(num_returns=reducers).remote(p.ref, reducers), reducers) for p in self.parts]
-        found = ray.get([frequent.remote(*[refs[r] for refs in mapped]) for r in range(reducers)])
+        counts: list[Any] = [ray.remote(KeyCounts).options(num_cpus=0).remote() for _ in range(actors)]
+        wave = self.wave_blocks()
+        added: list[Any] = []
+        for first in range(0, len(self.parts), wave):
+            mapped = [
+                _refs(keyed.options(num_returns=actors).remote(p.ref, actors), actors)
+                for p in self.parts[first : first + wave]
+            ]
+            if added:  # the wave before this one is counted before another is sent
+                ray.wait(added, num_returns=len(added), fetch_local=False)
+            added = [actor.add.remote(*[refs[a] for refs in mapped]) for a, actor in enumerate(counts)]
+            del mapped
+        found = ray.get([actor.frequent.remote() for actor in counts])
+        for actor in counts:
+            ray.kill(actor)
         return ray.put(np.unique(np.concatenate([np.zeros(0, dtype=np.uint64), *found])))
 
     def near_dedup(self) -> None:
@@ -1024,10 +1039,19 @@ def _question_keys(block: Block, reducers: int) -> tuple[Any, ...]:
     return out if reducers != 1 else out[0]
 
 
-def _frequent(*shares: np.ndarray) -> np.ndarray:
-    """The keys that more than CONTENT_ROWS rows hold (one reducer's share)."""
-    keys, counts = np.unique(np.concatenate([np.zeros(0, dtype=np.uint64), *shares]), return_counts=True)
-    return keys[counts > CONTENT_ROWS]
+class KeyCounts:
+    """A Ray actor adding up one share of the question keys (by key) over the blocks sent to it."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+
+    def add(self, *shares: np.ndarray) -> None:
+        keys, counts = np.unique(np.concatenate([np.zeros(0, dtype=np.uint64), *shares]), return_counts=True)
+        self.counts.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
+
+    def frequent(self) -> np.ndarray:
+        """The keys that more than CONTENT_ROWS rows hold, sorted."""
+        return np.array(sorted(k for k, n in self.counts.items() if n > CONTENT_ROWS), dtype=np.uint64)
 
 
 def _decisions(rows: list[Row], frequent: np.ndarray) -> Decisions:
