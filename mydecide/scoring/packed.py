@@ -308,8 +308,8 @@ def packed_hidden(decoder: Any, batch: PackedBatch, head: HeadCache | None = Non
     ``head``, the cache of the ``batch.cached`` tokens the rows leave out)."""
     import torch
 
-    if batch.cached != (0 if head is None else len(head.ids)):
-        held = 0 if head is None else len(head.ids)
+    held = 0 if head is None else len(head.ids)
+    if batch.cached != held:
         raise ValueError(f"the rows leave out {batch.cached} head tokens; the head cache holds {held}")
 
     config = getattr(decoder.config, "text_config", None) or decoder.config
@@ -322,17 +322,14 @@ def packed_hidden(decoder: Any, batch: PackedBatch, head: HeadCache | None = Non
     if batch.segments is not None:
         _install_segmented_forward(decoder)
         mask = {"full_attention": mask, "linear_attention": batch.segments}
-    if head is not None:
-        past = head.expanded(decoder, batch.input_ids.shape[0])
-        out = decoder(
-            input_ids=batch.input_ids,
-            position_ids=batch.position_ids,
-            attention_mask=mask,
-            past_key_values=past,
-            use_cache=True,
-        )
-    else:
-        out = decoder(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=mask, use_cache=False)
+    past = None if head is None else head.expanded(decoder, batch.input_ids.shape[0])
+    out = decoder(
+        input_ids=batch.input_ids,
+        position_ids=batch.position_ids,
+        attention_mask=mask,
+        past_key_values=past,
+        use_cache=past is not None,
+    )
     return out.last_hidden_state  # type: ignore[no-any-return]
 
 

@@ -221,6 +221,7 @@ class Renderer:
         self.tokenizer = tokenizer
         self.config = config or RenderConfig()
         self.template_head, self.head, self.tail = self._template_parts()
+        self._head_ids = tuple(self._encode(self.head))
         self.label_form, self.label_ids = self._label_tokens()
         self._state_cache: dict[str, tuple[tuple[int, ...], bool]] = {}
 
@@ -320,7 +321,7 @@ class Renderer:
     # -- rendering -----------------------------------------------------------------------------------------------
     def head_ids(self) -> list[int]:
         """Token ids of the head every state's prefix starts with (``encode_state``)."""
-        return self._encode(self.head)
+        return list(self._head_ids)
 
     def encode_state(self, state: Any) -> tuple[tuple[int, ...], bool]:
         """Token ids of head + state (cut to ``max_state_tokens``), and whether the state was cut. Cached."""
@@ -333,7 +334,7 @@ class Renderer:
         if truncated:
             mark = self._encode(TRUNCATION_MARK)
             state_ids = state_ids[: max(0, self.config.max_state_tokens - len(mark))] + mark
-        result = (tuple(self._encode(self.head) + state_ids), truncated)
+        result = (self._head_ids + tuple(state_ids), truncated)
         if len(self._state_cache) > 4096:
             self._state_cache.clear()
         self._state_cache[text] = result
