@@ -46,6 +46,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -290,40 +291,42 @@ class Stream:
         """
         import ray
 
-        actors = min(self.reducers, self.cpus())
         keyed = ray.remote(_keyed)
         drop = ray.remote(_drop)
-        seen: list[Any] = [ray.remote(FirstSeen).options(num_cpus=0).remote() for _ in range(actors)]
         step, reason = {"exact": ("exact_dedup", "exact duplicate"), "id": ("duplicate_ids", "duplicate id")}[kind]
         out: list[list[Any]] = []
+        with key_actors(FirstSeen, min(self.reducers, self.cpus())) as seen:
+            n = len(seen)
+            for blocks in self.waves():
+                mapped = [
+                    _refs(
+                        keyed.options(num_returns=1 + n).remote(self.parts[b].ref, int(self.starts[b]), kind, n), 1 + n
+                    )
+                    for b in blocks
+                ]
+                for b, refs in zip(blocks, mapped, strict=True):
+                    self.parts[b].ref = refs[0]
+                answered = [
+                    _refs(actor.add.options(num_returns=len(blocks)).remote(*[r[1 + a] for r in mapped]), len(blocks))
+                    for a, actor in enumerate(seen)
+                ]
+                _done([refs[2] for refs in out[-self.wave_blocks() :]])  # the wave before, before another is sent
+                dropped = drop.options(num_returns=3)
+                out += [
+                    _refs(dropped.remote(self.parts[b].ref, step, reason, *[a[j] for a in answered]), 3)
+                    for j, b in enumerate(blocks)
+                ]
+                del mapped, answered
+            # once the last wave is done every actor has answered, and they can go (errors: in block order, by apply)
+            _done([refs[2] for refs in out[-self.wave_blocks() :]])
+        return out
+
+    def waves(self) -> Iterator[range]:
+        """The blocks in waves of :meth:`wave_blocks`, in block order. A waved step sends a wave only once the wave
+        before it is done, so at most two are in flight and the objects alive do not grow with the blocks."""
         wave = self.wave_blocks()
         for first in range(0, len(self.parts), wave):
-            blocks = range(first, min(first + wave, len(self.parts)))
-            mapped = [
-                _refs(
-                    keyed.options(num_returns=1 + actors).remote(self.parts[b].ref, int(self.starts[b]), kind, actors),
-                    1 + actors,
-                )
-                for b in blocks
-            ]
-            for b, refs in zip(blocks, mapped, strict=True):
-                self.parts[b].ref = refs[0]
-            answered = [
-                _refs(actor.add.options(num_returns=len(blocks)).remote(*[refs[1 + a] for refs in mapped]), len(blocks))
-                for a, actor in enumerate(seen)
-            ]
-            if first:  # the wave before this one is done before another is sent
-                ray.wait([refs[2] for refs in out[first - wave : first]], num_returns=wave, fetch_local=False)
-            out += [
-                _refs(drop.options(num_returns=3).remote(self.parts[b].ref, step, reason, *[a[j] for a in answered]), 3)
-                for j, b in enumerate(blocks)
-            ]
-            del mapped, answered
-        last = [refs[2] for refs in out[-wave:]]  # once these are done, every actor has answered: they can go
-        ray.wait(last, num_returns=len(last), fetch_local=False)  # (errors are raised in block order by apply)
-        for actor in seen:
-            ray.kill(actor)
-        return out
+            yield range(first, min(first + wave, len(self.parts)))
 
     def cpus(self) -> int:
         import ray
@@ -361,23 +364,16 @@ class Stream:
         actors, which add them up, so the objects alive do not grow with the blocks."""
         import ray
 
-        actors = min(self.reducers, self.cpus())
         keyed = ray.remote(_question_keys)
-        counts: list[Any] = [ray.remote(KeyCounts).options(num_cpus=0).remote() for _ in range(actors)]
-        wave = self.wave_blocks()
-        added: list[Any] = []
-        for first in range(0, len(self.parts), wave):
-            mapped = [
-                _refs(keyed.options(num_returns=actors).remote(p.ref, actors), actors)
-                for p in self.parts[first : first + wave]
-            ]
-            if added:  # the wave before this one is counted before another is sent
-                ray.wait(added, num_returns=len(added), fetch_local=False)
-            added = [actor.add.remote(*[refs[a] for refs in mapped]) for a, actor in enumerate(counts)]
-            del mapped
-        found = ray.get([actor.frequent.remote() for actor in counts])
-        for actor in counts:
-            ray.kill(actor)
+        with key_actors(KeyCounts, min(self.reducers, self.cpus())) as counts:
+            n = len(counts)
+            added: list[Any] = []
+            for blocks in self.waves():
+                mapped = [_refs(keyed.options(num_returns=n).remote(self.parts[b].ref, n), n) for b in blocks]
+                _done(added)  # the wave before this one is counted before another is sent
+                added = [actor.add.remote(*[refs[a] for refs in mapped]) for a, actor in enumerate(counts)]
+                del mapped
+            found = ray.get([actor.frequent.remote() for actor in counts])
         return ray.put(np.unique(np.concatenate([np.zeros(0, dtype=np.uint64), *found])))
 
     def near_dedup(self) -> None:
@@ -856,6 +852,30 @@ def distributions(rows: int, stats: dict[str, Counter[Any]]) -> dict[str, Any]:
             },
         },
     }
+
+
+@contextmanager
+def key_actors(actor: type, count: int) -> Iterator[list[Any]]:
+    """``count`` Ray actors of class ``actor`` for a waved shuffle (one per CPU of the cluster, up to
+    ``ray.partitions``; no CPU reserved: they hold keys, the tasks do the work), killed when the step ends or
+    fails."""
+    import ray
+
+    actors = [ray.remote(actor).options(num_cpus=0).remote() for _ in range(count)]
+    try:
+        yield actors
+    finally:
+        for handle in actors:
+            ray.kill(handle)
+
+
+def _done(refs: list[Any]) -> None:
+    """Wait until every task behind ``refs`` has finished, without fetching their results (errors are raised where
+    the results are read)."""
+    if refs:
+        import ray
+
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
 
 
 def _refs(refs: Any, n: int) -> list[Any]:

@@ -229,6 +229,20 @@ def test_a_first_seen_share_removes_every_row_but_the_lowest_seq_of_its_key_acro
     assert removed.tolist() == [6, 8] and matched == ["row4", "row1"] and conflicts.tolist() == [False, False]
 
 
+def test_the_key_holding_actors_go_when_their_step_ends_or_fails() -> None:
+    """A waved shuffle's actors hold a share of every key seen: they are killed when the step is over, and also when
+    it raises, so a failed step leaves no actor holding keys in the cluster."""
+    with streaming.key_actors(streaming.KeyCounts, 2) as counts:
+        ray.get([a.add.remote(np.array([4, 4, 4, 4], dtype=np.uint64)) for a in counts])
+        assert [x.tolist() for x in ray.get([a.frequent.remote() for a in counts])] == [[4], [4]]
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(counts[0].frequent.remote())
+    with pytest.raises(RuntimeError, match="a step failed"), streaming.key_actors(streaming.FirstSeen, 1) as seen:
+        raise RuntimeError("a step failed")
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(seen[0].add.remote())
+
+
 def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier_kept_row() -> None:
     from mydecide.data.distributed import kept_by
 
