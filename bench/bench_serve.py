@@ -21,7 +21,8 @@ serves mydecide's own defaults (per-option reads: more tokens per request) inste
 defaults with the lean per-option continuation (``prompt.continuation: lean``), ``--forms answer`` with the
 continuation in the answer turn (``prompt.continuation: answer``) and ``--forms each_question`` with every question
 saying its answer format under the system prompt of before (``prompt.answer_format: each_question``: the defaults
-before that key).
+before that key), ``--forms full_wording`` with the answer formats' full lines (``prompt.wording: full``: the
+defaults before that key).
 
 Every server gets the same requests, built from one definition: a ~250-token support ticket with a unique ticket
 number (so no two requests of one server share a state) and the 4 questions of bench_scoring (choice among 4, yes /
@@ -139,6 +140,7 @@ FORMS = {
     "lean": {"continuation": "lean"},  # the per-option defaults with the lean continuation
     "answer": {"continuation": "answer"},  # the per-option defaults, each continuation in the answer turn
     # the defaults before prompt.answer_format: every question says its answer format, under the system prompt then
+    "full_wording": {"wording": "full"},  # the defaults before prompt.wording: the full answer-format lines
     "each_question": {
         "answer_format": "each_question",
         "system_prompt": (
@@ -362,7 +364,7 @@ def main() -> None:
     parser.add_argument("--no-seed", action="store_true", help="leave the seed's serve.py out")
     parser.add_argument(
         "--forms",
-        choices=["letters", "default", "lean", "answer", "each_question"],
+        choices=["letters", "default", "lean", "answer", "each_question", "full_wording"],
         default="letters",
         help="how mydecide reads choices and scores: letters (as the seed's serve.py does), its own defaults, the "
         "defaults with the lean or the answer-turn per-option continuation, or with every question saying its answer "

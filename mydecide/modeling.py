@@ -215,6 +215,7 @@ RENDER_KEYS_BEFORE = {
     "score_form": "letters",
     "continuation": "full",
     "answer_format": "each_question",
+    "wording": "full",
 }
 """What a render config saved before one of these ``prompt`` keys existed was scored with."""
 

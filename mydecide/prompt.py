@@ -18,6 +18,7 @@ OPTION_FORMS: tuple[str, ...] = ("letters", "per_option")
 ScoreForm = Literal["letters", "per_option", "thresholds", "binomial"]
 Continuation = Literal["full", "lean", "answer"]
 AnswerFormat = Literal["each_question", "once"]
+Wording = Literal["full", "short"]
 SCORE_FORMS: tuple[str, ...] = ("letters", "per_option", "thresholds", "binomial")
 
 
@@ -129,5 +130,14 @@ class RenderConfig(BaseModel):
     # lean and full reads keep their own lines (they ask something else). A render config saved before the key
     # existed means "each_question" (modeling.read_render_config)
     answer_format: AnswerFormat = "each_question"
+    # how many words the default reads spend on what every question repeats: "full" = a per-option question (with
+    # continuation: answer) says "Exactly one option is right." and "Answer with the option on its own line, then A
+    # if it is the right one or B if not.", each answer line starts "Option: " or "Level: ", and a plain yes / no
+    # question lists "A. yes" / "B. no" between "Answer yes or no." and "Answer with the letter only."; "short" = one
+    # line "Write an option, then A if it is right, B if not.", the option's text alone on its answer line, and
+    # "Answer A for yes or B for no." (the default: 15% fewer tokens on a 4-question request, and on the demo choice,
+    # score and calibration no worse; docs/scoring-forms.md). Threshold, binomial, lean and full reads keep their
+    # lines. A render config saved before the key existed means "full" (modeling.read_render_config)
+    wording: Wording = "short"
     # span questions: how the text is cut into windows and how each word × label cell is read (docs/spans.md)
     span: SpanWindows = Field(default_factory=SpanWindows)

@@ -91,19 +91,29 @@ HEAD_ANSWER_FORMATS = (
 )
 """``prompt.answer_format: once``: the answer formats of the default reads, said once in the head before the state."""
 ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} or B if not."
+SHORT_ANSWER_TURN_FORMAT = "Write {name}, then A if it is right, B if not."
+"""``prompt.wording: short``: a per-option question's one line of answer format (no "Exactly one option is right.")."""
+SHORT_YES_NO = "Answer A for yes or B for no."
+"""``prompt.wording: short``: a plain yes / no question's answer format, in place of its option lines."""
 
 
 def per_option_question_text(
-    question: Question, show_ids: bool, list_options: bool, continuation: Continuation, once: bool = False
+    question: Question,
+    show_ids: bool,
+    list_options: bool,
+    continuation: Continuation,
+    once: bool = False,
+    short: bool = False,
 ) -> str:
     """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
     client cannot change — choice options sorted by id, score levels lowest first — and the answer format where
-    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option; not
-    with ``once`` and ``answer``: the head says it, :data:`HEAD_ANSWER_FORMATS`)."""
+    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option, in one
+    line with ``short`` wording; not with ``once`` and ``answer``: the head says it, :data:`HEAD_ANSWER_FORMATS`)."""
     name = "level" if question.type == "score" else "option"
     lines = ["", "", f"Question: {question.instructions}"]
     head_says = once and continuation == "answer"
-    if not head_says:
+    short = short and continuation == "answer" and not head_says
+    if not head_says and not short:
         lines.append(
             "Exactly one level is right (levels are listed lowest first)."
             if name == "level"
@@ -118,7 +128,9 @@ def per_option_question_text(
             else sorted(range(question.k), key=lambda i: question.options[i])
         )
         lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
-    if continuation == "answer" and not head_says:
+    if short:
+        lines.append(SHORT_ANSWER_TURN_FORMAT.format(name=f"a {name}" if name == "level" else f"an {name}"))
+    elif continuation == "answer" and not head_says:
         lines.append(ANSWER_TURN_FORMAT.format(name=name, test="it is the right one"))
     elif continuation == "lean":
         lines.append(LEAN_ANSWER_FORMAT)
@@ -157,17 +169,23 @@ def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean:
     return "\n".join(["", line] if lean else ["", line, "A. yes", "B. no", "Answer with the letter only."])
 
 
-def answer_turn_text(question: Question, index: int, show_ids: bool) -> str:
+def answer_turn_text(question: Question, index: int, show_ids: bool, short: bool = False) -> str:
     """One option's continuation in the ``answer`` form: inside the answer turn (the prefix ends with the chat
-    template's tail), the option's line and a line break, where A (yes) or B (no) is read."""
+    template's tail), the option's line and a line break, where A (yes) or B (no) is read. The line starts
+    "Option: " or "Level: ", or with ``short`` wording is the option's text alone."""
+    if short:
+        return f"{option_text(question, index, show_ids)}\n"
     name = "Level" if question.type == "score" else "Option"
     return f"{name}: {option_text(question, index, show_ids)}\n"
 
 
-def question_text(question: Question, order: Sequence[int], show_ids: bool = True, once: bool = False) -> str:
+def question_text(
+    question: Question, order: Sequence[int], show_ids: bool = True, once: bool = False, short: bool = False
+) -> str:
     """A question read by letters: the question, what kind of answer it takes, its lettered options and the answer
     format. With ``once`` the head says the format (:data:`HEAD_ANSWER_FORMATS`): the last line is left out, and so
-    are a yes / no question's option lines where neither option carries a description."""
+    are a yes / no question's option lines where neither option carries a description. With ``short`` wording such
+    a yes / no question says :data:`SHORT_YES_NO` in place of its kind, option lines and format (unless ``once``)."""
     kind = {
         "choice": "Choose one option.",
         "noul": "Answer yes or no.",
@@ -175,6 +193,8 @@ def question_text(question: Question, order: Sequence[int], show_ids: bool = Tru
         "set": "",
     }[question.type]
     plain_yes_no = question.type == "noul" and not any(question.descriptions)
+    if short and plain_yes_no and not once:
+        return "\n".join(["", "", f"Question: {question.instructions}", SHORT_YES_NO])
     lines = ["", "", f"Question: {question.instructions}", kind]
     if not (once and plain_yes_no):
         lines += option_lines(question, order, show_ids)
@@ -230,6 +250,11 @@ class Renderer:
     def once(self) -> bool:
         """Whether the head says the answer formats (``prompt.answer_format: once``)."""
         return self.config.answer_format == "once"
+
+    @property
+    def short(self) -> bool:
+        """Whether the default reads use the short wording (``prompt.wording: short``)."""
+        return self.config.wording == "short"
 
     def _template_parts(self) -> tuple[str, str, str]:
         """The chat template's text before the user's message (with the configured system prompt alone: what a
@@ -363,12 +388,14 @@ class Renderer:
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
         show = self.config.show_option_ids
-        shared = per_option_question_text(question, show, self.config.list_options, self.config.continuation, self.once)
+        shared = per_option_question_text(
+            question, show, self.config.list_options, self.config.continuation, self.once, self.short
+        )
         indices = range(question.k) if indices is None else indices
-        return self._continuations(state, shared, question, indices, show)
+        return self._continuations(state, shared, question, indices, show, self.short)
 
     def _continuations(
-        self, state: Any, shared: str, question: Question, indices: Sequence[int], show_ids: bool
+        self, state: Any, shared: str, question: Question, indices: Sequence[int], show_ids: bool, short: bool = False
     ) -> list[Prompt]:
         """One yes / no prompt per option index after one prefix: the state, then ``shared`` (the stem); with
         ``continuation: answer`` the stem ends with the template's tail and each continuation is the option's line
@@ -378,7 +405,7 @@ class Renderer:
         continuation = self.config.continuation
         if continuation == "answer":
             stem = tuple(self._encode_user(shared, self.tail))
-            suffixes = [self._encode_user(answer_turn_text(question, i, show_ids)) for i in indices]
+            suffixes = [self._encode_user(answer_turn_text(question, i, show_ids, short)) for i in indices]
         else:
             stem = tuple(self._encode_user(shared))
             lean = continuation == "lean"
@@ -416,5 +443,7 @@ class Renderer:
         if question.k > MAX_LETTER_OPTIONS:
             raise ValueError(f"question shows {question.k} options; at most {MAX_LETTER_OPTIONS} (A–Z) per prompt")
         prefix, truncated = self.encode_state(state)
-        suffix = self._encode_user(question_text(question, order, self.config.show_option_ids, self.once), self.tail)
+        suffix = self._encode_user(
+            question_text(question, order, self.config.show_option_ids, self.once, self.short), self.tail
+        )
         return Prompt(prefix, tuple(suffix), order, truncated)

@@ -16,7 +16,7 @@ import pytest
 
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.render import HEAD_ANSWER_FORMATS, Renderer
+from mydecide.scoring.render import HEAD_ANSWER_FORMATS, SHORT_YES_NO, Renderer
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
 CRITERIA = {
@@ -72,7 +72,7 @@ def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
 
     renderer = Renderer(
         AutoTokenizer.from_pretrained(tiny_tokenizer_dir),
-        PER_OPTION.model_copy(update={"continuation": continuation, "answer_format": answer_format}),
+        PER_OPTION.model_copy(update={"continuation": continuation, "answer_format": answer_format, "wording": "full"}),
     )
     q = choice(CRITERIA)
     prompts = renderer.render_per_option(STATE, q)
@@ -160,6 +160,55 @@ def test_answer_formats_said_once_cost_fewer_tokens_and_old_adapters_keep_them_p
     (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
     assert read_render_config(tmp_path / RENDER_CONFIG_FILE).answer_format == "each_question"
     assert RenderConfig().answer_format == "each_question"  # once lost accuracy on the demo (docs/scoring-forms.md)
+
+
+def test_short_wording_says_each_format_in_fewer_tokens_and_old_adapters_keep_the_full_one(
+    tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """wording: short says a per-option question's answer format in one line, puts the option's text alone on its
+    answer line and a plain yes / no question's format in one sentence; a yes / no question whose options carry
+    criteria keeps its lettered lines, and the reads are the same yes / no reads (A = yes) of the same structure."""
+    from transformers import AutoTokenizer
+
+    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
+
+    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    level = parse_question(
+        {"type": "score", "instructions": "How urgent is it?", "criteria": ["not urgent", "today", "now"]}, "u"
+    )
+    noul = parse_question({"type": "noul", "instructions": "Is it urgent?"}, "n")
+    graded = parse_question(
+        {"type": "noul", "instructions": "Is it urgent?", "criteria": {"true": "needs work today", "false": "later"}},
+        "g",
+    )
+    cost = {}
+    for wording in ("full", "short"):
+        renderer = Renderer(tok, PER_OPTION.model_copy(update={"wording": wording}))
+        team, urgency = renderer.render_per_option(STATE, choice(CRITERIA)), renderer.render_per_option(STATE, level)
+        plain, kept = renderer.render(STATE, noul), renderer.render(STATE, graded)
+        cost[wording] = sum(len(p.prefix) - len(p.root) for p in (team[0], urgency[0]))
+        cost[wording] += sum(len(p.suffix) for p in [*team, *urgency, plain, kept])
+        stem = tok.decode(list(team[0].prefix[len(team[0].root) :]))
+        said = tok.decode(list(plain.suffix))
+        assert "A. yes — needs work today" in tok.decode(list(kept.suffix))  # criteria keep their lines
+        if wording == "short":
+            assert "Write an option, then A if it is right, B if not." in stem and "Exactly one" not in stem
+            assert "Write a level, then A" in tok.decode(list(urgency[0].prefix[len(urgency[0].root) :]))
+            for prompt, (option, description) in zip(team, CRITERIA.items(), strict=True):
+                assert tok.decode(list(prompt.suffix)) == f"{option} — {description}\n"
+            assert [tok.decode(list(p.suffix)) for p in urgency] == ["not urgent\n", "today\n", "now\n"]
+            assert SHORT_YES_NO in said and "A. yes" not in said and "letter only" not in said
+        else:
+            assert "Exactly one option is right." in stem and "then A if it is the right one or B if not" in stem
+            assert tok.decode(list(team[0].suffix)).startswith("Option: billing")
+            assert "A. yes" in said and "Answer with the letter only." in said
+        assert all(p.k == 2 for p in [*team, *urgency]) and plain.k == 2
+    assert cost["short"] < cost["full"] - 30
+    saved = json.loads(PER_OPTION.model_dump_json())
+    del saved["wording"]  # a render config saved before prompt.wording existed
+    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
+    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).wording == "full"  # read as it was trained
+    assert RenderConfig().wording == "short"  # the default since it held the demo (docs/scoring-forms.md)
 
 
 def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:
@@ -338,7 +387,7 @@ def test_training_in_the_per_option_form_learns_and_saves_the_form(tiny_llama_di
             f"data={data}",
             f"out={tmp_path / 'run'}",
             "prompt.option_form=per_option",
-            "optim.max_steps=16",
+            "optim.max_steps=32",  # the short wording's reads took a random 2-layer model longer than 16 to start
             "optim.lr=2e-2",
             "eval_every=16",
         ],

@@ -224,7 +224,11 @@ def test_option_order_shows_permuted_letters_and_returns_canonical_logits(model:
     levels = model.tokenizer.decode(list(model.renderer.render(SHORT, URGENCY).suffix))
     assert "A. not urgent\nB. soon\nC. today\nD. this hour\nE. blocking" in levels
     yes_no = model.tokenizer.decode(list(model.renderer.render(SHORT, OUTAGE).suffix))
-    assert "A. yes\nB. no\nAnswer with the letter only." in yes_no
+    assert "Answer A for yes or B for no." in yes_no and "A. yes" not in yes_no  # the default, short wording
+    full = Renderer(model.tokenizer, model.renderer.config.model_copy(update={"wording": "full"}))
+    assert "A. yes\nB. no\nAnswer with the letter only." in model.tokenizer.decode(
+        list(full.render(SHORT, OUTAGE).suffix)
+    )
     assert "A (yes)" not in model.tokenizer.decode(model.renderer.head_ids())
     # answer_format: once: a plain yes / no question lists no options, the head says A is yes and B is no
     once = Renderer(model.tokenizer, model.renderer.config.model_copy(update={"answer_format": "once"}))

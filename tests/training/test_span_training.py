@@ -104,7 +104,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
             f"data={data}",
             f"out={tmp_path / 'run'}",
             "optim.max_steps=12",
-            "optim.lr=2e-2",
+            "optim.lr=1e-2",  # at 2e-2 the span reads overshoot by update 12 beside the short wording's choice reads
             "eval_every=12",
             "prompt.span.window_tokens=16",
             "prompt.span.overlap_tokens=4",
