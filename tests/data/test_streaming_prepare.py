@@ -229,18 +229,34 @@ def test_a_first_seen_share_removes_every_row_but_the_lowest_seq_of_its_key_acro
     assert removed.tolist() == [6, 8] and matched == ["row4", "row1"] and conflicts.tolist() == [False, False]
 
 
+def dead(actor: Any, wait: float = 30.0) -> bool:
+    """Whether ``actor`` is gone: ``ray.kill`` returns before the actor stops, so a call made right after it may
+    still be answered; poll until a call fails with the actor's death, for at most ``wait`` seconds."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
+        except ray.exceptions.RayActorError:
+            return True
+        except ray.exceptions.GetTimeoutError:
+            break
+        time.sleep(0.1)
+    return False
+
+
 def test_the_key_holding_actors_go_when_their_step_ends_or_fails() -> None:
     """A waved shuffle's actors hold a share of every key seen: they are killed when the step is over, and also when
     it raises, so a failed step leaves no actor holding keys in the cluster."""
     with streaming.key_actors(streaming.KeyCounts, 2) as counts:
         ray.get([a.add.remote(np.array([4, 4, 4, 4], dtype=np.uint64)) for a in counts])
         assert [x.tolist() for x in ray.get([a.frequent.remote() for a in counts])] == [[4], [4]]
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(counts[0].frequent.remote())
+        assert not dead(counts[0], wait=0.5)  # alive while the step runs
+    assert all(dead(a) for a in counts)
     with pytest.raises(RuntimeError, match="a step failed"), streaming.key_actors(streaming.FirstSeen, 1) as seen:
         raise RuntimeError("a step failed")
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(seen[0].add.remote())
+    assert dead(seen[0])
 
 
 def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier_kept_row() -> None:
