@@ -152,8 +152,9 @@ class Stream:
         """Shuffle partitions: ray.partitions (2 per cluster CPU by default), not a number that grows with the
         blocks: a shuffle sending every block to every reducer at once makes blocks x reducers objects, each a few
         KB of the driver's own memory (Ray's reference and task records), so reducers growing with the blocks made
-        the driver grow with the square of the rows (exact dedup and duplicate ids send blocks in waves instead:
-        :meth:`shuffle_firsts`). A reducer's share grows with the rows: on a cluster, raise ray.partitions."""
+        the driver grow with the square of the rows (exact dedup, duplicate ids and the question-key count send
+        blocks in waves instead: :meth:`waves`). A reducer's share grows with the rows: on a cluster, raise
+        ray.partitions."""
         return self.min_reducers
 
     def lap(self) -> float:
@@ -295,6 +296,7 @@ class Stream:
         drop = ray.remote(_drop)
         step, reason = {"exact": ("exact_dedup", "exact duplicate"), "id": ("duplicate_ids", "duplicate id")}[kind]
         out: list[list[Any]] = []
+        before: list[Any] = []  # the wave before's drop reports
         with key_actors(FirstSeen, min(self.reducers, self.cpus())) as seen:
             n = len(seen)
             for blocks in self.waves():
@@ -310,15 +312,17 @@ class Stream:
                     _refs(actor.add.options(num_returns=len(blocks)).remote(*[r[1 + a] for r in mapped]), len(blocks))
                     for a, actor in enumerate(seen)
                 ]
-                _done([refs[2] for refs in out[-self.wave_blocks() :]])  # the wave before, before another is sent
+                _done(before)  # the wave before this one is done before another is sent
                 dropped = drop.options(num_returns=3)
-                out += [
+                wave = [
                     _refs(dropped.remote(self.parts[b].ref, step, reason, *[a[j] for a in answered]), 3)
                     for j, b in enumerate(blocks)
                 ]
+                out += wave
+                before = [refs[2] for refs in wave]
                 del mapped, answered
             # once the last wave is done every actor has answered, and they can go (errors: in block order, by apply)
-            _done([refs[2] for refs in out[-self.wave_blocks() :]])
+            _done(before)
         return out
 
     def waves(self) -> Iterator[range]:
