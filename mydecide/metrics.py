@@ -65,8 +65,13 @@ def chance_corrected(acc: float, ks: Sequence[int]) -> float:
 
 def log_loss(probs: Rows, targets: Rows) -> float:
     """Mean −Σ_k y_k log q_k (q clipped at EPS)."""
+    return float(np.mean(log_losses(probs, targets)))
+
+
+def log_losses(probs: Rows, targets: Rows) -> np.ndarray:
+    """−Σ_k y_k log q_k of each row (q clipped at EPS)."""
     probs, targets = _as_rows(probs, targets)
-    return float(np.mean([-np.sum(y * np.log(np.clip(q, EPS, None))) for q, y in zip(probs, targets, strict=True)]))
+    return np.array([-np.sum(y * np.log(np.clip(q, EPS, None))) for q, y in zip(probs, targets, strict=True)])
 
 
 def brier(probs: Rows, targets: Rows) -> float:

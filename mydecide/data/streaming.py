@@ -865,7 +865,7 @@ def key_actors(actor: type, count: int) -> Iterator[list[Any]]:
     fails."""
     import ray
 
-    actors = [ray.remote(actor).options(num_cpus=0).remote() for _ in range(count)]
+    actors: list[Any] = [ray.remote(actor).options(num_cpus=0).remote() for _ in range(count)]
     try:
         yield actors
     finally:

@@ -7,6 +7,7 @@ decides which, see ``checkpoints.is_sharded``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
@@ -19,12 +20,14 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     A set question counts one yes/no row per label in the metrics. Span questions are not in accuracy, Brier or ECE
     (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
     ``log_loss`` as one question, so the best adapter is picked with every question weighing the same, as in
-    training (``span_log_loss``: their mean alone). The collapse check looks at single-answer
-    questions read by letter only (for more than 26 options, the letter an option has in its group).
+    training (``span_log_loss``: their mean alone). ``losses`` holds those terms one by one, in dev order (their
+    mean is ``log_loss``), for :func:`replaces_best`; the loop does not write them to metrics.jsonl. The collapse
+    check looks at single-answer questions read by letter only (for more than 26 options, the letter an option has
+    in its group).
     """
     import numpy as np
 
-    from mydecide.metrics import log_loss, summarize
+    from mydecide.metrics import log_loss, log_losses, summarize
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.plan import shown_letter_index
     from mydecide.scoring.probabilities import answer_rows, to_probabilities
@@ -60,10 +63,12 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         else {"n": 0, **dict.fromkeys(("accuracy", "chance_corrected", "brier", "ece"), None), "log_loss": 0.0}
     )
     spans = [rows for r, rows in zip(single + sets, per_question, strict=True) if r.question.type == "span"]
+    losses = [float(x) for x in log_losses(probs, targets)] if rows else []
     if spans:  # each span question counts once in the log loss: the mean over its word x label cells
         span_losses = [log_loss([p for p, _ in q], [y for _, y in q]) for q in spans]
         summary["span_log_loss"] = float(np.mean(span_losses))
         summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(spans))
+        losses += span_losses
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         if r.question.type == "choice":
@@ -78,6 +83,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     out = {k: summary[k] for k in ("n", "accuracy", "chance_corrected", "log_loss", "brier", "ece")}
     if spans:
         out["span_questions"], out["span_log_loss"] = len(spans), summary["span_log_loss"]
+    out["losses"] = losses
     if not single:
         return {
             **out,
@@ -96,6 +102,28 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         "top_letter_share": report.top_letter_share,
         "warnings": report.warnings,
     }
+
+
+def replaces_best(losses: Sequence[float], best: dict[str, Any], margin: float) -> bool:
+    """Whether the adapter whose dev ``losses`` (:func:`dev_metrics`) these are becomes the best, replacing ``best``
+    (the loop's record of the best so far: ``log_loss``, ``update``, and ``dev_losses``, the same terms).
+
+    An adapter evaluated later replaces the best unless its dev log loss is higher by more than ``margin`` standard
+    errors of the two adapters' paired differences, question by question. A few dozen dev questions cannot tell
+    apart adapters whose losses differ by less than that, and the later one has been trained longer (at the end of
+    a decaying schedule, on every record). ``margin`` 0, or a best saved without its terms (a checkpoint from
+    before), keeps the plain rule: strictly lower only. A log loss that is not finite never replaces the best."""
+    import numpy as np
+
+    mean = float(np.mean(losses)) if len(losses) else 0.0
+    if not np.isfinite(mean):
+        return False
+    before = best.get("dev_losses")
+    tolerance = 0.0
+    if margin > 0 and before is not None and len(before) == len(losses) > 1:
+        difference = np.asarray(losses, dtype=float) - np.asarray(before, dtype=float)
+        tolerance = margin * float(np.std(difference, ddof=1)) / len(difference) ** 0.5
+    return mean < best["log_loss"] + tolerance
 
 
 def dev_line(update: int, metrics: dict[str, Any]) -> str:

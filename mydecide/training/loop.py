@@ -30,7 +30,7 @@ from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, spli
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
-from mydecide.training.dev import dev_line, dev_metrics
+from mydecide.training.dev import dev_line, dev_metrics, replaces_best
 from mydecide.training.diagnostics import span_prior_note
 from mydecide.training.epochs import EpochPlan
 from mydecide.training.model_card import record_base_model, write_model_card
@@ -186,7 +186,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     # ---- resume
     checkpoints.save_lora_only(accelerator)
     training = checkpoints.trained_with(recipe, data_sha256)  # every checkpoint carries it: the resume guard
-    update, best = 0, {"log_loss": math.inf, "update": None}
+    update = 0
+    best: dict[str, Any] = {"log_loss": math.inf, "update": None}  # and dev_losses, once a dev evaluation ran
     found = checkpoints.resume_newest(accelerator, run, module) if resume else None
     if found is not None:
         update, best = found[1]["update"], found[1]["best"]
@@ -213,9 +214,11 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             module.eval()
             started = time.perf_counter()
             metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
+            losses = metrics.pop("losses")
             module.train()
         if is_main:
-            row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics}
+            kept = replaces_best(losses, best, recipe.best_margin)  # RUN/adapter becomes this update's
+            row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics, "kept": kept}
             row.update(seconds=round(time.perf_counter() - started, 1), time=round(time.time(), 3))
             write_metrics(run, row)
             accelerator.log(tracked("dev", {**row, "collapse_warnings": len(metrics["warnings"])}), step=update)
@@ -223,8 +226,14 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
-            if metrics["log_loss"] < best["log_loss"]:
+            if kept and best["update"] is not None and metrics["log_loss"] >= best["log_loss"]:
+                log(
+                    f"update {update} is kept as the best adapter: its dev log loss is within {recipe.best_margin:g} "
+                    f"standard error(s) of update {best['update']}'s {best['log_loss']:.4f} (best_margin)"
+                )
+            if kept:
                 best = {"log_loss": metrics["log_loss"], "accuracy": metrics["accuracy"], "update": update}
+                best["dev_losses"] = [round(x, 7) for x in losses]  # in each checkpoint: the next comparisons
         best = broadcast_object_list([best])[0]
         if best["update"] == update:
             save_adapter("adapter")
@@ -299,9 +308,10 @@ def train_row(
 def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) -> None:
     """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
     if accelerator.is_main_process:
+        best = {k: v for k, v in best.items() if k != "dev_losses"}
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
         log(
-            f"done: best dev log loss {best['log_loss']:.4f} at update {best['update']} → {run / 'adapter'}; "
+            f"done: best on dev: update {best['update']} (dev log loss {best['log_loss']:.4f}) → {run / 'adapter'}; "
             f"last → {run / 'last'}"
         )
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
@@ -407,8 +417,8 @@ def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[An
 def forget_updates_after(run: Path, update: int, best: dict[str, Any]) -> None:
     """Before a run resumed from update N trains N + 1, N + 2 … again: metrics.jsonl loses its lines of later
     updates, and a half-written line a killed run left (rewritten atomically), so that each (kind, update) is there
-    once. A best adapter saved at one of those updates is named: it stays RUN/adapter until a dev evaluation beats
-    the checkpoint's best."""
+    once. A best adapter saved at one of those updates is named: it stays RUN/adapter until a dev evaluation
+    replaces the checkpoint's best."""
     path = run / "metrics.jsonl"
     if not path.is_file():
         return
@@ -430,17 +440,22 @@ def forget_updates_after(run: Path, update: int, best: dict[str, Any]) -> None:
         return
     atomic_write_text(path, "".join(kept))
     log(f"{path}: {len(dropped)} line(s) of updates after {update} dropped; they are trained again")
-    beaten = [row for row in later_dev if row["log_loss"] < best["log_loss"]]
-    if beaten and (run / "adapter").is_dir():
-        saved_at = min(beaten, key=lambda row: row["log_loss"])["update"]
+    if any("kept" in row for row in later_dev):  # each dev row says whether it became RUN/adapter: the last did
+        replaced = [row for row in later_dev if row.get("kept")]
+        saved_at = max((row["update"] for row in replaced), default=None)
+    else:  # a run from before: the lowest log loss below the checkpoint's best became RUN/adapter
+        replaced = [row for row in later_dev if row["log_loss"] < best["log_loss"]]
+        saved_at = min(replaced, key=lambda row: row["log_loss"])["update"] if replaced else None
+    if saved_at is not None and (run / "adapter").is_dir():
         until = (
-            f"a dev log loss below {best['log_loss']:.4f} (update {best['update']}'s, the best up to update {update})"
+            f"a dev evaluation replaces update {best['update']}'s (the best up to update {update}, dev log loss "
+            f"{best['log_loss']:.4f})"
             if best["update"] is not None
             else "the next dev evaluation"
         )
         log(
             f"WARNING: {run / 'adapter'} is the best adapter of update {saved_at}, after update {update} that this "
-            f"run resumes from; it stays until {until} replaces it"
+            f"run resumes from; it stays until {until}"
         )
 
 

@@ -107,7 +107,7 @@ tags: [mydecide, lora, decision-model]
 
 A LoRA adapter trained by `mydecide train` on `{base}` with the `{recipe.objective.kind}` objective: given a state
 and typed questions (choice, noul, score, set, span), it returns a probability for every allowed answer. This is the
-{"adapter with the best dev log loss" if which == "best on dev" else "adapter of the last update"}, saved at
+{"best adapter on dev (recipe key best_margin)" if which == "best on dev" else "adapter of the last update"}, saved at
 update {update}. The render config it was trained with is `mydecide_render.json` beside it; serving reads it.
 
 ```bash

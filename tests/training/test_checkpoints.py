@@ -47,6 +47,12 @@ def test_a_checkpoint_holds_accelerate_state_lora_weights_only_and_json_trainer_
     }
     state = json.loads((newest / checkpoints.STATE_FILE).read_text())
     assert state["update"] == 8 and state["best"]["update"] == 8  # the last update is always evaluated
+    assert len(state["best"]["dev_losses"]) == 8  # its dev terms, for the comparisons of a resumed run
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best"]["update"] == 8 and "dev_losses" not in summary["best"]
+    dev = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"dev"' in line]
+    assert dev and all(isinstance(row["kept"], bool) for row in dev) and dev[-1]["kept"]
+    assert all("losses" not in row for row in dev)
     with safe_open(str(newest / "model.safetensors"), framework="pt") as weights:
         keys = list(weights.keys())
     assert keys and all(".lora_A." in k or ".lora_B." in k for k in keys)  # the frozen base is not copied

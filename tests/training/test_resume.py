@@ -153,8 +153,16 @@ def test_resuming_forgets_the_metrics_of_later_updates_and_names_a_later_best_ad
     assert err == [
         f"[train] {run / 'metrics.jsonl'}: 4 line(s) of updates after 4 dropped; they are trained again",
         f"[train] WARNING: {run / 'adapter'} is the best adapter of update 6, after update 4 that this run resumes "
-        "from; it stays until a dev log loss below 0.8000 (update 4's, the best up to update 4) replaces it",
+        "from; it stays until a dev evaluation replaces update 4's (the best up to update 4, dev log loss 0.8000)",
     ]
+    # dev rows that say whether they were kept (best_margin): the last kept one is RUN/adapter, whatever its loss
+    flagged = [line("dev", 6, log_loss=0.7, kept=True), line("dev", 8, log_loss=0.75, kept=True)]
+    (run / "metrics.jsonl").write_text("\n".join([*kept, *flagged, line("dev", 10, log_loss=0.9, kept=False)]) + "\n")
+    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    assert f"{run / 'adapter'} is the best adapter of update 8, after update 4" in capsys.readouterr().err
+    (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.7, kept=False)]) + "\n")
+    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    assert "WARNING" not in capsys.readouterr().err
     # nothing after the checkpoint: the file is left as it is, and so is an adapter no later dev row beat
     forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
     (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.85)]) + "\n")

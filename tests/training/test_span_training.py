@@ -160,6 +160,7 @@ def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monke
     assert out["span_questions"] == 1
     assert out["span_log_loss"] == pytest.approx(span_loss)
     assert out["log_loss"] == pytest.approx((choice_loss + span_loss) / 2)
+    assert out["losses"] == pytest.approx([choice_loss, span_loss])  # the terms, for replaces_best
     assert out["n"] == 1  # accuracy and ECE: the choice question only
 
 

@@ -1,0 +1,47 @@
+"""Which adapter becomes RUN/adapter (training/dev.py ``replaces_best``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mydecide.training.dev import replaces_best
+
+
+def best_of(losses: list[float], update: int = 100) -> dict:
+    return {"log_loss": float(np.mean(losses)), "update": update, "dev_losses": losses}
+
+
+def test_the_first_evaluation_is_the_best_unless_its_loss_is_not_finite() -> None:
+    start = {"log_loss": math.inf, "update": None}
+    assert replaces_best([0.7, 0.9], start, 1.0)
+    assert not replaces_best([0.7, math.nan], start, 1.0)
+    assert not replaces_best([0.7, math.inf], start, 1.0)
+
+
+def test_a_later_adapter_within_the_noise_of_the_paired_differences_replaces_the_best() -> None:
+    rng = np.random.default_rng(0)
+    before = list(rng.uniform(0.1, 1.5, 48))
+    # higher on average by 0.01, question by question differences of sd 0.2: standard error 0.029
+    noise = rng.normal(0.0, 0.2, 48)
+    later = list(np.asarray(before) + noise - noise.mean() + 0.01)
+    se = float(np.std(np.asarray(later) - before, ddof=1)) / 48**0.5
+    assert se > 0.01
+    assert replaces_best(later, best_of(before), 1.0)
+    assert not replaces_best(later, best_of(before), 0.0)  # margin 0: strictly lower only (the rule before)
+    assert not replaces_best(later, best_of(before), 0.01 / se - 1e-6)  # just short of the margin it needs
+    # higher by more than one standard error: the earlier adapter stays
+    worse = list(np.asarray(later) + 2 * se)
+    assert not replaces_best(worse, best_of(before), 1.0)
+    assert replaces_best(list(np.asarray(before) - 0.001), best_of(before), 1.0)  # lower: always
+
+
+@pytest.mark.parametrize("saved", ["no_terms", "other_count"])
+def test_a_best_without_comparable_terms_keeps_the_plain_rule(saved: str) -> None:
+    before = {"log_loss": 0.5, "update": 50}  # a checkpoint written before dev_losses were saved
+    if saved == "other_count":
+        before["dev_losses"] = [0.5, 0.5, 0.5]  # another dev set: terms cannot be paired
+    assert not replaces_best([0.4, 0.62], before, 1.0)
+    assert replaces_best([0.4, 0.58], before, 1.0)
