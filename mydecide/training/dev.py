@@ -67,8 +67,8 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     if spans:  # each span question counts once in the log loss: the mean over its word x label cells
         span_losses = [log_loss([p for p, _ in q], [y for _, y in q]) for q in spans]
         summary["span_log_loss"] = float(np.mean(span_losses))
-        summary["log_loss"] = (summary["log_loss"] * len(rows) + sum(span_losses)) / (len(rows) + len(spans))
         losses += span_losses
+        summary["log_loss"] = float(np.mean(losses))
     predicted_pos, gold_pos, flips = [], [], []
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         if r.question.type == "choice":
