@@ -99,7 +99,7 @@ def lean_lora_dropout(lm: Any) -> int:
         dropouts = getattr(module, "lora_dropout", None)
         if not isinstance(dropouts, torch.nn.ModuleDict):
             continue
-        for name, dropout in dropouts.items():
+        for name, dropout in list(dropouts.items()):  # entries are replaced as they are read
             if isinstance(dropout, torch.nn.Dropout) and dropout.p > 0:
                 dropouts[name] = LoraDropout(dropout.p)
                 replaced += 1
