@@ -70,6 +70,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         losses += span_losses
         summary["log_loss"] = float(np.mean(losses))
     predicted_pos, gold_pos, flips = [], [], []
+    letters_shuffled = False  # a choice question read by letter: its options were shuffled for this pass
     for r, z, zs, order in zip(single, logits, shuffled, orders, strict=True):
         if r.question.type == "choice":
             flips.append(int(np.argmax(z)) != int(np.argmax(zs)))
@@ -77,6 +78,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         if renderer is not None and renderer.form(r.question) != "letters":
             continue  # read option by option or level by level: no answer letter to collapse onto
         position_of = {option: shown_letter_index(r.question.k, pos) for pos, option in enumerate(order)}
+        letters_shuffled |= r.question.type == "choice"
         predicted_pos.append(position_of[int(np.argmax(zs))])
         gold_pos.append(position_of[r.gold_index])
     majority_acc = majority_accuracy(single, majority)
@@ -93,7 +95,9 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
             "top_letter_share": 0.0,
             "warnings": [],
         }
-    report = collapse_report(predicted_pos, gold_pos, flips, float(summary["accuracy"]), majority_acc)
+    report = collapse_report(
+        predicted_pos, gold_pos, flips, float(summary["accuracy"]), majority_acc, letters_shuffled=letters_shuffled
+    )
     return {
         **out,
         "flip_rate": report.flip_rate,

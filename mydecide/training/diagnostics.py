@@ -42,9 +42,13 @@ def collapse_report(
     majority_accuracy: float,
     *,
     check_majority: bool = True,
+    letters_shuffled: bool = True,
 ) -> CollapseReport:
     """Positions are shown-order indices (0 = "A") of the predicted and gold options under shuffled order, of the
-    questions read by letter only (none: no letter to collapse onto, and the letter check is skipped)."""
+    questions read by letter only (none: no letter to collapse onto, and the letter check is skipped).
+    ``letters_shuffled``: whether any of them had its options shuffled (choice questions). Without, every letter
+    stands for one answer (yes / no questions: A is always yes), so one letter everywhere is one answer everywhere,
+    not an answer position, and the warning says so."""
     top_letter, share, gold_share = "-", 0.0, 0.0
     if predicted_positions:
         top, count = Counter(predicted_positions).most_common(1)[0]
@@ -53,9 +57,14 @@ def collapse_report(
     flip_rate = sum(flips) / len(flips) if flips else 0.0
     report = CollapseReport(top_letter, share, gold_share, flip_rate, accuracy, majority_accuracy)
     if share > LETTER_SHARE_LIMIT and share - gold_share > LETTER_EXCESS_LIMIT:
+        cause = (
+            "learning an answer position"
+            if letters_shuffled
+            else "giving one answer to most questions (each letter is one answer in these questions)"
+        )
         report.warnings.append(
             f"{share:.0%} of dev answers are letter {report.top_letter} (gold: {gold_share:.0%}): the model is "
-            "learning an answer position, not the task"
+            f"{cause}, not the task"
         )
     if flip_rate > FLIP_LIMIT:
         report.warnings.append(f"{flip_rate:.0%} of dev answers change when the options are reordered")

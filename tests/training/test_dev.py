@@ -1,4 +1,4 @@
-"""Which adapter becomes RUN/adapter (training/dev.py ``replaces_best``)."""
+"""Which adapter becomes RUN/adapter (training/dev.py ``replaces_best``), and what dev_metrics warns of."""
 
 from __future__ import annotations
 
@@ -45,3 +45,28 @@ def test_a_best_without_comparable_terms_keeps_the_plain_rule(saved: str) -> Non
         before["dev_losses"] = [0.5, 0.5, 0.5]  # another dev set: terms cannot be paired
     assert not replaces_best([0.4, 0.62], before, 1.0)
     assert replaces_best([0.4, 0.58], before, 1.0)
+
+
+def test_dev_metrics_calls_no_to_every_yes_no_question_one_answer_not_an_answer_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import mydecide.scoring.engine as engine
+    from mydecide.evaluation.baselines import LabelPrior
+    from mydecide.records import parse_record
+    from mydecide.training.dev import dev_metrics
+
+    rows = [
+        {"task": "t", "state": f"mail {i}", "question": {"type": "noul", "instructions": "Spam?"}, "answer": i < 3}
+        for i in range(10)
+    ]
+    dev = [r for row in rows for r in parse_record(row)]
+
+    def always_no(model: object, items: list, orders: object = None, batch_size: int = 0) -> list:
+        return [np.array([-1.0, 1.0]) for _ in items]  # yes, no
+
+    monkeypatch.setattr(engine, "score_questions", always_no)
+    out = dev_metrics(None, dev, LabelPrior.from_records(dev, "train"), seed=0, batch_size=4)
+    assert out["top_letter"] == "B" and out["top_letter_share"] == 1.0 and out["accuracy"] == pytest.approx(0.7)
+    collapse = [w for w in out["warnings"] if "letter B" in w]
+    assert len(collapse) == 1 and "giving one answer to most questions" in collapse[0]
+    assert "answer position" not in collapse[0]

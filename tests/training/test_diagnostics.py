@@ -37,3 +37,18 @@ def test_skewed_gold_is_not_mistaken_for_collapse() -> None:
     gold = [0] * 150 + [1] * 50  # most gold answers really are on letter A
     report = collapse_report(gold, gold, [False] * 200, accuracy=1.0, majority_accuracy=0.75)
     assert report.warnings == []
+
+
+def test_one_answer_to_every_yes_no_question_is_not_called_an_answer_position() -> None:
+    gold = [1] * 140 + [0] * 60  # yes / no questions: B is always "no", 70% of the gold answers
+    predicted = [1] * 200  # "no" to everything
+    accuracy = 140 / 200
+    report = collapse_report(predicted, gold, [], accuracy, majority_accuracy=0.7, letters_shuffled=False)
+    assert report.top_letter == "B" and report.top_letter_share == 1.0
+    collapse = [w for w in report.warnings if "letter B" in w]
+    assert collapse == [
+        "100% of dev answers are letter B (gold: 70%): the model is giving one answer to most questions (each "
+        "letter is one answer in these questions), not the task"
+    ]
+    shuffled = collapse_report(predicted, gold, [], accuracy, majority_accuracy=0.7)
+    assert "answer position" in next(w for w in shuffled.warnings if "letter B" in w)
