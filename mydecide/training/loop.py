@@ -233,6 +233,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
                 )
             if kept:
                 best = {"log_loss": metrics["log_loss"], "accuracy": metrics["accuracy"], "update": update}
+                best["majority_accuracy"] = metrics["majority_accuracy"]  # for close_run's collapse warning
                 best["dev_losses"] = [round(x, 7) for x in losses]  # in each checkpoint: the next comparisons
         best = broadcast_object_list([best])[0]
         if best["update"] == update:
@@ -314,12 +315,27 @@ def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) ->
             f"done: best on dev: update {best['update']} (dev log loss {best['log_loss']:.4f}) → {run / 'adapter'}; "
             f"last → {run / 'last'}"
         )
+        if (warning := collapsed_warning(best)) is not None:
+            log(f"WARNING: {warning}")
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
         tracker.finish()
     accelerator.wait_for_everyone()
 
 
 # ------------------------------------------------------------------------------------------------- set-up steps
+
+
+def collapsed_warning(best: dict[str, Any]) -> str | None:
+    """What to say when the kept adapter's dev accuracy does not beat always answering the majority class (a run
+    whose kept adapter has no such figure, or no accuracy: None)."""
+    accuracy, majority = best.get("accuracy"), best.get("majority_accuracy")
+    if accuracy is None or majority is None or accuracy > majority:
+        return None
+    return (
+        f"the kept adapter's dev accuracy {accuracy:.3f} does not beat always answering the majority class "
+        f"({majority:.3f}): training collapsed onto the class prior. A lower peak learning rate (optim.lr) or "
+        "another seed may get past it (docs/training-small-models.md#when-training-collapses)"
+    )
 
 
 def selected_records(

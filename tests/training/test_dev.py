@@ -70,3 +70,16 @@ def test_dev_metrics_calls_no_to_every_yes_no_question_one_answer_not_an_answer_
     collapse = [w for w in out["warnings"] if "letter B" in w]
     assert len(collapse) == 1 and "giving one answer to most questions" in collapse[0]
     assert "answer position" not in collapse[0]
+
+
+def test_train_warns_at_the_end_when_the_kept_adapter_does_not_beat_the_majority_class() -> None:
+    from mydecide.training.loop import collapsed_warning
+
+    collapsed = {"log_loss": 0.978, "accuracy": 0.444, "majority_accuracy": 0.444, "update": 400}
+    warning = collapsed_warning(collapsed)
+    assert warning is not None
+    assert warning.startswith("the kept adapter's dev accuracy 0.444 does not beat always answering the majority")
+    assert "optim.lr" in warning
+    assert collapsed_warning({**collapsed, "accuracy": 0.822}) is None
+    assert collapsed_warning({"log_loss": 0.5, "accuracy": 0.3, "update": 100}) is None  # saved before the key
+    assert collapsed_warning({"log_loss": 0.1, "accuracy": None, "majority_accuracy": None, "update": 50}) is None
