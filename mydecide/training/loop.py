@@ -232,9 +232,13 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
                     f"standard error(s) of update {best['update']}'s {best['log_loss']:.4f} (best_margin)"
                 )
             if kept:
-                best = {"log_loss": metrics["log_loss"], "accuracy": metrics["accuracy"], "update": update}
-                best["majority_accuracy"] = metrics["majority_accuracy"]  # for close_run's collapse warning
-                best["dev_losses"] = [round(x, 7) for x in losses]  # in each checkpoint: the next comparisons
+                best = {
+                    "log_loss": metrics["log_loss"],
+                    "accuracy": metrics["accuracy"],
+                    "majority_accuracy": metrics["majority_accuracy"],  # for close_run's collapse warning
+                    "update": update,
+                    "dev_losses": [round(x, 7) for x in losses],  # in each checkpoint: the next comparisons
+                }
         best = broadcast_object_list([best])[0]
         if best["update"] == update:
             save_adapter("adapter")
