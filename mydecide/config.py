@@ -69,6 +69,8 @@ Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
 class OptimConfig(Strict):
     lr: float = Field(1e-4, gt=0)  # peak learning rate (AdamW)
     weight_decay: float = Field(0.0, ge=0)  # AdamW weight decay
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)  # AdamW β₁: decay rate of its running mean of the gradient
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)  # AdamW β₂: decay rate of its running mean of the squared gradient
     warmup_ratio: float = Field(0.03, ge=0, lt=1)  # share of the updates spent warming up the learning rate
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # learning-rate schedule after warm-up
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping

@@ -422,13 +422,17 @@ def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[An
     import torch
     from transformers import get_scheduler
 
+    optim = recipe.optim
     optimizer = torch.optim.AdamW(
-        [p for p in lm.parameters() if p.requires_grad], lr=recipe.optim.lr, weight_decay=recipe.optim.weight_decay
+        [p for p in lm.parameters() if p.requires_grad],
+        lr=optim.lr,
+        betas=(optim.beta1, optim.beta2),
+        weight_decay=optim.weight_decay,
     )
     scheduler = get_scheduler(
-        recipe.optim.schedule,
+        optim.schedule,
         optimizer,
-        num_warmup_steps=round(recipe.optim.warmup_ratio * total_updates),
+        num_warmup_steps=round(optim.warmup_ratio * total_updates),
         num_training_steps=total_updates,
     )
     return optimizer, scheduler
