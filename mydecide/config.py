@@ -108,10 +108,6 @@ class TrainRecipe(ModelChoice):
     # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy;
     # ce_then_proper: cross-entropy first, then proper
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
-    # also charge each per-option read of a choice or score question on its own, as a yes / no answer (yes for the
-    # gold option, no for the others; soft targets as given), with this weight beside the question's loss: the
-    # softmax over a question's reads leaves their shared yes / no offset free, and this ties it down (0: off)
-    read_weight: float = Field(0.0, ge=0.0)
     lora: LoraConfig = Field(default_factory=LoraConfig)  # the LoRA adapter
     optim: OptimConfig = Field(default_factory=OptimConfig)  # optimizer, schedule and batch sizes
     prompt: RenderConfig = Field(default_factory=RenderConfig)  # how questions are rendered (saved with the adapter)

@@ -173,7 +173,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     accum, total_updates = plan.accum, plan.total_updates
     optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
     module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
-    step_loss = training_loss(recipe.objective, recipe.read_weight)
+    step_loss = training_loss(recipe.objective)
     log(
         f"{len(train_records)} train / {len(dev_records)} dev records; {plan.micro_per_epoch} micro-batches of "
         f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "

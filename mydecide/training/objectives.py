@@ -205,57 +205,24 @@ def loss_for(objective: Objective, progress: float) -> Loss:
     return OBJECTIVES[objective.kind](objective, progress)
 
 
-def read_loss(
-    unit_logits: Tensor, tb: TrainBatch, loss: Loss, *, progress: float, generator: torch.Generator | None = None
-) -> Tensor | None:
-    """``loss`` of every per-option read of the batch's per-option units (choice, and score in the per-option form)
-    taken as its own yes / no answer: a read's yes − no log-odds d as the row (d, 0) against (y, 1 − y), y its
-    option's target. The units' own loss is a softmax over their reads, blind to an offset shared by all of them;
-    this one is not. None when the batch has no such unit."""
-    import torch
-
-    per_option = [unit.yes_no and not unit.cumulative and not unit.binomial for unit in tb.units]
-    rows_of = torch.tensor(per_option, dtype=torch.bool, device=unit_logits.device)
-    if not bool(rows_of.any()):
-        return None
-    cells = tb.mask[rows_of]  # (P, K) the reads that exist
-    d = unit_logits[rows_of][cells]  # (M,) yes − no of every read
-    y = tb.targets[rows_of][cells].to(d.dtype)
-    rows = torch.stack([d, torch.zeros_like(d)], dim=-1)
-    targets = torch.stack([y, 1.0 - y], dim=-1)
-    plain = torch.zeros(len(d), dtype=torch.bool, device=d.device)
-    every = torch.ones_like(rows, dtype=torch.bool)
-    return loss(rows, targets, every, plain, progress=progress, generator=generator)
-
-
 def batch_loss(
-    module: Any,
-    tb: TrainBatch,
-    loss: Loss,
-    *,
-    progress: float,
-    generator: torch.Generator | None = None,
-    read_weight: float = 0.0,
+    module: Any, tb: TrainBatch, loss: Loss, *, progress: float, generator: torch.Generator | None = None
 ) -> Tensor:
     """The loss of one training batch through one forward call of ``module``: ``loss`` on its questions' option
     logits, and on each span question's word × label reads as yes / no rows (d, 0) against (y, 1 − y), since
     softmax((d, 0)) = (sigmoid d, 1 − sigmoid d): the proper objective charges every cell its log and spherical
-    score, ``ce`` its binary log loss. Every question weighs the same, whatever its number of words and labels.
-    With ``read_weight``, the other questions also pay that weight times their :func:`read_loss`."""
+    score, ``ce`` its binary log loss. Every question weighs the same, whatever its number of words and labels."""
     import torch
 
-    def units_loss(prompt_logits: Tensor) -> Tensor:
-        unit_logits = tb.logits(prompt_logits)
-        kept = loss(unit_logits, tb.targets, tb.mask, tb.is_score, progress=progress, generator=generator)
-        alone = read_loss(unit_logits, tb, loss, progress=progress, generator=generator) if read_weight > 0 else None
-        return kept if alone is None else kept + read_weight * alone
-
     if tb.spans is None:
-        return units_loss(module(tb.batch))
+        return loss(
+            tb.logits(module(tb.batch)), tb.targets, tb.mask, tb.is_score, progress=progress, generator=generator
+        )
     option_logits, reads = module(tb.batch, tb.spans)  # (B, K) or None; (M,) yes − no per read
     total, count = reads.sum() * 0.0, 0
     if option_logits is not None:
-        total, count = total + units_loss(option_logits) * len(tb.units), len(tb.units)
+        kept = loss(tb.logits(option_logits), tb.targets, tb.mask, tb.is_score, progress=progress, generator=generator)
+        total, count = total + kept * len(tb.units), len(tb.units)
     rows = torch.stack([reads, torch.zeros_like(reads)], dim=-1)  # (M, 2)
     y = tb.spans.targets.to(rows.dtype)
     targets = torch.stack([y, 1.0 - y], dim=-1)  # (M, 2)
@@ -269,13 +236,12 @@ def batch_loss(
     return total / max(count, 1)
 
 
-def training_loss(objective: Objective, read_weight: float = 0.0) -> Callable[..., Tensor]:
+def training_loss(objective: Objective) -> Callable[..., Tensor]:
     """The recipe's ``objective`` as one function, built once for the loop: ``(module, tb, progress, generator)`` →
     the batch's loss (:func:`batch_loss`) with the loss it trains with at ``progress`` (:func:`loss_for`: it changes
     with progress under ``ce_then_proper``, and rlcd's σ follows it)."""
 
     def step_loss(module: Any, tb: TrainBatch, progress: float, generator: torch.Generator | None = None) -> Tensor:
-        loss = loss_for(objective, progress)
-        return batch_loss(module, tb, loss, progress=progress, generator=generator, read_weight=read_weight)
+        return batch_loss(module, tb, loss_for(objective, progress), progress=progress, generator=generator)
 
     return step_loss

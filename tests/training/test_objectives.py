@@ -15,7 +15,6 @@ from mydecide.training.objectives import (
     cross_entropy_loss,
     loss_for,
     proper_loss,
-    read_loss,
     rlcd_loss,
     rlcd_sigma,
 )
@@ -227,35 +226,3 @@ def test_bf16_logits_give_a_float32_loss_and_a_bf16_gradient(objective: Objectiv
     gen = torch.Generator().manual_seed(0)
     ref = loss_fn(z32, targets.float(), mask, is_score, progress=0.5, generator=gen)
     assert loss.item() == pytest.approx(ref.item(), abs=1e-5)
-
-
-def test_read_loss_charges_each_per_option_read_alone_and_sees_the_offset_the_softmax_ignores() -> None:
-    from mydecide.training.batches import TrainBatch, Unit
-
-    per_option = Unit(prompts=(), target=(1.0, 0.0, 0.0), is_score=False, record_index=0, yes_no=True)
-    letters = Unit(prompts=(), target=(0.0, 1.0, 0.0), is_score=False, record_index=1)
-    threshold = Unit(prompts=(), target=(0.0, 0.0, 1.0), is_score=True, record_index=2, yes_no=True, cumulative=True)
-    two = Unit(prompts=(), target=(0.0, 1.0), is_score=False, record_index=3, yes_no=True)
-    units = [per_option, letters, threshold, two]
-    targets = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
-    mask = torch.tensor([[True] * 3, [True] * 3, [True] * 3, [True, True, False]])
-    tb = TrainBatch(None, targets, torch.tensor([False, False, True, False]), units, option_mask=mask)
-    logits = torch.tensor([[2.0, -1.0, 0.5], [0.1, 0.2, 0.3], [0.0, 1.0, 2.0], [-0.5, 1.5, 9.0]])
-
-    got = read_loss(logits, tb, cross_entropy_loss, progress=0.0)
-    d = torch.tensor(
-        [2.0, -1.0, 0.5, -0.5, 1.5]
-    )  # the per-option units' reads; the letters and threshold units are not
-    y = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0])
-    assert got is not None
-    assert torch.allclose(got, F.binary_cross_entropy_with_logits(d, y))
-
-    shifted = logits.clone()
-    shifted[[0, 3]] += 3.0  # one offset on every read of a question: its softmax does not move, its reads do
-    unit = proper_loss(logits[:1], targets[:1], mask[:1], torch.tensor([False]), progress=0.0)
-    assert torch.allclose(unit, proper_loss(shifted[:1], targets[:1], mask[:1], torch.tensor([False]), progress=0.0))
-    moved = read_loss(shifted, tb, proper_loss, progress=0.0)
-    assert moved is not None and not torch.allclose(moved, read_loss(logits, tb, proper_loss, progress=0.0))  # type: ignore[arg-type]
-
-    only_letters = TrainBatch(None, targets[1:3], torch.tensor([False, True]), units[1:3], option_mask=mask[1:3])
-    assert read_loss(logits[1:3], only_letters, proper_loss, progress=0.0) is None
