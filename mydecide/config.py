@@ -129,8 +129,9 @@ class TrainRecipe(ModelChoice):
     # the last update is always evaluated, so a best adapter is always chosen)
     eval_at_start: bool = True
     dev_limit: int | None = Field(None, ge=1)  # score only the first N dev records during training
-    # RUN/adapter: a later adapter replaces the best on dev unless its dev log loss is higher by more than this many
-    # standard errors of their question-by-question difference (0: only a strictly lower log loss replaces it)
+    # RUN/adapter: a later adapter replaces the best on dev unless its dev log loss is higher than the lowest so far
+    # by more than this many standard errors of their question-by-question difference (0: only a strictly lower log
+    # loss replaces it)
     best_margin: float = Field(1.0, ge=0.0)
     save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
     keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept (the oldest are deleted)

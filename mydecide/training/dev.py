@@ -110,24 +110,49 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
 
 def replaces_best(losses: Sequence[float], best: dict[str, Any], margin: float) -> bool:
     """Whether the adapter whose dev ``losses`` (:func:`dev_metrics`) these are becomes the best, replacing ``best``
-    (the loop's record of the best so far: ``log_loss``, ``update``, and ``dev_losses``, the same terms).
+    (the loop's record of the kept adapter: ``log_loss``, ``update``, ``dev_losses``, the same terms, and ``lowest``,
+    the same three for the adapter with the lowest dev log loss so far: :func:`kept_record`).
 
-    An adapter evaluated later replaces the best unless its dev log loss is higher by more than ``margin`` standard
-    errors of the two adapters' paired differences, question by question. A few dozen dev questions cannot tell
-    apart adapters whose losses differ by less than that, and the later one has been trained longer (at the end of
-    a decaying schedule, on every record). ``margin`` 0, or a best saved without its terms (a checkpoint from
+    An adapter evaluated later replaces the best unless its dev log loss is higher than the lowest so far by more
+    than ``margin`` standard errors of the two adapters' paired differences, question by question. A few dozen dev
+    questions cannot tell apart adapters whose losses differ by less than that, and the later one has been trained
+    longer (at the end of a decaying schedule, on every record). The comparison is with the lowest, not with the
+    adapter kept last, so that ties cannot chain: each within the noise of the one before, the kept adapter would
+    drift away from the best one step at a time. ``margin`` 0, or a best saved without its terms (a checkpoint from
     before), keeps the plain rule: strictly lower only. A log loss that is not finite never replaces the best."""
     import numpy as np
 
     mean = float(np.mean(losses)) if len(losses) else 0.0
     if not np.isfinite(mean):
         return False
-    before = best.get("dev_losses")
+    reference = best.get("lowest") or best  # a best saved before it carried the lowest: the kept one
+    before = reference.get("dev_losses")
     tolerance = 0.0
     if margin > 0 and before is not None and len(before) == len(losses) > 1:
         difference = np.asarray(losses, dtype=float) - np.asarray(before, dtype=float)
         tolerance = margin * float(np.std(difference, ddof=1)) / len(difference) ** 0.5
-    return mean < best["log_loss"] + tolerance
+    return mean < reference["log_loss"] + tolerance
+
+
+def kept_record(best: dict[str, Any], metrics: dict[str, Any], losses: Sequence[float], update: int) -> dict[str, Any]:
+    """The loop's record of the best adapter once update ``update``'s (dev ``metrics`` and ``losses``) is kept in
+    place of ``best``: its figures, and the lowest dev log loss so far (this one's, or the one it was within the
+    noise of). It travels in every checkpoint (JSON)."""
+    terms = [round(float(x), 7) for x in losses]
+    this = {"log_loss": metrics["log_loss"], "update": update, "dev_losses": terms}
+    lowest = best.get("lowest") or (
+        {key: best.get(key) for key in ("log_loss", "update", "dev_losses")} if best.get("update") is not None else None
+    )
+    if lowest is None or metrics["log_loss"] < lowest["log_loss"]:
+        lowest = this
+    return {
+        "log_loss": metrics["log_loss"],
+        "accuracy": metrics["accuracy"],
+        "majority_accuracy": metrics["majority_accuracy"],  # for close_run's collapse warning
+        "update": update,
+        "dev_losses": terms,  # the next comparisons' terms
+        "lowest": lowest,
+    }
 
 
 def dev_line(update: int, metrics: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, spli
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
-from mydecide.training.dev import dev_line, dev_metrics, replaces_best
+from mydecide.training.dev import dev_line, dev_metrics, kept_record, replaces_best
 from mydecide.training.diagnostics import span_prior_note
 from mydecide.training.epochs import EpochPlan
 from mydecide.training.model_card import record_base_model, write_model_card
@@ -238,19 +238,15 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
-            if kept and best["update"] is not None and metrics["log_loss"] >= best["log_loss"]:
+            lowest = best.get("lowest") or best
+            if kept and lowest["update"] is not None and metrics["log_loss"] >= lowest["log_loss"]:
                 log(
                     f"update {update} is kept as the best adapter: its dev log loss is within {recipe.best_margin:g} "
-                    f"standard error(s) of update {best['update']}'s {best['log_loss']:.4f} (best_margin)"
+                    f"standard error(s) of update {lowest['update']}'s {lowest['log_loss']:.4f}, the lowest so far "
+                    "(best_margin)"
                 )
             if kept:
-                best = {
-                    "log_loss": metrics["log_loss"],
-                    "accuracy": metrics["accuracy"],
-                    "majority_accuracy": metrics["majority_accuracy"],  # for close_run's collapse warning
-                    "update": update,
-                    "dev_losses": [round(x, 7) for x in losses],  # in each checkpoint: the next comparisons
-                }
+                best = kept_record(best, metrics, losses, update)
         best = broadcast_object_list([best])[0]
         if best["update"] == update:
             save_adapter("adapter")
@@ -328,6 +324,8 @@ def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) ->
     """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
     if accelerator.is_main_process:
         best = {k: v for k, v in best.items() if k != "dev_losses"}
+        if isinstance(best.get("lowest"), dict):
+            best["lowest"] = {k: v for k, v in best["lowest"].items() if k != "dev_losses"}
         atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
         log(
             f"done: best on dev: update {best['update']} (dev log loss {best['log_loss']:.4f}) → {run / 'adapter'}; "

@@ -38,6 +38,37 @@ def test_a_later_adapter_within_the_noise_of_the_paired_differences_replaces_the
     assert replaces_best(list(np.asarray(before) - 0.001), best_of(before), 1.0)  # lower: always
 
 
+def test_ties_do_not_chain_the_kept_adapter_away_from_the_lowest() -> None:
+    """b is within one standard error of a, and c of b, but c is far above a, the lowest: the comparison is with
+    the lowest so far, so c is not kept (a choice-only run of the demo kept update 225 at dev log loss 0.397 after
+    update 100's 0.186 by such a chain)."""
+    from mydecide.training.dev import kept_record
+
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.1, 0.5, 48)
+    noise = rng.normal(0.0, 0.4, 48)
+    b = a + noise - noise.mean() + 0.03  # noisy, 0.03 above a
+    c = a + 0.06 + rng.normal(0.0, 0.01, 48)  # steady, 0.06 above a
+    metrics = [{"log_loss": float(np.mean(x)), "accuracy": 0.5, "majority_accuracy": 0.4} for x in (a, b, c)]
+
+    def se(x: np.ndarray, y: np.ndarray) -> float:
+        return float(np.std(x - y, ddof=1)) / len(x) ** 0.5
+
+    assert np.mean(b - a) < se(b, a) and np.mean(c - b) < se(c, b)  # each step within the noise of the one before
+    assert np.mean(c - a) > se(c, a)  # but c is not within the noise of a
+
+    best = kept_record({"log_loss": math.inf, "update": None}, metrics[0], list(a), 100)
+    assert replaces_best(list(b), best, 1.0)
+    best = kept_record(best, metrics[1], list(b), 200)
+    assert best["update"] == 200 and best["lowest"]["update"] == 100
+    assert best["lowest"]["log_loss"] == metrics[0]["log_loss"]
+    assert replaces_best(list(c), best_of(list(b), 200), 1.0)  # the rule before: against the adapter kept last
+    assert not replaces_best(list(c), best, 1.0)  # now: against the lowest
+    # an adapter below the lowest becomes the lowest too
+    lower = kept_record(best, {**metrics[0], "log_loss": metrics[0]["log_loss"] - 0.01}, list(a - 0.01), 300)
+    assert lower["lowest"]["update"] == 300
+
+
 @pytest.mark.parametrize("saved", ["no_terms", "other_count"])
 def test_a_best_without_comparable_terms_keeps_the_plain_rule(saved: str) -> None:
     before = {"log_loss": 0.5, "update": 50}  # a checkpoint written before dev_losses were saved
