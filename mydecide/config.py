@@ -78,9 +78,6 @@ class OptimConfig(Strict):
     grad_accum: int = Field(8, ge=1)  # micro-batches per optimizer update
     epochs: float = Field(2.0, gt=0)  # passes over the training split (fractions allowed)
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
-    # dev evaluations and saved adapters use an exponential moving average of the trained weights with this decay
-    # per update (training/averaging.py); unset: the weights as trained
-    ema_decay: float | None = Field(None, gt=0.0, lt=1.0)
 
 
 class ModelChoice(Strict):

@@ -25,15 +25,12 @@ import shutil
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mydecide.config import TrainRecipe
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 from mydecide.recipe_parsing import RecipeError, read_yaml
-
-if TYPE_CHECKING:
-    from mydecide.training.averaging import WeightAverage
 
 CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
 STATE_FILE = "trainer_state.json"  # update, best, recipe, data_sha256: what the loop needs besides Accelerate's state
@@ -84,17 +81,11 @@ def trained_with(recipe: TrainRecipe, data_sha256: dict[str, str]) -> dict[str, 
 
 
 def save_checkpoint(
-    accelerator: Any,
-    run: Path,
-    update: int,
-    best: dict[str, Any],
-    keep: int,
-    training: dict[str, Any],
-    average: WeightAverage | None = None,
+    accelerator: Any, run: Path, update: int, best: dict[str, Any], keep: int, training: dict[str, Any]
 ) -> Path:
     """Write checkpoint ``update`` (every process writes its part) with ``training`` (:func:`trained_with`) in its
-    trainer state, and the recipe's weight ``average`` if it keeps one, then name it complete and keep the newest
-    ``keep``; a checkpoint that cannot be written (a full disk) is an OSError naming it, on every process."""
+    trainer state, then name it complete and keep the newest ``keep``; a checkpoint that cannot be written (a full
+    disk) is an OSError naming it, on every process."""
     target = run / "checkpoints" / f"update-{update:06d}"
     tmp = target.with_name(f".{target.name}.tmp")  # a half-written checkpoint never looks like one
     if accelerator.is_main_process:
@@ -106,8 +97,6 @@ def save_checkpoint(
     try:
         accelerator.save_state(str(tmp))
         if accelerator.is_main_process:
-            if average is not None:  # the same on every process (DDP keeps the weights equal)
-                average.save(tmp)
             state = {"update": update, "best": best, **training}
             atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2) + "\n")
     except (RuntimeError, OSError) as err:  # torch's word for a full disk or a file-size limit: "file write failed"
@@ -156,12 +145,10 @@ def check_readable(accelerator: Any, path: Path, model: Any) -> None:
         raise KeyError(f"random_states_{accelerator.process_index}.pkl holds no RNG state")
 
 
-def resume_newest(
-    accelerator: Any, run: Path, model: Any, average: WeightAverage | None = None
-) -> tuple[Path, dict[str, Any]] | None:
-    """Load the newest checkpoint every process can read into the prepared model, optimiser, scheduler, RNGs and
-    the weight ``average`` when the recipe keeps one; returns it with its trainer state. A damaged newer one is named
-    and skipped; None when the run has none; an error when none of them loads."""
+def resume_newest(accelerator: Any, run: Path, model: Any) -> tuple[Path, dict[str, Any]] | None:
+    """Load the newest checkpoint every process can read into the prepared model, optimiser, scheduler and RNGs;
+    returns it with its trainer state. A damaged newer one is named and skipped; None when the run has none; an
+    error when none of them loads."""
     damaged = []
     for path in reversed(checkpoint_dirs(run)):
         reason = ""
@@ -169,8 +156,6 @@ def resume_newest(
             check_readable(accelerator, path, model)
             state = read_trainer_state(path)
             # strict=False: the file holds the LoRA weights only (check_readable made sure it holds all of them)
-            if average is not None:
-                average.load(path)  # before load_state: a checkpoint without the average is damaged for this run
             accelerator.load_state(str(path), **({} if is_sharded(accelerator) else {"strict": False}))
         except Exception as err:  # any failure to read (truncated, not a checkpoint, code inside) means damaged
             reason = " ".join(str(err).split())[:160] or type(err).__name__

@@ -144,7 +144,6 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
 
     from mydecide.modeling import LoadedModel, save_render_config
     from mydecide.training import checkpoints
-    from mydecide.training.averaging import WeightAverage
     from mydecide.training.model import trainable_model
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
@@ -175,20 +174,11 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
     module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
     step_loss = training_loss(recipe.objective)
-    average = None
-    if recipe.optim.ema_decay is not None:
-        if checkpoints.is_sharded(accelerator):
-            raise UserError("optim.ema_decay: a weight average is not kept under FSDP or DeepSpeed; leave it unset")
-        average = WeightAverage(accelerator.unwrap_model(module), recipe.optim.ema_decay)
     log(
         f"{len(train_records)} train / {len(dev_records)} dev records; {plan.micro_per_epoch} micro-batches of "
         f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
         f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}"
     )
-
-    def averaged() -> Any:
-        """The weights dev metrics and saved adapters use: the moving average when the recipe keeps one."""
-        return average.applied() if average is not None else nullcontext()
 
     def scoring_model() -> LoadedModel:
         return LoadedModel(accelerator.unwrap_model(module).lm, model.base.tokenizer, renderer, recipe.model)
@@ -198,7 +188,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     training = checkpoints.trained_with(recipe, data_sha256)  # every checkpoint carries it: the resume guard
     update = 0
     best: dict[str, Any] = {"log_loss": math.inf, "update": None}  # and dev_losses, once a dev evaluation ran
-    found = checkpoints.resume_newest(accelerator, run, module, average) if resume else None
+    found = checkpoints.resume_newest(accelerator, run, module) if resume else None
     if found is not None:
         update, best = found[1]["update"], found[1]["best"]
         log(f"resumed from {found[0].name} at update {update}/{total_updates}")
@@ -214,8 +204,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
                 folder, recipe, kind, update, {"train": train_records, "dev": dev_records}, run / "metrics.jsonl"
             )
 
-        with averaged():
-            checkpoints.save_adapter(accelerator, module, run / name, beside_the_weights)
+        checkpoints.save_adapter(accelerator, module, run / name, beside_the_weights)
 
     def evaluate_dev(epoch: float) -> None:
         """Dev metrics on the main process (on every process when the weights are sharded: each forward pass
@@ -224,8 +213,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         if is_main or checkpoints.is_sharded(accelerator):
             module.eval()
             started = time.perf_counter()
-            with averaged():
-                metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
+            metrics = dev_metrics(scoring_model(), dev_records, majority, recipe.seed, recipe.eval_batch_size)
             losses = metrics.pop("losses")
             module.train()
         if is_main:
@@ -273,8 +261,6 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         update += 1
-        if average is not None:
-            average.update(update)
         mean_loss = accelerator.reduce(torch.stack(losses).mean(), "mean").item()
         seconds = time.perf_counter() - update_started  # this update's forward + backward + step, all processes
         all_questions = accelerator.reduce(torch.tensor(float(questions), device=accelerator.device), "sum").item()
@@ -293,7 +279,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         if update % recipe.eval_every == 0 or plan.epoch_ends(update) or update == total_updates:
             evaluate_dev(plan.epoch(update))
         if update % recipe.save_every == 0 or update == total_updates:
-            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints, training, average)
+            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints, training)
 
     save_adapter("last")
     if best["update"] is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
