@@ -125,7 +125,7 @@ def replaces_best(losses: Sequence[float], best: dict[str, Any], margin: float) 
     mean = float(np.mean(losses)) if len(losses) else 0.0
     if not np.isfinite(mean):
         return False
-    reference = best.get("lowest") or best  # a best saved before it carried the lowest: the kept one
+    reference = lowest_so_far(best)
     before = reference.get("dev_losses")
     tolerance = 0.0
     if margin > 0 and before is not None and len(before) == len(losses) > 1:
@@ -134,17 +134,23 @@ def replaces_best(losses: Sequence[float], best: dict[str, Any], margin: float) 
     return mean < reference["log_loss"] + tolerance
 
 
+def lowest_so_far(best: dict[str, Any]) -> dict[str, Any]:
+    """The record of the adapter with the lowest dev log loss so far (``log_loss``, ``update``, ``dev_losses``): the
+    best's ``lowest``, or for a best saved before it carried one, the kept adapter's own."""
+    return best.get("lowest") or best
+
+
 def kept_record(best: dict[str, Any], metrics: dict[str, Any], losses: Sequence[float], update: int) -> dict[str, Any]:
     """The loop's record of the best adapter once update ``update``'s (dev ``metrics`` and ``losses``) is kept in
     place of ``best``: its figures, and the lowest dev log loss so far (this one's, or the one it was within the
     noise of). It travels in every checkpoint (JSON)."""
     terms = [round(float(x), 7) for x in losses]
     this = {"log_loss": metrics["log_loss"], "update": update, "dev_losses": terms}
-    lowest = best.get("lowest") or (
-        {key: best.get(key) for key in ("log_loss", "update", "dev_losses")} if best.get("update") is not None else None
-    )
-    if lowest is None or metrics["log_loss"] < lowest["log_loss"]:
+    lowest = lowest_so_far(best)
+    if lowest.get("update") is None or metrics["log_loss"] < lowest["log_loss"]:
         lowest = this
+    else:
+        lowest = {key: lowest.get(key) for key in this}
     return {
         "log_loss": metrics["log_loss"],
         "accuracy": metrics["accuracy"],

@@ -30,7 +30,7 @@ from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, spli
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
-from mydecide.training.dev import dev_line, dev_metrics, kept_record, replaces_best
+from mydecide.training.dev import dev_line, dev_metrics, kept_record, lowest_so_far, replaces_best
 from mydecide.training.diagnostics import span_prior_note
 from mydecide.training.epochs import EpochPlan
 from mydecide.training.model_card import record_base_model, write_model_card
@@ -226,7 +226,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
-            lowest = best.get("lowest") or best
+            lowest = lowest_so_far(best)
             if kept and lowest["update"] is not None and metrics["log_loss"] >= lowest["log_loss"]:
                 log(
                     f"update {update} is kept as the best adapter: its dev log loss is within {recipe.best_margin:g} "
