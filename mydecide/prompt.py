@@ -50,8 +50,10 @@ class SpanWindows(BaseModel):
     # means "given"
     label_order: Literal["sorted", "given"] = "sorted"
     # the span head's read of a word: "last" = the final hidden state at its last token, "mean" = the mean over its
-    # tokens (the letters read always reads the last token)
-    word_read: Literal["last", "mean"] = "last"
+    # tokens, "core" = the final hidden state at the last token of the word without the punctuation a span would
+    # trim from its end (`52?` is read at `2`; the punctuation is encoded as its own piece after it; a word that is
+    # all punctuation: its last token). The letters read always reads the last token
+    word_read: Literal["last", "mean", "core"] = "core"
     # where the span head reads: "own" = every window its own sequence (template head, context, question, labels,
     # text); "shared" = after the prefix every other question of the state shares (template head + state), one
     # block: the question, the label lines, then a copy of the text, read there, so every read has seen all labels

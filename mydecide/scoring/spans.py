@@ -47,7 +47,7 @@ from mydecide.scoring.forward import (
 )
 from mydecide.scoring.packed import PackedBatch, pack, packed_hidden
 from mydecide.scoring.render import Prompt, Renderer, render_state
-from mydecide.spans import DEFAULT_PART, state_part, words
+from mydecide.spans import DEFAULT_PART, state_part, trim_edges, words
 
 if TYPE_CHECKING:
     import numpy as np
@@ -245,6 +245,32 @@ def shared_layout(renderer: Renderer) -> bool:
     return renderer.config.span.read == "head" and renderer.config.span.layout == "shared"
 
 
+def word_tokens(
+    renderer: Renderer, part: str, offsets: Sequence[tuple[int, int]], core: bool = False
+) -> tuple[list[list[int]], list[int]]:
+    """Each word's token ids, the whitespace before it included (its last ``window_tokens`` when longer), and how
+    many of them follow its read: 0 (the read is at its last token), or with ``core`` (``word_read: core``) the
+    tokens of the punctuation a span would trim from the word's end (:func:`~mydecide.spans.trim_edges`), encoded as
+    a piece of its own after the rest of the word, so the read is at the last token of what a span keeps."""
+    starts = [offsets[i - 1][1] if i else 0 for i in range(len(offsets))]
+    cuts = [trim_edges(part, a, b)[1] if core else b for a, b in offsets]
+    pieces = [piece for s, c, (_, b) in zip(starts, cuts, offsets, strict=True) for piece in (part[s:c], part[c:b])]
+    encoded = renderer.encode_pieces([piece for piece in pieces if piece]) if pieces else []
+    tokens, tails, at = [], [], 0
+    for i in range(len(offsets)):
+        word: list[int] = []
+        tail = 0
+        for piece in pieces[2 * i : 2 * i + 2]:
+            if piece:
+                tail = len(encoded[at]) if word else 0
+                word += encoded[at]
+                at += 1
+        kept = word[-renderer.config.span.window_tokens :]
+        tokens.append(kept)
+        tails.append(min(tail, len(kept) - 1))
+    return tokens, tails
+
+
 def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayout:
     """The sequences of one span question: one per label and window (``read: letters``), or one per window with
     every label (``read: head``); every word × label cell read once.
@@ -257,10 +283,9 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
         raise ValueError(f"a {question.type} question has no span layout")
     part = state_part(state, question.over)
     offsets = words(part)
-    pieces = [part[(offsets[i - 1][1] if i else 0) : end] for i, (_, end) in enumerate(offsets)]
     span = renderer.config.span
     size, overlap = span.window_tokens, span.overlap_tokens
-    tokens = [ids[-size:] for ids in renderer.encode_pieces(pieces)] if pieces else []
+    tokens, tails = word_tokens(renderer, part, offsets, core=span.read == "head" and span.word_read == "core")
     lengths = [len(t) for t in tokens]
     cuts = windows(lengths, size, overlap)
     shared = shared_layout(renderer)
@@ -275,7 +300,7 @@ def span_layout(renderer: Renderer, state: Any, question: Question) -> SpanLayou
         for i in range(a, b):
             ids += tokens[i]
             if owner[i] == w:
-                reads.append(len(ids) - 1)
+                reads.append(len(ids) - 1 - tails[i])
                 starts.append(len(ids) - len(tokens[i]))
                 owned.append(i)
         if owned:

@@ -129,7 +129,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
         "read": "letters",
         "label_read": "last",
         "label_order": "sorted",
-        "word_read": "last",
+        "word_read": "core",
         "layout": "own",
     }
 
