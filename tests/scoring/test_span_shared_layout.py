@@ -62,7 +62,7 @@ CASES = {  # (state, span question, max_state_tokens, window_tokens): what the p
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("word_read", ["last", "mean"])
+@pytest.mark.parametrize("word_read", ["last", "mean", "core"])
 def test_echo_reads_on_the_shared_prefix_equal_the_block_read_alone(
     tiny_llama_dir: Path, case: str, word_read: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

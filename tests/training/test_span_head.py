@@ -18,6 +18,8 @@ from mydecide.records import parse_question, parse_record
 FIRST = ["Anna", "Omar", "Sara", "Nils"]
 LAST = ["Berg", "Lind", "Holm", "Dahl"]
 FILLER = ["the", "invoice", "was", "sent", "to", "support", "about", "an", "error", "on", "our", "page"]
+PUNCTUATED = "Hi Anna Berg, call +33 83 79 52? or mail <bo@ek.se>. Thanks!!! ... see you"
+"""A text whose words end in the punctuation a span trims (``word_read: core`` reads them before it)."""
 QUESTION = {
     "type": "span",
     "instructions": "Where is personal data?",
@@ -86,7 +88,9 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     assert len(letters.sequences) == 2 * len(layout.sequences)
 
 
-@pytest.mark.parametrize(("label_read", "word_read"), [("line", "last"), ("last", "last"), ("line", "mean")])
+@pytest.mark.parametrize(
+    ("label_read", "word_read"), [("line", "last"), ("last", "last"), ("line", "mean"), ("last", "core")]
+)
 def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
     tiny_llama_dir: Path, label_read: str, word_read: str
 ) -> None:
@@ -104,8 +108,15 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
     render = head_config(label_read=label_read, word_read=word_read)
     model = load_model(str(tiny_llama_dir), render=render, device="cpu")
     head = random_span_head(model)
-    record = parse_record(span_row(3, random.Random(5)))[0]
+    row = span_row(3, random.Random(5))
+    if word_read == "core":  # words that end in punctuation, so the reads are not at their last tokens
+        email = PUNCTUATED.index("bo@ek.se")
+        answer = [{"label": "PERSON", "start": 3, "end": 12}, {"label": "EMAIL", "start": email, "end": email + 8}]
+        row = {**row, "state": PUNCTUATED, "answer": answer}
+    record = parse_record(row)[0]
     layout = span_layout(model.renderer, record.state, record.question)
+    if word_read == "core":
+        assert any(seq.reads[-1] < len(seq.ids) - 1 for seq in layout.sequences)
     lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
     assert lengths == {1} if label_read == "last" else min(lengths) > 3
     if word_read == "mean":  # each word's tokens, the whitespace before it included: exactly the text
@@ -197,12 +208,53 @@ def test_a_render_config_saved_before_pooled_lines_reads_labels_at_their_last_to
     for saved in ({"span": {"read": "head", "window_tokens": 64, "overlap_tokens": 8}}, {}):
         old.write_text(json.dumps({"max_state_tokens": 64, **saved}))
         config = read_render_config(old)
-        assert (config.span.label_read, config.span.label_order) == ("last", "given")
-    assert (RenderConfig().span.label_read, RenderConfig().span.label_order) == ("last", "sorted")  # the defaults
+        assert (config.span.label_read, config.span.label_order, config.span.word_read) == ("last", "given", "last")
+    defaults = RenderConfig().span
+    assert (defaults.label_read, defaults.label_order, defaults.word_read) == ("last", "sorted", "core")
     line = RenderConfig.model_validate({"span": {"label_read": "line"}})
     save_render_config(tmp_path, line)
     config = read_render_config(old)
     assert (config.span.label_read, config.span.label_order) == ("line", "sorted")  # what was saved, not the default
+
+
+def test_word_read_core_reads_a_word_at_the_end_of_what_a_span_keeps(tiny_llama_dir: Path) -> None:
+    """word_read: core encodes the punctuation a span trims from a word's end as its own piece and reads the word at
+    the last token before it; the words still encode the whole text, and a word that is all punctuation is read at
+    its last token. Only the reads at punctuated words move: the words before the first of them read as with last."""
+    import numpy as np
+
+    from mydecide.modeling import load_model
+    from mydecide.scoring.spans import score_span_questions, span_layout, word_tokens
+    from mydecide.spans import trim_edges, words
+
+    model = load_model(str(tiny_llama_dir), render=head_config(word_read="core", window_tokens=512), device="cpu")
+    decode, offsets = model.tokenizer.decode, words(PUNCTUATED)
+    tokens, tails = word_tokens(model.renderer, PUNCTUATED, offsets, core=True)
+    assert decode([t for ids in tokens for t in ids]) == PUNCTUATED
+    read_at = {}
+    for i, ((a, b), ids, tail) in enumerate(zip(offsets, tokens, tails, strict=True)):
+        kept = trim_edges(PUNCTUATED, a, b)[1]
+        assert decode(ids[len(ids) - tail :]) == PUNCTUATED[kept:b] if tail else kept == b
+        read_at[i] = decode(ids[: len(ids) - tail]).strip()
+    assert [read_at[i] for i in range(4)] == ["Hi", "Anna", "Berg", "call"]  # `Berg,` without its comma
+    assert {"52", "<bo@ek.se", "Thanks"} <= set(read_at.values())  # only the end is cut: `<` is before the read
+    assert "..." in read_at.values()  # nothing would be left: the whole word, read at its last token
+    assert sum(tail > 0 for tail in tails) == 4  # Berg, 52? <bo@ek.se>. Thanks!!!
+
+    question = parse_question(QUESTION)
+    (seq,) = span_layout(model.renderer, PUNCTUATED, question).sequences  # one window
+    start = len(seq.ids) - sum(len(ids) for ids in tokens)
+    ends = np.cumsum([len(ids) for ids in tokens]) + start - 1
+    assert list(seq.reads) == [int(end) - tail for end, tail in zip(ends, tails, strict=True)]
+
+    random_span_head(model)
+    (core,) = score_span_questions(model, [(PUNCTUATED, question)])
+    last_model = load_model(str(tiny_llama_dir), render=head_config(word_read="last", window_tokens=512), device="cpu")
+    random_span_head(last_model)
+    (last,) = score_span_questions(last_model, [(PUNCTUATED, question)])
+    core, last = core.reshape(len(offsets), 2), last.reshape(len(offsets), 2)
+    np.testing.assert_allclose(core[:2], last[:2], atol=1e-5)  # Hi Anna: the same tokens, read at the same place
+    assert np.abs(core[2] - last[2]).max() > 1e-3  # Berg, is read at Berg
 
 
 def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:
