@@ -5,7 +5,7 @@ test split to ``<out>/eval_test/reliability.png``. This script puts ``summary.md
 ``<!-- demo:start -->`` and ``<!-- demo:end -->`` markers, followed by the diagram, which it copies to
 ``docs/demo-reliability.png``. It reads the run and trains nothing:
 
-    python -m mydecide.demo                    # ~75 minutes on 2 CPU cores; writes runs/demo/
+    python -m mydecide.demo                    # ~30 minutes on 2 CPU cores; writes runs/demo/
     python scripts/update_readme.py            # [--out runs/demo]
 """
 
