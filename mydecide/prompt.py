@@ -51,8 +51,9 @@ class SpanWindows(BaseModel):
     label_order: Literal["sorted", "given"] = "sorted"
     # the span head's read of a word: "last" = the final hidden state at its last token, "mean" = the mean over its
     # tokens, "core" = the final hidden state at the last token of the word without the punctuation a span would
-    # trim from its end (`52?` is read at the last token of `52`, the `?` encoded as its own piece after it; a word that is
-    # all punctuation: its last token). The letters read always reads the last token
+    # trim from its end (`52?` is read at the last token of `52`, the `?` encoded as its own piece after it; a word
+    # that is all punctuation: its last token; docs/spans.md). The letters read always reads the last token. A render
+    # config saved before "core" existed means "last"
     word_read: Literal["last", "mean", "core"] = "core"
     # where the span head reads: "own" = every window its own sequence (template head, context, question, labels,
     # text); "shared" = after the prefix every other question of the state shares (template head + state), one
