@@ -254,20 +254,15 @@ def word_tokens(
     a piece of its own after the rest of the word, so the read is at the last token of what a span keeps."""
     starts = [offsets[i - 1][1] if i else 0 for i in range(len(offsets))]
     cuts = [trim_edges(part, a, b)[1] if core else b for a, b in offsets]
-    pieces = [piece for s, c, (_, b) in zip(starts, cuts, offsets, strict=True) for piece in (part[s:c], part[c:b])]
-    encoded = renderer.encode_pieces([piece for piece in pieces if piece]) if pieces else []
-    tokens, tails, at = [], [], 0
-    for i in range(len(offsets)):
-        word: list[int] = []
-        tail = 0
-        for piece in pieces[2 * i : 2 * i + 2]:
-            if piece:
-                tail = len(encoded[at]) if word else 0
-                word += encoded[at]
-                at += 1
-        kept = word[-renderer.config.span.window_tokens :]
+    # (whitespace + what a span keeps, the trimmed punctuation after it); the first is never empty
+    pairs = [(part[s:c], part[c:b]) for s, c, (_, b) in zip(starts, cuts, offsets, strict=True)]
+    encoded = iter(renderer.encode_pieces([p for pair in pairs for p in pair if p]) if pairs else [])
+    tokens, tails = [], []
+    for _, trimmed in pairs:
+        kept_part, after = next(encoded), next(encoded) if trimmed else []
+        kept = (kept_part + after)[-renderer.config.span.window_tokens :]
         tokens.append(kept)
-        tails.append(min(tail, len(kept) - 1))
+        tails.append(min(len(after), len(kept) - 1))
     return tokens, tails
 
 
