@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -247,29 +247,37 @@ class SplitConfig(Strict):
         return self
 
 
+# An option no run has measured yet: docs/recipes.md lists it in a table of its own, with the date by which it is
+# measured (and stays, with its LOG entry) or deleted (docs/contributing.md#the-revert-rule).
+EXPERIMENTAL: dict[str, Any] = {"tier": "experimental", "decide_by": "2026-12-21"}
+ExperimentalShare = Annotated[float, Field(ge=0.0, le=1.0, json_schema_extra=EXPERIMENTAL)]
+
+
 class AugmentConfig(Strict):
     """Augmentation of the train split only; each field is the fraction of eligible rows that get a copy."""
 
-    anonymize_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → option_1.. (descriptions kept)
-    drop_distractors: float = Field(0.0, ge=0.0, le=1.0)  # choice with > 2 options: drop zero-mass options
-    paraphrase_instructions: float = Field(0.0, ge=0.0, le=1.0)  # swap instructions for a listed variant
-    paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # exact instructions → variants
-    reword_instructions: float = Field(0.0, ge=0.0, le=1.0)  # any type: instructions in a generic rewording
-    drop_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: drop 1..L-1 labels and their gold spans
-    rename_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: labels → neutral codes (descriptions kept)
-    paraphrase_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: descriptions → user-listed paraphrases
-    span_label_paraphrases: dict[str, list[str]] = Field(default_factory=dict)  # label name → other descriptions of it
-    add_absent_span_labels: float = Field(0.0, ge=0.0, le=1.0)  # span: also ask for 1..n absent_span_labels
+    anonymize_options: ExperimentalShare = 0.0  # choice: ids → option_1.. (descriptions kept)
+    drop_distractors: ExperimentalShare = 0.0  # choice with > 2 options: drop zero-mass options
+    paraphrase_instructions: ExperimentalShare = 0.0  # swap instructions for a listed variant
+    # exact instructions → variants
+    paraphrases: dict[str, list[str]] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
+    reword_instructions: ExperimentalShare = 0.0  # any type: instructions in a generic rewording
+    drop_span_labels: ExperimentalShare = 0.0  # span: drop 1..L-1 labels and their gold spans
+    rename_span_labels: ExperimentalShare = 0.0  # span: labels → neutral codes (descriptions kept)
+    paraphrase_span_labels: ExperimentalShare = 0.0  # span: descriptions → user-listed paraphrases
+    # label name → other descriptions of it
+    span_label_paraphrases: dict[str, list[str]] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
+    add_absent_span_labels: ExperimentalShare = 0.0  # span: also ask for 1..n absent_span_labels
     # label name → description of labels that occur in no text of the data (the user says so), added with no gold
     # spans; a record asking for one of them is an error (docs/spans.md#training)
-    absent_span_labels: dict[str, str] = Field(default_factory=dict)
+    absent_span_labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
     # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and the span copies
     # (paraphrased and absent labels only where span_label_paraphrases and absent_span_labels list some)
-    schema_resampling: float = Field(0.0, ge=0.0, le=1.0)
-    # consistency copies (coherence laws by example): `consistency` is both of the next two at once
+    schema_resampling: ExperimentalShare = 0.0
+    # consistency copies (coherence laws by example): negate_noul and rename_options at once
     consistency: float = Field(0.0, ge=0.0, le=1.0)
-    negate_noul: float = Field(0.0, ge=0.0, le=1.0)  # noul: the negated question, target complemented
-    rename_options: float = Field(0.0, ge=0.0, le=1.0)  # choice: ids → random neutral codes (descriptions kept)
+    negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
+    rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: int = 13  # which rows get augmented copies
     # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;

@@ -3,7 +3,7 @@
 prepare (bundled real samples) → train (smollm2-135m, LoRA, CPU) → calibrate (dev) → evaluate the base, tuned and
 tuned + calibrated model on the test split of the trained tasks, and on the held-out task → a comparison table and
 ``runs/demo/summary.json`` (the tables: ``summary.md``). Each step runs the real ``mydecide`` command, so the demo is
-also a check of the CLI. The README's table is this run's ``summary.md``, copied in by ``scripts/update_readme.py``
+also a check of the CLI. docs/demo.md's tables are this run's ``summary.md``, copied in by ``scripts/update_readme.py``
 (a developer tool of the repository, not part of the package).
 
     python -m mydecide.demo [--out runs/demo] [--data PREPARED] [--trained RUN] [TRAIN_OVERRIDE ...]

@@ -4,6 +4,8 @@ The page is generated so that it cannot drift from the code: ``python -m mydecid
 ``python -m mydecide.recipe_docs --check`` fails when the committed page differs (a test runs the same check).
 A key's description is its ``Field(description=...)`` when it has one, else the comment written beside the field
 (or on the comment lines just above it) in the class's source.
+A key marked ``json_schema_extra=config.EXPERIMENTAL`` goes into its command's table of experimental keys, with
+the date by which it is measured or deleted.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ not the integer 1, `"5"` is not the number 5. A key `a.b` below is written `a: {
 is the `kind` of each entry of the `sources` list. An override merges into the recipe's mapping of the same key, except
 an empty one: `task_weights={}` clears what the recipe file set there.
 """
+
+EXPERIMENTAL_INTRO = (
+    "Experimental keys: built and tested, but no run has measured what they do. Each is measured by its date (and "
+    "stays, with its [LOG](LOG.md) entry) or deleted ([the revert rule](contributing.md#the-revert-rule))."
+)
 
 # (command, recipe model name in mydecide.config, what it is for)
 RECIPES = [
@@ -219,13 +226,37 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") if "\\|" not in text else text.replace("\n", " ")
 
 
+def experimental_keys(model: type[BaseModel], prefix: str = "") -> dict[str, str]:
+    """The keys of ``model`` (dotted as in ``rows``) whose field is marked ``json_schema_extra=EXPERIMENTAL``, each with
+    the date by which it is measured or deleted."""
+    found: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if extra.get("tier") == "experimental":
+            found[key] = str(extra["decide_by"])
+        nested = f"{key}[]." if typing.get_origin(field.annotation) is list else f"{key}."
+        for section in models_in(field.annotation):
+            found |= experimental_keys(section, nested)
+    return found
+
+
 def render() -> str:
     parts = [INTRO]
     for command, name, about in RECIPES:
         model = getattr(config, name)
         parts.append(f"\n## `mydecide {command}`\n\n{about}\n\n| key | type | default | meaning |\n|---|---|---|---|\n")
+        experimental = experimental_keys(model)
+        later = []
         for key, kind, default, text in rows(model):
-            parts.append(f"| `{key}` | {cell(kind)} | {cell(default)} | {cell(text)} |\n")
+            line = f"| `{key}` | {cell(kind)} | {cell(default)} | {cell(text)} |"
+            if key in experimental:
+                later.append(f"{line} {experimental[key]} |\n")
+            else:
+                parts.append(line + "\n")
+        if later:
+            parts.append(f"\n{EXPERIMENTAL_INTRO}\n\n| key | type | default | meaning | measure or delete by |\n")
+            parts.append("|---|---|---|---|---|\n" + "".join(later))
     return "".join(parts)
 
 

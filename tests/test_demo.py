@@ -1,5 +1,5 @@
 """The demo driver end to end on a tiny model: every step runs and the summary has the promised blocks; and
-scripts/update_readme.py, which puts a run's summary.md into README.md."""
+scripts/update_readme.py, which puts a run's summary.md into docs/demo.md and its first table into README.md."""
 
 from __future__ import annotations
 
@@ -64,16 +64,21 @@ def test_demo_pipeline_on_a_tiny_model(tiny_llama_dir: Path, tmp_path: Path) -> 
     assert temperatures and any(test_report.get(qtype, {}).get("n") for qtype in temperatures)
     for qtype in (t for t in temperatures if test_report.get(t, {}).get("n")):
         assert f"| {qtype} | {temperatures[qtype]['temperature']:.3f} |" in result.stdout
-    # the README's table is this run's summary.md, as the demo printed it (scripts/update_readme.py)
+    # docs/demo.md's tables are this run's summary.md, as the demo printed it, and the README's is its first
+    # (scripts/update_readme.py)
     root = tmp_path / "repo"
-    root.mkdir()
+    (root / "docs").mkdir(parents=True)
     (root / "README.md").write_text(f"intro\n{START}\nold table\n{END}\n", encoding="utf-8")
+    (root / "docs" / "demo.md").write_text(f"# Demo\n{START}\nold tables\n{END}\n", encoding="utf-8")
     subprocess.run([sys.executable, str(UPDATE_README), "--out", str(out), "--root", str(root)], check=True, timeout=60)
     summary_md = (out / "summary.md").read_text(encoding="utf-8")
     assert summary_md in result.stdout
-    assert (root / "README.md").read_text(encoding="utf-8") == (
-        f"intro\n{START}\n{summary_md}\n![reliability diagram](docs/demo-reliability.png)\n{END}\n"
+    assert (root / "docs" / "demo.md").read_text(encoding="utf-8") == (
+        f"# Demo\n{START}\n{summary_md}\n![reliability diagram](demo-reliability.png)\n{END}\n"
     )
+    first = summary_md.split("\n\n")[:2]
+    assert first[0].startswith("Test split of the trained tasks") and first[1].startswith("| model |")
+    assert (root / "README.md").read_text(encoding="utf-8") == f"intro\n{START}\n{first[0]}\n\n{first[1]}\n{END}\n"
     assert (root / "docs" / "demo-reliability.png").read_bytes() == (out / "eval_test" / "reliability.png").read_bytes()
 
 
@@ -124,20 +129,26 @@ def test_the_demo_refuses_data_whose_training_states_it_would_evaluate_on(tmp_pa
     assert not (out / "train").exists()
 
 
-def test_update_readme_replaces_only_the_block_between_the_markers(tmp_path: Path) -> None:
+def test_update_readme_replaces_only_the_blocks_between_the_markers(tmp_path: Path) -> None:
     out, root = tmp_path / "demo", tmp_path / "repo"
     (out / "eval_test").mkdir(parents=True)
-    (out / "summary.md").write_text("Test split (3 questions):\n\n| model | n |\n|---|---|\n| tuned | 3 |\n", "utf-8")
+    summary = (
+        "Test split (3 questions):\n\n| model | n |\n|---|---|\n| tuned | 3 |\n\nBy task:\n\n| task | n |\n|---|---|\n"
+    )
+    (out / "summary.md").write_text(summary, "utf-8")
     (out / "eval_test" / "reliability.png").write_bytes(b"png")
-    root.mkdir()
-    readme = f"# mydecide\n\nThe numbers:\n\n{START}\nold\n{END}\n\n## Next\n"
-    (root / "README.md").write_text(readme, encoding="utf-8")
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text(f"# mydecide\n\nThe numbers:\n\n{START}\nold\n{END}\n\n## Next\n", encoding="utf-8")
+    (root / "docs" / "demo.md").write_text(f"# The demo\n\n{START}\nold\n{END}\n\n## How to read\n", "utf-8")
     command = [sys.executable, str(UPDATE_README), "--out", str(out), "--root", str(root)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    assert (root / "docs" / "demo.md").read_text(encoding="utf-8") == (
+        f"# The demo\n\n{START}\n{summary}\n![reliability diagram](demo-reliability.png)\n{END}\n\n## How to read\n"
+    )
     assert (root / "README.md").read_text(encoding="utf-8") == (
         f"# mydecide\n\nThe numbers:\n\n{START}\nTest split (3 questions):\n\n| model | n |\n|---|---|\n"
-        f"| tuned | 3 |\n\n![reliability diagram](docs/demo-reliability.png)\n{END}\n\n## Next\n"
+        f"| tuned | 3 |\n{END}\n\n## Next\n"
     )
     assert (root / "docs" / "demo-reliability.png").read_bytes() == b"png"
 
@@ -152,3 +163,12 @@ def test_update_readme_replaces_only_the_block_between_the_markers(tmp_path: Pat
     assert refused.stderr.strip() == (
         f"update_readme: no {missing / 'summary.md'}: run the demo first (python -m mydecide.demo --out {missing})"
     )
+
+    # a page without its markers: nothing is written, not even the other page
+    (root / "docs" / "demo.md").write_text("# The demo\n", encoding="utf-8")
+    before = (root / "README.md").read_text(encoding="utf-8")
+    (out / "summary.md").write_text(summary.replace("| tuned | 3 |", "| tuned | 4 |"), "utf-8")
+    unmarked = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert unmarked.returncode == 1
+    assert unmarked.stderr.strip() == f"update_readme: {root / 'docs' / 'demo.md'} has no {START} ... {END} markers"
+    assert (root / "README.md").read_text(encoding="utf-8") == before

@@ -1,6 +1,8 @@
-"""README's Layout section matches the tree: it names every top-level folder and every module and package of
-mydecide/, every path it names exists, and it stays within MAX_LINES (folders plus mydecide/'s modules, not every
-file). A new module gets its line, a moved one is not left behind."""
+"""README's layout: its first screen is the set-up commands and the link to the manual (docs/guide.md), the demo's
+tables live in docs/demo.md (the README keeps one short table and the link), and its Layout section matches the
+tree: it names every top-level folder and every module and package of mydecide/, every path it names exists, and it
+stays within MAX_LINES (folders plus mydecide/'s modules, not every file). A new module gets its line, a moved one is
+not left behind."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_LINES = 70
+FIRST_SCREEN = 15  # lines
+SETUP = ["make install && make demo", "make test"]
+MAX_TABLE_ROWS = 5
 
 
 def layout_section(readme: str) -> str:
@@ -63,6 +68,33 @@ def layout_problems(readme: str, files: set[str]) -> list[str]:
     wanted |= {path.removesuffix("__init__.py") for path in modules if path.endswith("/__init__.py")}
     wanted |= {path.split("/", 1)[0] + "/" for path in files if "/" in path}
     problems += [f"{path} has no line in the layout" for path in sorted(wanted - set(named))]
+    return problems
+
+
+def front_problems(readme: str) -> list[str]:
+    """What is wrong with the README's front: the set-up commands first, the manual named on the first screen, no
+    table longer than MAX_TABLE_ROWS (the demo's tables are in docs/demo.md, which the README links)."""
+    problems = []
+    screen = readme.splitlines()[:FIRST_SCREEN]
+    fences = [i for i, line in enumerate(screen) if line.startswith("```")]
+    commands = [line.split("#", 1)[0].strip() for line in screen[fences[0] + 1 : fences[1]]] if len(fences) > 1 else []
+    if commands != SETUP:
+        problems.append(f"the first code block is not {' then '.join(SETUP)}: {commands}")
+    guide = [i for i, line in enumerate(screen) if "[docs/guide.md](docs/guide.md)" in line]
+    if not guide:
+        problems.append(f"the first {FIRST_SCREEN} lines do not link docs/guide.md")
+    elif fences and guide[0] < fences[0]:
+        problems.append("docs/guide.md is linked before the set-up commands")
+    rows = 0
+    for line in [*readme.splitlines(), ""]:
+        if line.startswith("|"):
+            rows += 1
+        elif rows:
+            if rows - 2 > MAX_TABLE_ROWS:  # the header and its separator are not rows
+                problems.append(f"a table of {rows - 2} rows: more than {MAX_TABLE_ROWS} belong in docs/demo.md")
+            rows = 0
+    if "[docs/demo.md](docs/demo.md)" not in readme:
+        problems.append("the README does not link docs/demo.md")
     return problems
 
 
@@ -119,3 +151,30 @@ def test_the_section_stays_short(readme: str, files: set[str]) -> None:
     assert layout_section(readme).count("\n") + 1 <= MAX_LINES
     longer = readme.replace("## Layout\n", "## Layout\n" + "a line of prose\n" * 10, 1)
     assert any("more than 70" in problem for problem in layout_problems(longer, files))
+
+
+def test_the_front_is_the_set_up_and_the_manual(readme: str) -> None:
+    assert front_problems(readme) == []
+
+
+def test_a_front_that_buries_the_manual_or_the_set_up_is_caught(readme: str) -> None:
+    guide = "Start with [docs/guide.md](docs/guide.md): your own data through every command.\n"
+    assert guide in readme
+    buried = readme.replace(guide, "", 1).replace("## The command line", guide + "\n## The command line", 1)
+    assert front_problems(buried) == [f"the first {FIRST_SCREEN} lines do not link docs/guide.md"]
+    swapped = readme.replace("make install && make demo   #", "make all   #", 1)
+    assert front_problems(swapped) == [
+        "the first code block is not make install && make demo then make test: ['make all', 'make test']"
+    ]
+    first = readme.index("```bash")
+    before = readme[:first] + guide + readme[first:]
+    assert front_problems(before) == ["docs/guide.md is linked before the set-up commands"]
+
+
+def test_the_demo_tables_stay_in_their_page(readme: str) -> None:
+    row = "| tuned | 757 | 0.754 | 0.641 | 0.654 | 0.046 | 0.035 | 0.000 |\n"
+    assert row in readme
+    longer = readme.replace(row, row * 3, 1)
+    assert front_problems(longer) == [f"a table of 6 rows: more than {MAX_TABLE_ROWS} belong in docs/demo.md"]
+    unlinked = readme.replace("[docs/demo.md](docs/demo.md)", "docs/demo.md")
+    assert front_problems(unlinked) == ["the README does not link docs/demo.md"]
