@@ -25,15 +25,17 @@ LAYERS: list[tuple[str, ...]] = [
     ("mydecide.prompt", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
     # 3. prepare: sources, dedup, splits
     ("mydecide.data",),
-    # 4. the scoring layer and the model it runs on
-    ("mydecide.scoring", "mydecide.modeling"),
-    # 5. what is built on scoring: temperatures, evaluation, merging an adapter
+    # 4. the scoring layer, on a loaded model (scoring.model.LoadedModel)
+    ("mydecide.scoring",),
+    # 5. loading that model: a base, a tokenizer and an adapter
+    ("mydecide.modeling",),
+    # 6. what is built on scoring: temperatures, evaluation, merging an adapter
     ("mydecide.calibration", "mydecide.evaluation", "mydecide.merging"),
-    # 6. training (its dev metrics use evaluation's majority baseline)
+    # 7. training (its dev metrics use evaluation's majority baseline)
     ("mydecide.training",),
-    # 7. the server
+    # 8. the server
     ("mydecide.serving",),
-    # 8. the command line
+    # 9. the command line
     ("mydecide.commands", "mydecide.cli", "mydecide.demo"),
 ]
 """Lowest first. A module belongs to the layer of its longest listed prefix (``mydecide.records`` is not

@@ -45,7 +45,7 @@ from mydecide.serving.request import RequestError, decode_body, parse_request, s
 from mydecide.serving.response import check_span_floor
 
 if TYPE_CHECKING:
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 log = logging.getLogger("mydecide.serve")
 

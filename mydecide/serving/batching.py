@@ -40,7 +40,7 @@ from mydecide.serving.response import build_response, render_request, score_span
 if TYPE_CHECKING:
     import numpy as np
 
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Prompt
     from mydecide.serving.response import RenderedRequest
 

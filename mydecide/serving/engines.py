@@ -40,7 +40,7 @@ from mydecide.serving.request import Request, RequestError
 if TYPE_CHECKING:
     import numpy as np
 
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Renderer
 
 log = logging.getLogger("mydecide.serve")

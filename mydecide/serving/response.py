@@ -25,8 +25,8 @@ from mydecide.spans import SpanDecisions, merge_spans, state_part, words
 if TYPE_CHECKING:
     import numpy as np
 
-    from mydecide.modeling import LoadedModel
     from mydecide.prompt import SpanWindows
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Prompt
 
 
