@@ -43,8 +43,9 @@ def main() -> None:
     from bench_many_options import banking77_records
 
     from mydecide.io import atomic_write_json, provenance
-    from mydecide.modeling import LoadedModel, load_model
+    from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.plan import ScoringPlan
     from mydecide.scoring.render import Renderer
 

@@ -110,7 +110,7 @@ def side(engine: str, args: argparse.Namespace) -> None:
     from mydecide.config import Limits
     from mydecide.modeling import check_model, load_model
     from mydecide.serving.app import create_app
-    from mydecide.serving.engines import engine_factory
+    from mydecide.serving.server import engine_factory
 
     requests = json.loads((args.work / "requests.json").read_text())
     checked = check_model(args.model, Path(args.adapter) if args.adapter else None)

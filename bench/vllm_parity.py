@@ -126,7 +126,7 @@ def answer_all(engine: str, work: Path, model: str, adapters: dict[str, str], dt
     from mydecide.config import Limits
     from mydecide.modeling import check_model, load_model
     from mydecide.serving.app import create_app
-    from mydecide.serving.engines import engine_factory
+    from mydecide.serving.server import engine_factory
 
     try:
         from fastapi.testclient import TestClient

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from mydecide.adapters import ADAPTER_CONFIG, read_json_file
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
-from mydecide.modeling import RENDER_CONFIG_FILE, LoadedModel, check_model, load_model, resolve_model_path
+from mydecide.modeling import RENDER_CONFIG_FILE, check_model, load_model, resolve_model_path
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
+from mydecide.scoring.model import LoadedModel
 from mydecide.scoring.probabilities import to_probabilities
 
 if TYPE_CHECKING:

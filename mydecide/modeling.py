@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from mydecide.adapters import check_adapter, check_base
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_text
 from mydecide.prompt import OPTION_FORMS, SCORE_FORMS, RenderConfig
+from mydecide.scoring.model import LoadedModel
 from mydecide.scoring.render import Renderer
 
 if TYPE_CHECKING:
@@ -161,26 +162,6 @@ def peft_warnings_silenced() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         yield
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to score: the (possibly PEFT-wrapped) LM, its tokenizer and the renderer."""
-
-    lm: Any
-    tokenizer: Any
-    renderer: Renderer
-    name: str
-    packing: bool | None = field(default=None, compare=False)
-    """Whether packed rows reproduce each prompt scored alone on this model (``scoring.forward.packs``: probed on
-    first use, then kept)."""
-    head: Any = field(default=None, compare=False, repr=False)
-    """The prompt head's keys and values on these weights (``scoring.forward.head_cache``: computed on first use,
-    then kept; dropped while the weights change, :func:`adapter_disabled`)."""
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.lm.parameters()).device
 
 
 def default_dtype(device: str) -> torch.dtype:

@@ -34,7 +34,7 @@ from mydecide.spans import state_part
 
 if TYPE_CHECKING:
     from mydecide.config import CalibrateRecipe
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 PROTECTED_SPLITS = {
     "train.jsonl": ("train", "training"),

@@ -1,15 +1,15 @@
-"""`mydecide serve`: the Jev ``POST /v1/systemone`` server (uvicorn), one model instance per process."""
+"""`mydecide serve`: the Jev ``POST /v1/systemone`` server (uvicorn), one model instance per process.
+
+The options and one call: ``serving.server.serve`` holds the host policy, the checks before the model loads, the
+startup and uvicorn's configuration."""
 
 from __future__ import annotations
 
-import ipaddress
-import logging
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from mydecide.commands import fail, friendly_errors
+from mydecide.commands import friendly_errors
 from mydecide.commands.options import (
     Adapter,
     AllowOtherBase,
@@ -21,69 +21,22 @@ from mydecide.commands.options import (
     Temperatures,
     recipe_from_command_line,
 )
-from mydecide.config import BatchOptions, Limits, ServeRecipe
+from mydecide.config import Limits, ServeRecipe
 from mydecide.errors import UserError
+from mydecide.serving.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 DEFAULT = ServeRecipe()  # the defaults the help shows: the recipe model's fields
 
+SERVE_EXAMPLES = """Examples:
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+  mydecide serve --adapter runs/demo/train/adapter --temperatures runs/demo/temperatures.json
 
+  mydecide serve recipes/serve/default.yaml port=9000 --limit max_input_tokens=4000
 
-HEADER_TIMEOUT_S = 10.0  # seconds a client has to send a request's line and headers (docs/wire.md, Connections)
-BODY_TIMEOUT_S = 30.0  # seconds it then has to send the body
+  mydecide serve --host 0.0.0.0 --api-key KEY --adapter A    (any other host needs a key)
 
-
-def server_config(
-    app: Any,
-    host: str,
-    port: int,
-    *,
-    request_timeout_s: float,
-    header_timeout_s: float = HEADER_TIMEOUT_S,
-    body_timeout_s: float = BODY_TIMEOUT_S,
-    log_level: str = "info",
-) -> Any:
-    """The uvicorn settings ``serve`` runs with.
-
-    uvicorn bounds no read of a request (only the idle time between two), so its h11 protocol runs with the header
-    and body deadlines of :class:`~mydecide.serving.app.RequestDeadlines`; ``body_timeout_s`` must be the app's own,
-    whose 408 comes first. On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the requests in
-    flight; it cancels them (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within its body
-    timeout plus its request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains every one.
-    """
-    import uvicorn
-
-    from mydecide.serving.app import RequestDeadlines
-
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=RequestDeadlines.with_timeouts(header_timeout_s, body_timeout_s),
-        log_level=log_level.lower(),
-        access_log=False,
-        timeout_keep_alive=5,
-        timeout_graceful_shutdown=int(body_timeout_s + request_timeout_s) + 5,
-    )
-
-
-LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
-
-
-def default_allowed_hosts(host: str, api_key: str | None) -> list[str]:
-    """The Host headers answered by default: any with an API key; else the loopback names and the bound address
-    (not a wildcard one), so a web page cannot reach a keyless server through DNS rebinding."""
-    if api_key:
-        return ["*"]
-    extra = [] if host in ("0.0.0.0", "::", "") or host in LOOPBACK_NAMES else [host]
-    return LOOPBACK_NAMES + extra
+  mydecide serve --engine vllm --model BASE_DIR --adapter A    (docs/serving.md)
+"""
 
 
 def limit_values(items: list[str]) -> dict[str, int]:
@@ -102,7 +55,7 @@ def limit_values(items: list[str]) -> dict[str, int]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("serve")
+    @app.command("serve", epilog=SERVE_EXAMPLES)
     @friendly_errors
     def serve(
         args: RecipeArgs = None,
@@ -234,86 +187,13 @@ def register(app: typer.Typer) -> None:
             "log_level": log_level.lower() if log_level else None,
         }
         recipe = recipe_from_command_line(ServeRecipe, args, options)
-        if not is_loopback(recipe.host) and not api_key and not no_auth:
-            fail(
-                f"--host {recipe.host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
-                "or pass --no-auth to serve without one"
-            )
-        from mydecide.serving.engines import engine_factory, require_engine
+        from mydecide.serving.server import serve as run_server
 
-        require_engine(recipe.engine)  # an engine that cannot run here fails now, in one line
-        from mydecide.modeling import check_model
-
-        # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the
-        # server's startup
-        adapter_dir = Path(recipe.adapter) if recipe.adapter is not None else None
-        checked = check_model(recipe.model, adapter_dir, recipe.option_form, recipe.score_form)
-        make_engine = engine_factory(
-            recipe.engine, checked.path, checked.adapter, max_model_len=recipe.limits.max_prompt_tokens + 1
-        )
-        temperature = None
-        if recipe.temperatures is not None:
-            from mydecide.calibration.temperatures import load_temperatures
-
-            temperature = load_temperatures(recipe.temperatures)  # read now: a bad file fails before the model loads
-        logging.basicConfig(
-            level=getattr(logging, recipe.log_level.upper()), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-
-        from mydecide.modeling import load_model
-        from mydecide.serving.app import create_app, public_name
-
-        refused: list[str] = []  # why the model was not loaded (another base than the adapter's): one line at exit
-
-        def loader():  # runs in the app's lifespan, after uvicorn has started
-            try:
-                return load_model(checked, device=recipe.device, allow_other_base=recipe.allow_other_base)
-            except (FileNotFoundError, UserError) as err:  # the user's mistake: one line; a bug keeps its traceback
-                refused.append(str(err))
-                raise
-
-        def build_engine(loaded: Any) -> Any:  # built in the app's lifespan, on the loaded model
-            assert make_engine is not None
-            try:
-                return make_engine(loaded)
-            except Exception as err:  # vLLM has logged its root cause: the exit says which engine, in one line
-                refused.append(f"--engine {recipe.engine} did not start: {type(err).__name__}: {err}")
-                raise
-
-        server = create_app(
-            loader,
-            temperature=temperature,
-            limits=recipe.limits,
+        run_server(
+            recipe,
             api_key=api_key,
-            batching=BatchOptions.baseline() if baseline else recipe.batching,
-            model_name=recipe.name or public_name(recipe.model),
-            request_timeout_s=recipe.request_timeout_s,
-            body_timeout_s=body_timeout,
-            allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
-            engine=build_engine if make_engine is not None else None,
-        )
-        typer.echo(
-            f"mydecide serve: http://{recipe.host}:{recipe.port}/v1/systemone (model {recipe.model}"
-            f"{', adapter ' + str(adapter_dir) if adapter_dir else ''}; auth {'on' if api_key else 'off'}"
-            f"{'; baseline: no batching, no shared prefix' if baseline else ''})",
-            err=True,
-        )
-        import uvicorn
-
-        config = server_config(
-            server,
-            recipe.host,
-            recipe.port,
-            request_timeout_s=recipe.request_timeout_s,
+            no_auth=no_auth,
+            baseline=baseline,
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,
-            log_level=recipe.log_level,
         )
-        # once the loader has refused, uvicorn's startup-failure log (a traceback) says nothing the one line does not
-        logging.getLogger("uvicorn.error").addFilter(lambda record: not refused)
-        try:
-            uvicorn.Server(config).run()
-        except SystemExit:
-            if refused:
-                fail(refused[0])
-            raise

@@ -47,7 +47,7 @@ from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabi
 from mydecide.scoring.render import render_state
 
 if TYPE_CHECKING:
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 DEFAULT_COSTS = Costs().model_dump()  # the recipe's defaults, defined once in config
 DEFAULT_THRESHOLDS = tuple(EvalRecipe().thresholds)

@@ -9,6 +9,7 @@
    (training under gradient checkpointing, the server's packed route);
 4. :mod:`~mydecide.scoring.probabilities` — the one softmax, where temperatures are applied;
 
-and :mod:`~mydecide.scoring.engine`, which runs 1–3 on a loaded model. Nothing is imported here, so importing
-the package costs nothing (torch is imported inside the functions that run a model).
+and :mod:`~mydecide.scoring.engine`, which runs 1–3 on a loaded model (a :class:`~mydecide.scoring.model.LoadedModel`,
+which ``modeling.load_model`` builds). Nothing is imported here, so importing the package costs nothing (torch is
+imported inside the functions that run a model).
 """

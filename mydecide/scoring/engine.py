@@ -22,7 +22,7 @@ from mydecide.scoring.render import Prompt, render_state
 from mydecide.scoring.spans import score_span_questions, score_with_blocks, shared_layout, span_layout
 
 if TYPE_CHECKING:
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 Orders = Sequence[Sequence[int] | None] | None
 """Per item, the order its options are shown in (None: canonical)."""

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 
 @dataclass

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 
 @dataclass(frozen=True)

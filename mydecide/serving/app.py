@@ -40,12 +40,11 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from mydecide.config import Limits
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
-from mydecide.serving.engines import LogitsEngine, check_served, served_types
-from mydecide.serving.request import RequestError, decode_body, parse_request, shorten
-from mydecide.serving.response import check_span_floor
+from mydecide.serving.engines import LogitsEngine, served_types
+from mydecide.serving.request import RequestError, check_span_floor, decode_body, parse_request, shorten
 
 if TYPE_CHECKING:
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
 
 log = logging.getLogger("mydecide.serve")
 
@@ -256,6 +255,59 @@ class RequestDeadlines(H11Protocol):
             pass
 
 
+async def api_error(_: Request, err: ApiError) -> JSONResponse:
+    return error_response(err.status, err.message, err.headers)
+
+
+async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+    path = request.url.path if len(request.url.path) <= 100 else request.url.path[:100] + "…"
+    message = {
+        404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
+        405: f"method {request.method[:20]} is not allowed on {path}",
+    }.get(err.status_code, str(err.detail))
+    return error_response(err.status_code, message, getattr(err, "headers", None))
+
+
+async def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
+    """FastAPI's own answer would list every error with the input it got (a 100 kB value, echoed whole)."""
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return error_response(422, f"invalid request: {where}: {first.get('msg', 'invalid')}")
+
+
+async def internal_error(_: Request, err: Exception) -> JSONResponse:
+    log.exception("internal error: %s", type(err).__name__)
+    return error_response(500, "internal error while scoring (see the server log)")
+
+
+async def log_requests(request: Request, call_next: Callable[[Request], Any]) -> Any:
+    """Log every request (method, path, status, latency, number of questions), after the Host header check (a 400
+    on every path when ``app.state.allowed_hosts`` is set and the header is not one of them)."""
+    started = time.perf_counter()
+    request.state.questions = 0
+    status = 500
+    try:
+        allowed_hosts = request.app.state.allowed_hosts
+        if allowed_hosts is not None:
+            try:
+                check_host(request.headers.get("host"), allowed_hosts)
+            except ApiError as err:
+                status = err.status
+                return error_response(err.status, err.message)
+        response = await call_next(request)
+        status = response.status_code
+        return response
+    finally:
+        log.info(
+            "%s %s %d %.1fms questions=%d",
+            request.method,
+            request.url.path,
+            status,
+            (time.perf_counter() - started) * 1000,
+            request.state.questions,
+        )
+
+
 def create_app(
     model: LoadedModel | Callable[[], LoadedModel],
     *,
@@ -275,7 +327,7 @@ def create_app(
     ``model_name`` is reported when a request names no model (default: the model's name, a path cut to its last
     part); ``api_key`` (when set) is required as a bearer token on ``/v1/systemone``. ``batching`` chooses
     micro-batching and shared-prefix scoring. ``allowed_hosts`` (host names, ``*`` for any; ``None``: no check) are
-    the Host headers answered; ``mydecide serve`` passes the loopback names when there is no API key. ``engine``
+    the Host headers answered; ``serving.server.serve`` passes the loopback names when there is no API key. ``engine``
     builds the scoring engine from the loaded model at startup (default: the torch engine on it).
     """
 
@@ -318,55 +370,12 @@ def create_app(
         redirect_slashes=False,
     )
 
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, err: ApiError) -> JSONResponse:
-        return error_response(err.status, err.message, err.headers)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        path = request.url.path if len(request.url.path) <= 100 else request.url.path[:100] + "…"
-        message = {
-            404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
-            405: f"method {request.method[:20]} is not allowed on {path}",
-        }.get(err.status_code, str(err.detail))
-        return error_response(err.status_code, message, getattr(err, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
-        """FastAPI's own answer would list every error with the input it got (a 100 kB value, echoed whole)."""
-        first = err.errors()[0] if err.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        return error_response(422, f"invalid request: {where}: {first.get('msg', 'invalid')}")
-
-    @app.exception_handler(Exception)
-    async def internal_error(_: Request, err: Exception) -> JSONResponse:
-        log.exception("internal error: %s", type(err).__name__)
-        return error_response(500, "internal error while scoring (see the server log)")
-
-    @app.middleware("http")
-    async def log_requests(request: Request, call_next: Callable[[Request], Any]) -> Any:
-        started = time.perf_counter()
-        request.state.questions = 0
-        status = 500
-        try:
-            if allowed_hosts is not None:
-                try:
-                    check_host(request.headers.get("host"), allowed_hosts)
-                except ApiError as err:
-                    status = err.status
-                    return error_response(err.status, err.message)
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            log.info(
-                "%s %s %d %.1fms questions=%d",
-                request.method,
-                request.url.path,
-                status,
-                (time.perf_counter() - started) * 1000,
-                request.state.questions,
-            )
+    app.state.allowed_hosts = allowed_hosts
+    app.add_exception_handler(ApiError, api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, internal_error)
+    app.middleware("http")(log_requests)
 
     @app.get("/health")
     @app.get("/health/")
@@ -397,7 +406,6 @@ def create_app(
         try:
             parsed = parse_request(body, limits, renderer.form)
             check_span_floor(parsed, renderer.config.span, limits)  # here, so it never waits in the scorer's queue
-            check_served(parsed, request.app.state.scorer.engine)
         except RequestError as err:
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)
@@ -415,7 +423,7 @@ def create_app(
             raise ApiError(
                 503, f"no answer within {request_timeout_s:g} s; the server is overloaded", {"Retry-After": "5"}
             ) from None
-        except RequestError as err:  # a limit only the tokenised prompts show (max_input_tokens …)
+        except RequestError as err:  # a question the engine cannot read, a limit only the tokenised prompts show
             raise ApiError(422, str(err)) from None
         return JSONResponse(answer)
 

@@ -40,7 +40,7 @@ from mydecide.serving.response import build_response, render_request, score_span
 if TYPE_CHECKING:
     import numpy as np
 
-    from mydecide.modeling import LoadedModel
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Prompt
     from mydecide.serving.response import RenderedRequest
 
@@ -105,8 +105,8 @@ def token_slices(prompts: list[Prompt], budget: int) -> list[list[int]]:
 class Scorer:
     """Owns the model, its engine and its worker thread; ``submit`` returns a future with the Jev response.
 
-    ``engine`` (default: :class:`~mydecide.serving.engines.TorchEngine` on ``model``) turns the prompts' token ids
-    into label logits; ``model`` renders the requests (and reads span questions when the engine serves them)."""
+    ``engine`` (default: :class:`~mydecide.serving.engines.TorchEngine` on ``model``) reads the rendered prompts'
+    label logits; ``model`` renders the requests (and reads span questions when the engine serves them)."""
 
     def __init__(
         self,
@@ -119,7 +119,7 @@ class Scorer:
     ):
         self.model = model
         self.engine = engine if engine is not None else TorchEngine(model, options)
-        self._score_prompts = prompt_scorer(self.engine, model.renderer)
+        self._score_prompts = prompt_scorer(self.engine)
         self.options = options
         self.limits = limits  # the token limits are checked once a request is tokenised (render_request)
         self.temperature = temperature
@@ -203,7 +203,9 @@ class Scorer:
         return self._queue.qsize() + len(self._backlog)
 
     def submit(self, request: Request) -> Future[dict[str, Any]]:
-        """Queue one parsed request; the future resolves to its response (or the scoring error)."""
+        """Queue one parsed request; the future resolves to its response (or the scoring error). A question the
+        engine cannot read is refused here, before the queue (:func:`~mydecide.serving.engines.check_served`)."""
+        check_served(request, self.engine)  # a span question the engine cannot read: the client's 422
         future: Future[dict[str, Any]] = Future()
         n_prompts = sum(prompt_count(q, self.model.renderer.form(q)) for q in request.questions.values())
         self._queue.put(_Job(request, future, n_prompts))
@@ -269,7 +271,6 @@ class Scorer:
             if not job.future.set_running_or_notify_cancel():
                 continue  # the client went away while it waited
             try:
-                check_served(job.request, self.engine)  # a span question the engine cannot read: the client's 422
                 job.rendered = render_request(
                     self.model, job.request, shared_prefix=self.options.shared_prefix, limits=self.limits
                 )

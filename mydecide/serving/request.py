@@ -3,22 +3,26 @@
 ``decode_body`` reads a body as strict JSON (UTF-8 only, no repeated key, no NaN or Infinity, bounded numbers and
 nesting) and ``parse_request`` checks it against the wire format and the limits that need no tokenizer (names,
 state, questions, options, prompt count and characters); both raise :class:`RequestError`, which names the question
-and the rule and is cut to :data:`MAX_ERROR_CHARS`. The token limits, checked once a request's prompts are
-tokenised, are in :mod:`mydecide.serving.response`.
+and the rule and is cut to :data:`MAX_ERROR_CHARS`. :func:`check_span_floor` refuses span questions that cannot fit
+before anything is tokenised, and :func:`check_span_limits` counts their tokenised sequences; the prompts' token
+limits are checked where they are tokenised (``serving.response.render_request``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mydecide.config import Limits
 from mydecide.errors import UserError
 from mydecide.jsonl import DuplicateKeyError, unique_keys
 from mydecide.records import Question, RecordError, parse_question
 from mydecide.scoring.plan import prompt_count
-from mydecide.spans import state_part
+from mydecide.spans import state_part, words
+
+if TYPE_CHECKING:
+    from mydecide.prompt import SpanWindows
 
 MAX_ERROR_CHARS = 300
 """The longest error message a client gets: a message quoting a 100 kB key or value is cut (:func:`shorten`)."""
@@ -274,3 +278,50 @@ def _check_text_limits(name: str, question: Question, limits: Limits) -> int:
         len(o) + len(d) + OPTION_OVERHEAD_CHARS for o, d in zip(question.options, question.descriptions, strict=True)
     )
     return prompt_count(question) * (len(question.instructions) + PROMPT_OVERHEAD_CHARS) + options
+
+
+def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> None:
+    """Refuse span questions whose text alone cannot fit in ``max_input_tokens``, without tokenising anything.
+
+    The span layout tokenises a span question's text word by word, each word on its own, and puts every word in at
+    least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
+    with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
+    so words × sequences is the fewest tokens :func:`check_span_limits` can count, whatever the tokenizer and however
+    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the
+    limit on that count would be refused by the exact check anyway, after tokenising the whole text (a second or more
+    of the scorer's time for 100,000 characters); one under it is left to the exact check.
+    """
+    per_word = 2 if span.echo else 1
+    counts = {
+        name: (len(words(state_part(request.state, q.over))), 1 if span.read == "head" else q.k)
+        for name, q in request.questions.items()
+        if q.type == "span"
+    }
+    floor = sum(n_words * sequences * per_word for n_words, sequences in counts.values())
+    if floor > limits.max_input_tokens:
+        name = max(counts, key=lambda n: counts[n][0] * counts[n][1])
+        n_words, sequences = counts[name]
+        raise RequestError(
+            f"the request's span questions hold at least {floor} tokens, over the limit of {limits.max_input_tokens} "
+            f"input tokens (every word of a span question's text is at least one token in each sequence that reads "
+            f"it: question {name!r} has {n_words} words, read in {sequences * per_word} sequence(s) each)"
+        )
+
+
+def check_span_limits(sequences: dict[str, list[int]], limits: Limits) -> None:
+    """A span question's sequences (name → each sequence's length in tokens, over every window) count against the
+    same token limits as prompts, each a whole prompt."""
+    total = 0
+    for name, lengths in sequences.items():
+        for length in lengths:
+            if length > limits.max_prompt_tokens:
+                raise RequestError(
+                    f"question {name!r}: a span window of {length} tokens is over the limit of "
+                    f"{limits.max_prompt_tokens} tokens in one prompt"
+                )
+            total += length
+    if total > limits.max_input_tokens:
+        raise RequestError(
+            f"the request's span questions hold {total} tokens (their sequences over every window), over the "
+            f"limit of {limits.max_input_tokens} input tokens"
+        )

@@ -19,14 +19,13 @@ from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
 from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
-from mydecide.serving.request import Request, RequestError
-from mydecide.spans import SpanDecisions, merge_spans, state_part, words
+from mydecide.serving.request import Request, RequestError, check_span_floor, check_span_limits
+from mydecide.spans import SpanDecisions, merge_spans, state_part
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from mydecide.modeling import LoadedModel
-    from mydecide.prompt import SpanWindows
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Prompt
 
 
@@ -113,7 +112,7 @@ def render_request(
     }
     rendered = RenderedRequest(request, ScoringPlan(model.renderer, items), shared_prefix, tuple(names), spans)
     if limits is not None:
-        _check_span_limits(spans, limits)
+        check_span_limits({name: [len(s.ids) for s in layout.sequences] for name, layout in spans.items()}, limits)
     if limits is not None and items:
         longest = max(range(len(rendered.prompts)), key=lambda i: len(rendered.prompts[i]))
         if len(rendered.prompts[longest]) > limits.max_prompt_tokens:
@@ -204,49 +203,3 @@ def span_answer(
         "noul": float(probs.max()) if len(probs) else 0.0,
         "spans": merge_spans(part, [float(p) for p in probs], question.options, decisions),
     }
-
-
-def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> None:
-    """Refuse span questions whose text alone cannot fit in ``max_input_tokens``, without tokenising anything.
-
-    :func:`span_layout` tokenises a span question's text word by word, each word on its own, and puts every word in
-    at least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
-    with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
-    so words × sequences is the fewest tokens :func:`_check_span_limits` can count, whatever the tokenizer and however
-    many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the
-    limit on that count would be refused by the exact check anyway, after tokenising the whole text (a second or more
-    of the scorer's time for 100,000 characters); one under it is left to the exact check.
-    """
-    per_word = 2 if span.echo else 1
-    counts = {
-        name: (len(words(state_part(request.state, q.over))), 1 if span.read == "head" else q.k)
-        for name, q in request.questions.items()
-        if q.type == "span"
-    }
-    floor = sum(n_words * sequences * per_word for n_words, sequences in counts.values())
-    if floor > limits.max_input_tokens:
-        name = max(counts, key=lambda n: counts[n][0] * counts[n][1])
-        n_words, sequences = counts[name]
-        raise RequestError(
-            f"the request's span questions hold at least {floor} tokens, over the limit of {limits.max_input_tokens} "
-            f"input tokens (every word of a span question's text is at least one token in each sequence that reads "
-            f"it: question {name!r} has {n_words} words, read in {sequences * per_word} sequence(s) each)"
-        )
-
-
-def _check_span_limits(spans: dict[str, SpanLayout], limits: Limits) -> None:
-    """A span question's sequences count against the same token limits as prompts, each a whole prompt."""
-    total = 0
-    for name, layout in spans.items():
-        for seq in layout.sequences:
-            if len(seq.ids) > limits.max_prompt_tokens:
-                raise RequestError(
-                    f"question {name!r}: a span window of {len(seq.ids)} tokens is over the limit of "
-                    f"{limits.max_prompt_tokens} tokens in one prompt"
-                )
-            total += len(seq.ids)
-    if total > limits.max_input_tokens:
-        raise RequestError(
-            f"the request's span questions hold {total} tokens (their sequences over every window), over the "
-            f"limit of {limits.max_input_tokens} input tokens"
-        )

@@ -142,7 +142,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     import torch
     from accelerate.utils import broadcast_object_list, set_seed
 
-    from mydecide.modeling import LoadedModel, save_render_config
+    from mydecide.modeling import save_render_config
+    from mydecide.scoring.model import LoadedModel
     from mydecide.training import checkpoints
     from mydecide.training.model import trainable_model
 

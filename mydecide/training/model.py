@@ -17,8 +17,8 @@ from mydecide.training.batches import TrainBatch, Unit, make_batch
 from mydecide.training.diagnostics import span_log_odds
 
 if TYPE_CHECKING:
-    from mydecide.modeling import LoadedModel
     from mydecide.prompt import SpanWindows
+    from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Renderer
 
 

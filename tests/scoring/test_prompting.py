@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from mydecide.modeling import LoadedModel, load_model
+from mydecide.modeling import load_model
 from mydecide.prompt import RenderConfig
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
 from mydecide.scoring.forward import collate, forward_option_logits, read_option_logits
+from mydecide.scoring.model import LoadedModel
 from mydecide.scoring.probabilities import to_probabilities
 from mydecide.scoring.render import LETTERS, TRUNCATION_MARK, LabelError, Renderer
 from mydecide.serving.request import parse_request

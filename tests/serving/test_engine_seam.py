@@ -1,8 +1,9 @@
 """The scoring-engine seam (serving/engines.py) on the tiny models: the torch engine is the old forward path bit for
-bit, and a fake engine that reads the same token ids by another route answers every question type but spans as the
-default server does, through the HTTP app; span questions are refused by name, and /health says what serves what.
-The vLLM engine (serving/vllm_engine.py) runs here against a stand-in ``vllm`` module: what it sends, what it
-reads back, and the answers that come out (real vLLM is not in the suite; docs/serving.md)."""
+bit, on the rendered prompts as they are, and a fake engine that reads the same token ids by another route answers
+every question type but spans as the default server does, through the HTTP app; span questions are refused by name,
+and /health says what serves what. The vLLM engine (serving/vllm_engine.py) runs here against a stand-in ``vllm``
+module: what it sends, what it reads back, and the answers that come out (real vLLM is not in the suite;
+docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
 from mydecide.scoring.forward import score_packed, score_prompts
 from mydecide.scoring.plan import score_plans
+from mydecide.scoring.render import Prompt
 from mydecide.serving import engines
 from mydecide.serving.batching import Scorer
-from mydecide.serving.engines import TokenPrompt, TorchEngine, prompt_scorer
+from mydecide.serving.engines import TorchEngine, prompt_scorer
 from mydecide.serving.request import RequestError, parse_request
 from mydecide.serving.response import build_response, render_request
+from mydecide.serving.vllm_engine import vllm_factory
 
 fastapi_testclient = pytest.importorskip("fastapi.testclient")
 TestClient = fastapi_testclient.TestClient
@@ -57,30 +60,33 @@ def temperature(kind: str, k: int) -> float:
 
 
 class AloneEngine:
-    """A stand-in for an engine that receives token ids: every prompt run alone as one whole sequence (no prefix
-    shared, no padding, no packing), the full vocabulary's logits formed at the last position and the label ids read
-    from them. Records every call's reads."""
+    """A stand-in for an engine that reads token ids: every prompt run alone as one whole sequence (no prefix
+    shared, no padding, no packing), the full vocabulary's logits formed at the last position and its K shown label
+    ids (the renderer's first K) read from them, put back in canonical order. Records every call's prompts."""
 
     name = "fake"
     spans = False
 
     def __init__(self, model: Any):
         self.model = model
-        self.calls: list[list[TokenPrompt]] = []
+        self.calls: list[list[Prompt]] = []
 
     def start(self) -> None:
         pass
 
-    def label_logits(self, prompts: Sequence[TokenPrompt]) -> list[np.ndarray]:
+    def label_logits(self, prompts: Sequence[Prompt]) -> list[np.ndarray]:
         import torch
 
         self.calls.append(list(prompts))
+        labels = list(self.model.renderer.label_ids)
         out = []
         with torch.inference_mode():
             for p in prompts:
-                ids = torch.tensor([list(p.ids)], device=self.model.device)
+                ids = torch.tensor([list(p.prefix + p.suffix)], device=self.model.device)
                 logits = self.model.lm(input_ids=ids).logits[0, -1]  # (V,)
-                out.append(logits[list(p.label_ids)].double().cpu().numpy())
+                row = np.empty(p.k)
+                row[list(p.order)] = logits[labels[: p.k]].double().cpu().numpy()
+                out.append(row)
         return out
 
 
@@ -174,32 +180,81 @@ def test_the_torch_engine_gives_the_old_paths_numbers_bit_for_bit(letters: Any, 
     assert served == build_response(rendered, temperature, scorer.model_name)  # exact floats
 
 
-def test_the_torch_engine_reads_only_the_renderers_labels(letters: Any) -> None:
-    engine = TorchEngine(letters)
+def model_inputs(model: Any, score: Any) -> tuple[list[list[Any]], Any]:
+    """Every tensor the decoder was called with while ``score()`` ran (in call order), and what it returned."""
+    import torch
+
+    from mydecide.scoring.forward import decoder_of
+
+    seen: list[list[Any]] = []
+
+    def hook(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        given = [*args, *(kwargs[k] for k in sorted(kwargs))]
+        seen.append([x.detach().clone() for x in given if isinstance(x, torch.Tensor)])
+
+    handle = decoder_of(model.lm).register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        return seen, score()
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("options", [BatchOptions(), BatchOptions(packing=False), BatchOptions.baseline()])
+def test_a_torch_engine_request_reaches_the_model_with_the_tokens_of_before(
+    letters: Any, options: BatchOptions
+) -> None:
+    """The torch engine reads the rendered prompts as they are. Before, each went through the seam as token ids and
+    came back as a prompt rebuilt in shown order, whose rows were then put in canonical order: the decoder gets the
+    same tensors, and the rows are the same floats."""
+    import torch
+
+    from mydecide.scoring.forward import canonical_rows
+
+    questions = {"team": QUESTIONS["team"], "labels": QUESTIONS["labels"], "many": LETTERS_QUESTIONS["many"]}
+    prompts = render_request(letters, parse_request({"state": STATE, "questions": questions}, LIMITS)).prompts
+    assert sorted({p.k for p in prompts}) == [2, 3, 15]  # yes/no reads, K = 3, a group of K = 30
+    engine = TorchEngine(letters, options)
     engine.start()
-    labels = tuple(letters.renderer.label_ids)
-    prompt = render_request(letters, parse_request({"state": STATE, "questions": {"q": QUESTIONS["team"]}})).prompts[0]
-    row = engine.label_logits([TokenPrompt(prompt.prefix, prompt.suffix, labels[:3])])[0]
-    assert row.shape == (3,) and row.dtype == np.float64
-    with pytest.raises(ValueError, match="the torch engine reads the answer labels"):
-        engine.label_logits([TokenPrompt(prompt.prefix, prompt.suffix, (labels[1], labels[0]))])
+    engine.label_logits(prompts)  # the prompt head's cache is filled on the first packed call
+    now, rows = model_inputs(letters, lambda: engine.label_logits(prompts))
+
+    def before() -> list[np.ndarray]:
+        shown = [Prompt(p.prefix, p.suffix, tuple(range(p.k)), stem=p.stem) for p in prompts]
+        if engine.packed:
+            read = score_packed(letters, shown, max_batch_tokens=options.max_batch_tokens)
+        else:
+            read = score_prompts(letters, shown, batch_size=options.forward_batch, shared_prefix=options.shared_prefix)
+        return canonical_rows(prompts, read)  # type: ignore[arg-type]  # a list of (K,) rows
+
+    then, old_rows = model_inputs(letters, before)
+    assert engine.packed == (options.packing and options.shared_prefix)
+    assert now and len(now) == len(then)
+    for a, b in zip(now, then, strict=True):
+        assert len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert [len(row) for row in rows] == [p.k for p in prompts]
+    assert all(row.dtype == np.float64 and np.array_equal(row, old) for row, old in zip(rows, old_rows, strict=True))
 
 
 def test_prompt_scorer_refuses_an_engine_that_returns_the_wrong_rows(letters: Any) -> None:
     class Short(AloneEngine):
-        def label_logits(self, prompts: Sequence[TokenPrompt]) -> list[np.ndarray]:
+        def label_logits(self, prompts: Sequence[Prompt]) -> list[np.ndarray]:
             return [np.zeros(1) for _ in prompts]
+
+    class Fewer(AloneEngine):
+        def label_logits(self, prompts: Sequence[Prompt]) -> list[np.ndarray]:
+            return []
 
     prompts = render_request(letters, parse_request({"state": STATE, "questions": {"q": QUESTIONS["team"]}})).prompts
     with pytest.raises(ValueError, match="returned 1 logits for 3 labels"):
-        prompt_scorer(Short(letters), letters.renderer)(prompts)
+        prompt_scorer(Short(letters))(prompts)
+    with pytest.raises(ValueError, match="the fake engine returned 0 rows for 1 prompts"):
+        prompt_scorer(Fewer(letters))(prompts)
 
 
 # ------------------------------------------------------------------------------ a fake engine through the seam
 
 
-def test_the_engine_gets_mydecides_token_ids_and_label_ids_round_by_round(letters: Any, per_option: Any) -> None:
-    labels = tuple(letters.renderer.label_ids)
+def test_the_engine_gets_mydecides_prompts_round_by_round(letters: Any, per_option: Any) -> None:
     for model, name, rounds in ((letters, "many", [[15, 15], [2]]), (per_option, "team", [[2, 2, 2]])):
         questions = {name: (LETTERS_QUESTIONS if model is letters else QUESTIONS)[name]}
         parsed = parse_request({"state": STATE, "questions": questions}, LIMITS)
@@ -209,8 +264,7 @@ def test_the_engine_gets_mydecides_token_ids_and_label_ids_round_by_round(letter
             scorer.answer(parsed, timeout=120)
         finally:
             scorer.stop()
-        assert [[len(p.label_ids) for p in call] for call in engine.calls] == rounds  # K = 30: groups, then leaders
-        assert all(p.label_ids == labels[: len(p.label_ids)] for call in engine.calls for p in call)
+        assert [[p.k for p in call] for call in engine.calls] == rounds  # K = 30: groups, then leaders
         first = render_request(model, parsed).prompts  # the exact ids mydecide rendered, the state as their prefix
         assert [(p.prefix, p.suffix) for p in engine.calls[0]] == [(p.prefix, p.suffix) for p in first]
         assert scorer.stats.prompts == sum(len(r) for r in rounds)
@@ -412,7 +466,7 @@ def test_the_vllm_engine_sends_mydecides_reads_and_answers_as_torch(
 ) -> None:
     from mydecide.serving.app import create_app
 
-    build = engines.engine_factory("vllm", str(tiny_llama_dir), None, max_model_len=4096)
+    build = vllm_factory(str(tiny_llama_dir), None, max_model_len=4096)
     assert build is not None
     with TestClient(create_app(letters, model_name="tiny", limits=LIMITS, engine=build)) as client:
         got = answers(client, LETTERS_QUESTIONS)
@@ -477,7 +531,7 @@ def test_an_adapter_is_served_as_a_per_request_lora_with_the_torch_servers_answe
     from mydecide.serving.app import create_app
 
     tuned = load_model(str(tiny_llama_dir), lora_adapter, device="cpu")
-    build = engines.engine_factory("vllm", str(tiny_llama_dir), lora_adapter, max_model_len=4096)
+    build = vllm_factory(str(tiny_llama_dir), lora_adapter, max_model_len=4096)
     assert build is not None
     temps = temperature
     with TestClient(create_app(tuned, model_name="tiny", limits=LIMITS, temperature=temps, engine=build)) as client:
@@ -511,17 +565,17 @@ def test_the_vllm_engine_refuses_what_it_cannot_serve_at_startup(
     import shutil
 
     with pytest.raises(UserError, match="needs a local model directory"):
-        engines.engine_factory("vllm", "some/hub-name", None)
+        vllm_factory("some/hub-name", None)
     with pytest.raises(UserError, match=r"linear-attention \(Gated DeltaNet\) layers.*`mydecide merge`"):
-        engines.engine_factory("vllm", str(tiny_qwen_dir), lora_adapter)
+        vllm_factory(str(tiny_qwen_dir), lora_adapter)
     dora = tmp_path / "dora"
     shutil.copytree(lora_adapter, dora)
     config = json.loads((dora / "adapter_config.json").read_text())
     (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     with pytest.raises(UserError, match=r"adapter_config.json: vLLM's LoRA cannot apply DoRA; serve a merged model"):
-        engines.engine_factory("vllm", str(tiny_llama_dir), dora)
+        vllm_factory(str(tiny_llama_dir), dora)
     with pytest.raises(FileNotFoundError, match="not a LoRA adapter directory"):
-        engines.engine_factory("vllm", str(tiny_llama_dir), tmp_path / "missing")
+        vllm_factory(str(tiny_llama_dir), tmp_path / "missing")
     assert fake_vllm.init == {}  # no engine was started
 
 

@@ -225,7 +225,7 @@ def test_the_span_floor_never_refuses_what_the_token_count_accepts(model, span: 
     from mydecide.prompt import RenderConfig
     from mydecide.scoring.render import Renderer
     from mydecide.scoring.spans import span_layout
-    from mydecide.serving.response import check_span_floor
+    from mydecide.serving.request import check_span_floor
 
     renderer = Renderer(model.tokenizer, RenderConfig(span=span))
     for body in (span_request(text, labels=3), span_request(text, labels=2, state={"request": "Mail Anna"})):

@@ -113,7 +113,7 @@ def test_only_allowed_host_headers_are_answered(model) -> None:
 
 
 def test_serve_defaults_to_loopback_hosts_without_an_api_key() -> None:
-    from mydecide.commands.serve import default_allowed_hosts
+    from mydecide.serving.server import default_allowed_hosts
 
     assert set(default_allowed_hosts("127.0.0.1", api_key=None)) == {"localhost", "127.0.0.1", "::1"}
     assert "192.168.1.5" in default_allowed_hosts("192.168.1.5", api_key=None)

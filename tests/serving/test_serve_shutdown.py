@@ -27,9 +27,9 @@ def test_sigterm_mid_request_drains_it(tiny_llama_dir: Path, monkeypatch: pytest
     """The request takes 6 s, longer than uvicorn's old 5 s graceful-shutdown cut: it must still answer 200."""
     import uvicorn
 
-    from mydecide.commands.serve import server_config
     from mydecide.modeling import load_model
     from mydecide.serving.app import create_app
+    from mydecide.serving.server import server_config
 
     real = Scorer.score
     slow = threading.Event()
