@@ -365,7 +365,7 @@ class DataRecipe(Strict):
     split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
-    engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
+    engine: Literal["local", "ray"] = "local"  # ray: every step on a Ray cluster, same outputs
     ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
     output: OutputConfig = Field(default_factory=OutputConfig)  # single files (train.jsonl) or part files
 
