@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,11 @@ def test_planted_near_duplicates_and_eval_items_give_the_local_files_for_any_blo
         lines: list[str] = []
         prepare(on_ray(recipe, block_rows, partitions), tmp_path / f"s{block_rows}", log=lines.append)
         files = assert_same(tmp_path / "local", tmp_path / f"s{block_rows}")
-        assert any(line.startswith("engine ray, streaming:") for line in lines)
+        blocks = 16 if block_rows == 37 else 1
+        assert lines[:2] == [
+            f"engine ray: 2 CPUs, {partitions} partitions",
+            f"engine ray: {blocks} blocks of up to {block_rows} rows read, {partitions} reducers",
+        ]
     rejects = {r["id"]: r for r in map(json.loads, files["rejects.jsonl"].decode().splitlines())}
     for row_id, step in expect.items():
         assert rejects[row_id]["step"] == step, row_id
@@ -168,7 +173,8 @@ def test_the_bundled_demo_data_gives_the_local_files(tmp_path: Path) -> None:
     lines: list[str] = []
     prepare(on_ray(recipe, 700, 3), tmp_path / "ray", log=lines.append)
     files = assert_same(tmp_path / "local", tmp_path / "ray")
-    assert any(line.startswith("engine ray, streaming:") for line in lines)
+    assert lines[0] == "engine ray: 2 CPUs, 3 partitions"
+    assert re.fullmatch(r"engine ray: \d+ blocks of up to 700 rows read, 3 reducers", lines[1])
     assert files["near_pairs.jsonl"].count(b"\n") > 50
 
 

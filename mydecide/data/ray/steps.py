@@ -97,7 +97,7 @@ def read(run: Stream) -> None:
         }
     )
     run.by_source = +run.by_source
-    run.say(f"engine ray, streaming: {len(run.parts)} blocks of up to {block_rows} rows read, {run.reducers} reducers")
+    run.say(f"engine ray: {len(run.parts)} blocks of up to {block_rows} rows read, {run.reducers} reducers")
 
 
 def shuffle_firsts(run: Stream, kind: str) -> list[list[Any]]:
