@@ -1,9 +1,7 @@
-"""Benchmark of `mydecide prepare` on Ray (local mode): the streaming path, the in-driver Ray path and the local path
-on the same records.
+"""Benchmark of `mydecide prepare` on Ray (local mode) and the local path on the same records.
 
 Run: ``.venv/bin/python bench/bench_prepare_distributed.py`` (``--records N``; ``--workers 2 4`` runs the Ray path
-once per worker count; ``--path streaming`` (default), ``driver`` (near dedup and decontamination on Ray, the rest
-in the driver) or both; ``--block-rows`` for the streaming path; ``--no-local`` skips the local path, which
+once per worker count; ``--block-rows`` sets ``ray.block_rows``; ``--no-local`` skips the local path, which
 otherwise runs too, and every run must have written its files). The records are ``bench_prepare.py``'s (mixed
 lengths, 10% planted near duplicates, 500 eval states to decontaminate against).
 
@@ -139,8 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[2], help="CPUs of the local Ray, one run each")
-    parser.add_argument("--path", nargs="+", choices=["streaming", "driver"], default=["streaming"])
-    parser.add_argument("--block-rows", type=int, default=20_000, help="ray.block_rows of the streaming path")
+    parser.add_argument("--block-rows", type=int, default=20_000, help="ray.block_rows: rows read per block")
     parser.add_argument("--partitions", type=int, default=None, help="ray.partitions; default: 2 per worker CPU")
     parser.add_argument(
         "--local", action=argparse.BooleanOptionalAction, default=True, help="also run the local path, compare files"
@@ -180,25 +177,19 @@ def main() -> None:
             }
         )
         outs = []
-        for path in args.path:
-            for workers in args.workers:
-                settings = RayEngineConfig(
-                    num_workers=workers,
-                    partitions=args.partitions,
-                    streaming=path == "streaming",
-                    block_rows=args.block_rows,
-                )
-                out = Path(tmp) / f"{path}-{workers}"
-                measured = run(recipe.model_copy(update={"engine": "ray", "ray": settings}), out, args.records)
-                runs.append({"path": path, "workers": workers, **measured})
-                outs.append(out)
-                print(
-                    f"{path:<9} {workers} workers: {measured['prepare_seconds']:8.1f} s  "
-                    f"{measured['rows_per_s']:>6} rows/s  driver {measured['driver_peak_rss_mib']} MiB  "
-                    f"worker {measured['worker_peak_rss_mib']} MiB; private: driver "
-                    f"{measured['driver_peak_private_mib']}, worker {measured['worker_peak_private_mib']} MiB",
-                    flush=True,
-                )
+        for workers in args.workers:
+            settings = RayEngineConfig(num_workers=workers, partitions=args.partitions, block_rows=args.block_rows)
+            out = Path(tmp) / f"ray-{workers}"
+            measured = run(recipe.model_copy(update={"engine": "ray", "ray": settings}), out, args.records)
+            runs.append({"path": "ray", "workers": workers, **measured})
+            outs.append(out)
+            print(
+                f"ray       {workers} workers: {measured['prepare_seconds']:8.1f} s  "
+                f"{measured['rows_per_s']:>6} rows/s  driver {measured['driver_peak_rss_mib']} MiB  "
+                f"worker {measured['worker_peak_rss_mib']} MiB; private: driver "
+                f"{measured['driver_peak_private_mib']}, worker {measured['worker_peak_private_mib']} MiB",
+                flush=True,
+            )
         same = None
         if args.local:
             measured = run(recipe, Path(tmp) / "local", args.records)

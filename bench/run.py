@@ -19,7 +19,7 @@ from _common import BENCH, RESULTS, ROOT
 
 HEADLINES = {  # benchmark → (key, label) of its headline ratio
     "prepare": ("speedup_vs_bulk", "near dedup speed-up vs datasketch MinHash.bulk"),
-    "prepare_distributed": ("ray_over_local_records_per_s", "prepare rows/s, Ray streaming (2 CPUs) / local"),
+    "prepare_distributed": ("ray_over_local_records_per_s", "prepare rows/s, Ray (2 CPUs) / local"),
     "dedup": ("near_dup_recall_j70", "near-dup recall (char-5-gram Jaccard >= 0.7)"),
     "scoring": ("speedup", "shared-state speed-up"),
     "train": ("speedup", "bucketed+shared speed-up"),

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_sources._columns import ColumnLayout, RowError, make_layout, parse_answer
 from data_sources._files import base_suffix, capped, error_row, file_stem, json_safe
-from data_sources.csv import ColumnLayout, RowError, make_layout, parse_answer
 
 FIELDS = ("state", "answer", "target", "id", "task", "lang", "type", "instructions", "criteria", "meta")
 QUESTION_FIELDS = ("type", "instructions", "criteria")

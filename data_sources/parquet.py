@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from data_sources._columns import check_columns, layout_records, make_layout
 from data_sources._files import capped, existing, file_stem, iter_parquet, parquet_columns
-from data_sources.csv import check_columns, layout_records, make_layout
 
 
 def convert(

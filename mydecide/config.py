@@ -352,14 +352,11 @@ class AugmentConfig(Strict):
         return self
 
 
-class RayEngineConfig(Strict):  # where engine: ray runs prepare's heavy steps (docs/distributed-prepare.md)
+class RayEngineConfig(Strict):  # where engine: ray runs prepare, block by block (docs/distributed-prepare.md)
     address: str | None = None  # a running cluster ("auto", "ray://head:10001"); None: $RAY_ADDRESS, else a local Ray
     num_workers: int | None = Field(None, ge=1)  # CPUs of a local Ray started for the run; None: every CPU
-    partitions: int | None = Field(None, ge=1)  # blocks the rows are cut into; None: 2 per CPU of the cluster
-    # true: every step runs on the workers over blocks of block_rows rows, and the driver holds no rows;
-    # false: the older path, near dedup and decontamination on Ray and every other step in the driver
-    streaming: bool = True
-    block_rows: int = Field(20_000, ge=1)  # rows per block of the streaming path (a task's batch)
+    partitions: int | None = Field(None, ge=1)  # the reducers of every shuffle; None: 2 per CPU of the cluster
+    block_rows: int = Field(20_000, ge=1)  # rows read per block (a task's batch)
 
 
 class OutputConfig(Strict):  # how prepare writes the splits (docs/distributed-prepare.md); train reads every layout
@@ -376,7 +373,7 @@ class DataRecipe(Strict):
     split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
-    engine: Literal["local", "ray"] = "local"  # ray: the heavy steps on a Ray cluster, same answer
+    engine: Literal["local", "ray"] = "local"  # ray: every step on a Ray cluster, same outputs
     ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
     output: OutputConfig = Field(default_factory=OutputConfig)  # single files (train.jsonl) or part files
 

@@ -3,7 +3,6 @@ temperatures.json (``mydecide calibrate``). The fitting itself is :mod:`mydecide
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -19,14 +18,12 @@ from mydecide.calibration.temperatures import (
     fit_temperatures,
 )
 from mydecide.config import dump_recipe
-from mydecide.data.dedup import state_text
-from mydecide.data.shingles import normalise
+from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance
-from mydecide.manifest import MANIFEST, SPLIT_FILES, recorded_as, split_digest, split_dir, split_path
+from mydecide.manifest import MANIFEST, split_digest
 from mydecide.modeling import load_model
-from mydecide.recipe_parsing import RecipeError, read_yaml
-from mydecide.record_files import load_records, read_records
+from mydecide.record_files import load_records
 from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 from mydecide.scoring.probabilities import to_probabilities
@@ -36,97 +33,7 @@ if TYPE_CHECKING:
     from mydecide.config import CalibrateRecipe
     from mydecide.scoring.model import LoadedModel
 
-PROTECTED_SPLITS = {
-    "train.jsonl": ("train", "training"),
-    "test.jsonl": ("test", "test"),
-    "heldout_tasks.jsonl": ("heldout", "held-out test"),
-}
-"""Prepare outputs that calibration must never see: fitting there would leak into training or testing."""
-
-
 # -------------------------------------------------------------------------------------- training-split guard
-
-
-def state_digest(record: Record) -> str:
-    """sha256 of a record's normalised state: the text prepare's split is keyed on (``data.split``)."""
-    return hashlib.sha256(normalise(state_text(record.state)).encode()).hexdigest()
-
-
-def train_split_of(path: Path) -> Path | None:
-    """The training split of the prepare output that holds ``path`` (the file or partitioned split beside it; for a
-    part file of a partitioned split, beside that split), or None when there is none or it holds ``path``."""
-    directory = path.parent
-    if path.is_file() and directory.name in {split_dir(split) for split in SPLIT_FILES}:  # dev/part-00000.jsonl
-        directory = directory.parent
-    train = split_path(directory, "train")
-    if not train.exists() or train.resolve() == path.resolve() or train.resolve() in path.resolve().parents:
-        return None
-    return train
-
-
-def adapter_train_split(adapter: str | Path | None) -> Path | None:
-    """The training split ``adapter`` was trained on, read from its run's recipe.yaml (``RUN/adapter`` and
-    ``RUN/last`` sit beside it, whose ``data`` is the prepare output), or None when that is not known or not there:
-    a copy of the training split placed away from it is then still told apart by its content."""
-    if adapter is None:
-        return None
-    try:
-        data = read_yaml(Path(adapter).parent / "recipe.yaml").get("data")
-    except (RecipeError, OSError, UnicodeDecodeError):  # no run recipe beside it (a copied adapter), or unreadable
-        return None
-    if not isinstance(data, str):
-        return None
-    train = split_path(data, "train")
-    return train if train.exists() else None
-
-
-def training_rows_in(path: Path, adapter: str | Path | None = None) -> str | None:
-    """How many rows of ``path`` are training rows, when any are: rows whose state (by :func:`state_digest`) is a
-    state of the training split beside it or of the one ``adapter`` was trained on (:func:`adapter_train_split`),
-    with or without its row id (a copied row keeps both; prepare keeps every question on one state in one split, so
-    a shared state is one the model saw in training). A row that shares only an id with a training row is not
-    counted: hand-written files reuse ids such as 1, 2, 3."""
-    beside, trained_on = train_split_of(path), adapter_train_split(adapter)
-    splits = [(beside, "the training split")] if beside is not None else []
-    if trained_on is not None and (beside is None or trained_on.resolve() != beside.resolve()):
-        splits.append((trained_on, f"the training split that {adapter} was trained on,"))
-    rows: list[Record] | None = None
-    for train, what in splits:
-        trained, _ = read_records(train)  # lenient: a training row prepare would have rejected is not one
-        states = {state_digest(r): r.id for r in trained}
-        ids = {r.id for r in trained}
-        rows = load_records(path) if rows is None else rows
-        shared = [r for r in rows if state_digest(r) in states]
-        if shared:
-            with_id = sum(r.id in ids for r in shared)
-            return (
-                f"{len(shared)} of its {len(rows)} rows are rows of {what} {train} ({with_id} by row id and "
-                f"state, {len(shared) - with_id} by state alone: the sha256 of the normalised state)"
-            )
-    return None
-
-
-def protected_split(path: str | Path, adapter: str | Path | None = None) -> str | None:
-    """Why ``path`` must not be used for calibration (of ``adapter``), or None.
-
-    Refused: a file named like prepare's train, test or held-out split, a renamed copy of one (a file with the
-    sha256 that the ``manifest.json`` beside it records for one of those splits), and a file that holds rows of the
-    training split beside it or of the adapter's own (a copy with changes, a concatenation, wherever it is placed:
-    :func:`training_rows_in`).
-    """
-    path = Path(path)
-    if path.name in PROTECTED_SPLITS:
-        return f"{path} is named like the {PROTECTED_SPLITS[path.name][1]} split written by prepare"
-    if path.is_dir():  # a partitioned split: train/, test/, heldout_tasks/
-        named = f"{path.name}.jsonl"
-        if named in PROTECTED_SPLITS:
-            return f"{path} is named like the {PROTECTED_SPLITS[named][1]} split written by prepare"
-        return training_rows_in(path, adapter)
-    copied = recorded_as(path, list(PROTECTED_SPLITS))
-    if copied is not None:
-        role = PROTECTED_SPLITS[copied][1]
-        return f"{path} has the sha256 that {path.parent / MANIFEST} records for {copied}, the {role} split"
-    return training_rows_in(path, adapter)
 
 
 def check_calibration_data(path: str | Path, force: bool = False, adapter: str | Path | None = None) -> None:

@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
         engine: str | None = typer.Option(
             None,
             "--engine",
-            help="local (in this process, the default) or ray: near dedup and decontamination on a Ray cluster "
-            "($RAY_ADDRESS or the recipe's ray.address; none: a local Ray), with the same answer.",
+            help="local (in this process, the default) or ray: every step on a Ray cluster, block by block "
+            "($RAY_ADDRESS or the recipe's ray.address; none: a local Ray), with the same outputs.",
             show_default=False,
         ),
         progress: bool | None = typer.Option(

@@ -1,20 +1,20 @@
 """The ``prepare`` steps that remove rows: exact dedup, duplicate ids, near dedup, decontamination and the cap per
-task, each counted in the ledger with why every removed row left and the row or eval item it matched.
+task, each counted in the ledger with why every removed row left and the row or eval item it matched. Near dedup also
+keeps its removals for ``near_pairs.jsonl`` (least similar first, so a threshold can be audited).
 
-The two heavy steps, near dedup and decontamination, find their matches through an :class:`Engine`:
-:class:`LocalEngine` in this process, or ``distributed.RayEngine`` on a Ray cluster, with the same answer. Near
-dedup also keeps its removals for ``near_pairs.jsonl`` (least similar first, so a threshold can be audited).
+A run on Ray (:mod:`mydecide.data.ray`) calls the same rules block by block and shares the manifest's step details
+(:func:`near_step_details`, :func:`decontamination_details`), the eval index and the near-pair lines from here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from mydecide.config import DataRecipe, NearDedupConfig
 from mydecide.data import split
-from mydecide.data.decontaminate import Contamination, EvalIndex
+from mydecide.data.decontaminate import EvalIndex
 from mydecide.data.dedup import exact_duplicates, exact_key
 from mydecide.data.inputs import eval_items
 from mydecide.data.ledger import (
@@ -30,48 +30,6 @@ from mydecide.data.ledger import (
 )
 from mydecide.data.near_dedup import NearMatch, near_duplicates_of
 from mydecide.recipe_parsing import RecipeError
-
-
-class Engine(Protocol):
-    """Where the two heavy steps run: :class:`LocalEngine` in this process, or ``distributed.RayEngine`` on a Ray
-    cluster. Both give the same answer; every other step, and all the counting, is the pipeline's own."""
-
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
-        """``{removed index: NearMatch}``: near_dedup's keep rule over the rows (``bar.update(n)``: progress)."""
-        ...
-
-    def contamination(
-        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
-    ) -> list[Contamination | None]:
-        """The first eval overlap of each row, or None."""
-        ...
-
-
-class LocalEngine:
-    """The heavy steps in this process (numpy shingles and MinHash, datasketch's LSH)."""
-
-    def near_matches(self, rows: list[Row], recipe: DataRecipe, bar: Any) -> dict[int, NearMatch]:
-        near = recipe.dedup.near
-        found = decisions(rows)
-        return near_duplicates_of(
-            decision_sketches(rows, found, recipe.dedup.near),
-            threshold=near.threshold,
-            progress=bar.update,
-            shingling=shingling(near),
-            keep_slot_changes=near.keep_slot_changes,
-            decisions=found,
-        )
-
-    def contamination(
-        self, rows: list[Row], index: EvalIndex, recipe: DataRecipe, bar: Any
-    ) -> list[Contamination | None]:
-        found = decisions(rows)
-        return index.match(
-            found.texts,
-            progress=bar.update,
-            tokenised=decision_words(rows, found),
-            sketches=decision_sketches(rows, found, recipe.dedup.near) if recipe.decontamination.near else None,
-        )
 
 
 # ----------------------------------------------------------------------------------------------------- steps
@@ -104,15 +62,21 @@ def unique_ids(rows: list[Row], ledger: Ledger) -> list[Row]:
     return ledger.step("duplicate_ids", rows, kept, removed)
 
 
-def near_dedup(
-    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
-) -> list[Row]:
+def near_dedup(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
     """Drop rows that ask the same question as an earlier kept row about a nearly identical state."""
     near = recipe.dedup.near
     if not near.enabled or not rows:
         return ledger.step("near_dedup", rows, rows, [], skipped=not near.enabled)
+    found = decisions(rows)
     with progress_bar(progress, "near dedup", total=len(rows)) as bar:
-        matches = (engine or LocalEngine()).near_matches(rows, recipe, bar)
+        matches = near_duplicates_of(
+            decision_sketches(rows, found, near),
+            threshold=near.threshold,
+            progress=bar.update,
+            shingling=shingling(near),
+            keep_slot_changes=near.keep_slot_changes,
+            decisions=found,
+        )
     removed = [
         (rows[i], "near duplicate", {**rows[m.kept].ref(), "similarity": round(m.similarity, 4)})
         for i, m in sorted(matches.items())
@@ -151,7 +115,7 @@ def similarity_band(similarity: float) -> str:
 
 def near_pairs(rows: Sequence[Row] | Mapping[int, Row], matches: dict[int, NearMatch]) -> list[dict[str, Any]]:
     """One line per near-duplicate removal, least similar first, so a threshold can be audited from the top
-    (``rows``: the rows by index, or, on the streaming path, the rows of the pairs by their place in the run)."""
+    (``rows``: the rows by index, or, on Ray, the rows of the pairs by their place in the run)."""
 
     def side(row: Row) -> dict[str, Any]:
         text = row.text
@@ -189,16 +153,20 @@ def eval_index(recipe: DataRecipe) -> tuple[EvalIndex, dict[str, dict]]:
     return index, files
 
 
-def decontaminate(
-    rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False, engine: Engine | None = None
-) -> list[Row]:
+def decontaminate(rows: list[Row], recipe: DataRecipe, ledger: Ledger, progress: bool = False) -> list[Row]:
     """Drop rows whose state matches an eval item: exactly, nearly (MinHash) or by a shared word n-gram."""
     if not recipe.decontaminate_against:
         release(rows)
         return ledger.step("decontaminate", rows, rows, [], eval_files={})
     index, files = eval_index(recipe)
+    decided = decisions(rows)
     with progress_bar(progress, "decontaminate", total=len(rows)) as bar:
-        found = (engine or LocalEngine()).contamination(rows, index, recipe, bar)
+        found = index.match(
+            decided.texts,
+            progress=bar.update,
+            tokenised=decision_words(rows, decided),
+            sketches=decision_sketches(rows, decided, recipe.dedup.near) if recipe.decontamination.near else None,
+        )
     removed = [
         (row, f"eval overlap ({hit.method})", hit.to_json())
         for row, hit in zip(rows, found, strict=True)

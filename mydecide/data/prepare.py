@@ -7,9 +7,9 @@ step, its reason, its source location and (for duplicates and contamination) the
 Before anything is written the conservation law is checked: input rows = kept + rejected + removed, exactly.
 
 Convert and validate live in :mod:`mydecide.data.inputs`; the steps that remove rows (dedup, unique ids,
-decontamination, the cap per task) and the :class:`~mydecide.data.filtering.Engine` the two heavy ones run on, in
-:mod:`mydecide.data.filtering`; the split and augment steps in :mod:`mydecide.data.split_augment` (the streaming Ray
-path, :mod:`mydecide.data.streaming`, runs them per block); the writing in :mod:`mydecide.data.outputs`.
+decontamination, the cap per task) in :mod:`mydecide.data.filtering`; the split and augment steps in
+:mod:`mydecide.data.split_augment`; the writing in :mod:`mydecide.data.outputs`. ``engine: ray`` runs the same steps
+on Ray, block by block (:mod:`mydecide.data.ray`).
 """
 
 from __future__ import annotations
@@ -19,15 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import DataRecipe
-from mydecide.data.filtering import (
-    Engine,
-    LocalEngine,
-    cap_per_task,
-    decontaminate,
-    exact_dedup,
-    near_dedup,
-    unique_ids,
-)
+from mydecide.data.filtering import cap_per_task, decontaminate, exact_dedup, near_dedup, unique_ids
 from mydecide.data.inputs import convert_and_validate
 from mydecide.data.ledger import Ledger, short_reasons
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
@@ -46,22 +38,15 @@ def prepare(
     *,
     progress: bool = False,
     log: Log | None = None,
-    engine: Engine | None = None,
 ) -> dict[str, Any]:
     """Run the data recipe and write its outputs to ``out`` (default ``recipe.out``); returns the manifest.
 
-    ``recipe.engine: ray`` runs near dedup and decontamination on a Ray cluster (docs/distributed-prepare.md).
+    ``recipe.engine: ray`` runs every step on a Ray cluster, with the same outputs (docs/distributed-prepare.md).
     """
-    if engine is None and recipe.engine == "ray" and recipe.ray.streaming:
-        from mydecide.data.streaming import prepare_streaming
+    if recipe.engine == "ray":
+        from mydecide.data.ray.driver import prepare_on_ray
 
-        return prepare_streaming(recipe, out, progress=progress, log=log)
-    if engine is None and recipe.engine == "ray":
-        from mydecide.data.distributed import ray_engine
-
-        with ray_engine(recipe.ray, log=log) as ray:
-            return prepare(recipe, out, progress=progress, log=log, engine=ray)
-    engine = engine or LocalEngine()
+        return prepare_on_ray(recipe, out, progress=progress, log=log)
     out = Path(out if out is not None else recipe.out)
     check_output_dir(out, recipe)  # before any work: what prepare would replace must be its own
     with directory_lock(out, "prepare"):  # a second prepare into the same --out stops here, naming this one
@@ -71,8 +56,8 @@ def prepare(
         rows = convert_and_validate(recipe.sources, ledger, progress)
         rows = exact_dedup(rows, recipe, ledger)
         rows = unique_ids(rows, ledger)
-        rows = near_dedup(rows, recipe, ledger, progress, engine)
-        rows = decontaminate(rows, recipe, ledger, progress, engine)
+        rows = near_dedup(rows, recipe, ledger, progress)
+        rows = decontaminate(rows, recipe, ledger, progress)
         rows = cap_per_task(rows, recipe, ledger)
         check_absent_labels(rows, recipe)
         splits = split_rows(rows, recipe, ledger)

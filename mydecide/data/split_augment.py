@@ -1,5 +1,5 @@
 """The steps of ``prepare`` after filtering, shared by the local pipeline (:mod:`mydecide.data.prepare`) and the
-streaming Ray path (:mod:`mydecide.data.streaming`, per block): the check of labels declared absent, the split, the
+run on Ray (:mod:`mydecide.data.ray`, per block): the check of labels declared absent, the split, the
 causes of an empty split, and the train split's augmented copies and soft targets."""
 
 from __future__ import annotations

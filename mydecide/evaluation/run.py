@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide import metrics
-from mydecide.calibration.run import protected_split
 from mydecide.calibration.temperatures import load_temperatures
 from mydecide.config import Costs, EvalRecipe, dump_recipe
+from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks

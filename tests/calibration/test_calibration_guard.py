@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from mydecide.calibration.run import check_calibration_data, protected_split
+from mydecide.calibration.run import check_calibration_data
 from mydecide.cli import app
+from mydecide.data.split import protected_split
 
 
 def rows(start: int, n: int) -> list[dict[str, Any]]:

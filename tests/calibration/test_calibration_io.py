@@ -11,7 +11,7 @@ import pytest
 from scipy.special import expit
 from typer.testing import CliRunner
 
-from mydecide.calibration.run import calibrate, check_calibration_data, protected_split
+from mydecide.calibration.run import calibrate, check_calibration_data
 from mydecide.calibration.temperatures import (
     TemperatureTable,
     fit_temperatures,
@@ -19,6 +19,7 @@ from mydecide.calibration.temperatures import (
     option_bucket,
 )
 from mydecide.cli import app
+from mydecide.data.split import protected_split
 from mydecide.records import parse_record
 from mydecide.scoring.probabilities import answer_rows, to_probabilities
 

@@ -1,6 +1,6 @@
-"""The streaming Ray path (``ray.streaming: true``: every step on the workers, block by block, the driver holding no
-rows) writes the local path's files byte for byte: the same rows in every split in the same order, the same
-rejects.jsonl and near_pairs.jsonl, the same manifest counts, for any block size. One local Ray with 2 CPUs is
+"""`prepare` on Ray (``engine: ray``: every step on the workers, block by block, the driver holding no rows) writes
+the local path's files byte for byte: the same rows in every split in the same order, the same rejects.jsonl and
+near_pairs.jsonl, the same manifest counts, for any block size and partition count. One local Ray with 2 CPUs is
 started for the module.
 """
 
@@ -8,22 +8,101 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from prepare_builders import CHOICE, NOUL, SCORE, make, sentence, write_jsonl
-from test_distributed_prepare import ROOT, outputs, planted
-from test_distributed_retry import crashing
+from prepare_builders import CHOICE, NOUL, SCORE, WORDS, make, sentence, write_jsonl
 
 from mydecide.config import DataRecipe
-from mydecide.data import streaming
 from mydecide.data.prepare import prepare
+from mydecide.data.ray import driver, near_steps, steps
 from mydecide.recipe_loading import load_recipe
 from mydecide.recipe_parsing import RecipeError
 
 ray = pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def outputs(out: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """Every JSONL output as text, and the manifest without timings and provenance."""
+    files = {path.name: path.read_text(encoding="utf-8") for path in sorted(out.glob("*.jsonl"))}
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    steps = [{k: v for k, v in step.items() if k != "seconds"} for step in manifest["steps"]]
+    return files, {"steps": steps, "conservation": manifest["conservation"], "splits": manifest["splits"]}
+
+
+def edited(text: str, at: int, word: str = "zzyzx") -> str:
+    words = text.split()
+    words[at] = word
+    return " ".join(words)
+
+
+def planted(tmp_path: Path) -> tuple[DataRecipe, dict[str, str]]:
+    """600 rows whose near duplicates sit in other partitions than the rows they repeat, a chain (b repeats a, c
+    repeats b but not a), look-alikes with another number, the same text under another question, and eval items
+    found exactly, nearly, and as a short phrase that is rare (2 rows) or common (4 rows, in several partitions)."""
+    rows = [make(i, question=CHOICE if i % 3 else NOUL) for i in range(540)]
+    expect: dict[str, str] = {}
+    for k in range(0, 40, 2):  # an early row repeated with one word changed near the end
+        rows.append(make(1000 + k, state=edited(rows[k]["state"], 7), question=rows[k]["question"]))
+        expect[f"r{1000 + k}"] = "near_dedup"
+    chain_a = sentence(5000, 24)
+    chain_b = edited(edited(chain_a, 3), 11, "yyqq")
+    chain_c = edited(edited(chain_b, 17, "wwvv"), 20, "uutt")
+    rows.insert(10, make(5000, state=chain_a, question=NOUL))
+    rows.insert(300, make(5001, state=chain_b, question=NOUL))
+    rows.append(make(5002, state=chain_c, question=NOUL))
+    rows.insert(5, make(6000, state="Set an alarm for 7 am tomorrow please", question=NOUL))
+    rows.append(make(6001, state="Set an alarm for 9 am tomorrow please", question=NOUL))
+    rows.append(make(6002, state=rows[20]["state"], question={**NOUL, "instructions": "Is it about rivers?"}))
+    common = "quartz meadow willow harbor canyon beacon"
+    for k, at in enumerate((50, 200, 380, 560)):  # a 6-word eval phrase inside 4 rows: common, not contamination
+        rows.insert(at, make(7000 + k, state=f"{sentence(7000 + k, 12)} {common} {sentence(7100 + k, 12)}"))
+    rare = "glacier lagoon yarrow tundra sierra ember"
+    for k, at in enumerate((120, 500)):  # inside 2 rows: a copied eval item
+        rows.insert(at, make(7200 + k, state=f"{sentence(7200 + k, 12)} {rare} {sentence(7300 + k, 12)}"))
+        expect[f"r{7200 + k}"] = "decontaminate"
+    source = write_jsonl(tmp_path / "rows.jsonl", rows)
+    evals = [
+        {"id": "e-exact", "state": rows[400]["state"]},
+        {"id": "e-near", "state": edited(rows[450]["state"], 30)},
+        {"id": "e-common", "state": common},
+        {"id": "e-rare", "state": rare},
+        {"id": "e-other", "state": " ".join(WORDS[:20])},
+    ]
+    expect[rows[400]["id"]] = expect[rows[450]["id"]] = "decontaminate"
+    eval_file = write_jsonl(tmp_path / "eval.jsonl", evals)
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "decontaminate_against": [str(eval_file)],
+            "dedup": {"near": {"threshold": 0.7}},
+            "split": {"dev_fraction": 0.1, "test_fraction": 0.1},
+            "augment": {"anonymize_options": 0.2, "drop_distractors": 0.2},
+        }
+    )
+    return recipe, expect
+
+
+def crashing(task: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    """``task``, except that the first N calls to start (N in ``folder/crashes``) end their worker process first.
+
+    A nested function, so Ray ships it to the workers by value, with ``task`` and ``folder``."""
+
+    def crash_then_run(*args: Any, **kwargs: Any) -> Any:
+        for slot in range(int((folder / "crashes").read_text())):
+            try:  # claim a crash slot atomically: two workers starting together must not both take the same one
+                os.close(os.open(folder / f"crash-{slot}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            os._exit(1)
+        return task(*args, **kwargs)
+
+    return crash_then_run
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,8 +112,8 @@ def local_ray() -> Any:
     ray.shutdown()
 
 
-def streamed(recipe: DataRecipe, block_rows: int, partitions: int = 2) -> DataRecipe:
-    settings = recipe.ray.model_copy(update={"streaming": True, "block_rows": block_rows, "partitions": partitions})
+def on_ray(recipe: DataRecipe, block_rows: int, partitions: int = 2) -> DataRecipe:
+    settings = recipe.ray.model_copy(update={"block_rows": block_rows, "partitions": partitions})
     return recipe.model_copy(update={"engine": "ray", "ray": settings})
 
 
@@ -54,9 +133,9 @@ def assert_same(local: Path, other: Path) -> dict[str, bytes]:
         assert data == files[name], f"{name} differs"
     assert outputs(local)[1] == outputs(other)[1]
     listed = json.loads((local / "manifest.json").read_text())["outputs"]
-    streamed_listed = json.loads((other / "manifest.json").read_text())["outputs"]
+    ray_listed = json.loads((other / "manifest.json").read_text())["outputs"]
     assert {k: v for k, v in listed.items() if k != "recipe.yaml"} == {
-        k: v for k, v in streamed_listed.items() if k != "recipe.yaml"
+        k: v for k, v in ray_listed.items() if k != "recipe.yaml"
     }
     return files
 
@@ -66,22 +145,36 @@ def test_planted_near_duplicates_and_eval_items_give_the_local_files_for_any_blo
     prepare(recipe, tmp_path / "local")
     for block_rows, partitions in ((37, 3), (5000, 2)):  # 16 blocks with near duplicates across them; one block
         lines: list[str] = []
-        prepare(streamed(recipe, block_rows, partitions), tmp_path / f"s{block_rows}", log=lines.append)
+        prepare(on_ray(recipe, block_rows, partitions), tmp_path / f"s{block_rows}", log=lines.append)
         files = assert_same(tmp_path / "local", tmp_path / f"s{block_rows}")
-        assert any(line.startswith("engine ray, streaming:") for line in lines)
+        blocks = 16 if block_rows == 37 else 1
+        assert lines[:2] == [
+            f"engine ray: 2 CPUs, {partitions} partitions",
+            f"engine ray: {blocks} blocks of up to {block_rows} rows read, {partitions} reducers",
+        ]
     rejects = {r["id"]: r for r in map(json.loads, files["rejects.jsonl"].decode().splitlines())}
     for row_id, step in expect.items():
         assert rejects[row_id]["step"] == step, row_id
     assert sum(r["step"] == "near_dedup" for r in rejects.values()) == 21
+    for k in range(0, 40, 2):  # matched to a row of the first block (they sit in the last)
+        assert rejects[f"r{1000 + k}"]["matched"]["id"] == f"r{k}"
+    assert "r5001" in rejects and "r6001" not in rejects and "r6002" not in rejects
+    assert not any(f"r{7000 + k}" in rejects for k in range(4))  # the common phrase stays
+    assert {r["matched"]["eval_id"] for r in rejects.values() if r["step"] == "decontaminate"} >= {
+        "e-exact",
+        "e-near",
+        "e-rare",
+    }
 
 
 def test_the_bundled_demo_data_gives_the_local_files(tmp_path: Path) -> None:
     recipe = load_recipe(ROOT / "recipes/data/demo.yaml", model=DataRecipe)
     prepare(recipe, tmp_path / "local")
     lines: list[str] = []
-    prepare(streamed(recipe, 700, 3), tmp_path / "ray", log=lines.append)
+    prepare(on_ray(recipe, 700, 3), tmp_path / "ray", log=lines.append)
     files = assert_same(tmp_path / "local", tmp_path / "ray")
-    assert any(line.startswith("engine ray, streaming:") for line in lines)
+    assert lines[0] == "engine ray: 2 CPUs, 3 partitions"
+    assert re.fullmatch(r"engine ray: \d+ blocks of up to 700 rows read, 3 reducers", lines[1])
     assert files["near_pairs.jsonl"].count(b"\n") > 50
 
 
@@ -105,7 +198,7 @@ def test_records_whose_content_is_in_the_question_give_the_local_files(tmp_path:
         {"sources": [{"kind": "jsonl", "path": str(write_jsonl(tmp_path / "rows.jsonl", rows))}]}
     )
     prepare(recipe, tmp_path / "local")
-    prepare(streamed(recipe, 33), tmp_path / "ray")
+    prepare(on_ray(recipe, 33), tmp_path / "ray")
     files = assert_same(tmp_path / "local", tmp_path / "ray")
     near = [json.loads(line) for line in files["rejects.jsonl"].decode().splitlines()]
     assert {r["id"] for r in near if r["step"] == "near_dedup"} == {f"r{400 + k}" for k in range(0, 40, 5)}
@@ -140,7 +233,7 @@ def mixed(tmp_path: Path) -> DataRecipe:
 def test_bad_rows_duplicates_ids_caps_and_held_out_tasks_give_the_local_files(tmp_path: Path) -> None:
     recipe = mixed(tmp_path)
     prepare(recipe, tmp_path / "local")
-    prepare(streamed(recipe, 10, 3), tmp_path / "ray")
+    prepare(on_ray(recipe, 10, 3), tmp_path / "ray")
     files = assert_same(tmp_path / "local", tmp_path / "ray")
     rejects = [json.loads(line) for line in files["rejects.jsonl"].decode().splitlines()]
     wheres = {r["where"] for r in rejects if r["step"] == "validate"}
@@ -154,7 +247,7 @@ def test_part_files_are_the_local_ones(tmp_path: Path, layout: dict[str, Any]) -
     recipe = mixed(tmp_path)
     recipe = recipe.model_copy(update={"output": recipe.output.model_copy(update=layout)})
     prepare(recipe, tmp_path / "local")
-    prepare(streamed(recipe, 10), tmp_path / "ray")
+    prepare(on_ray(recipe, 10), tmp_path / "ray")
     assert_same(tmp_path / "local", tmp_path / "ray")
     assert len(list((tmp_path / "ray" / "train").iterdir())) > 1
 
@@ -162,8 +255,13 @@ def test_part_files_are_the_local_ones(tmp_path: Path, layout: dict[str, Any]) -
 def test_one_parquet_file_per_split_is_refused_in_one_line(tmp_path: Path) -> None:
     recipe = mixed(tmp_path)
     recipe = recipe.model_copy(update={"output": recipe.output.model_copy(update={"format": "parquet"})})
-    with pytest.raises(RecipeError, match=r"output\.rows_per_file"):
-        prepare(streamed(recipe, 10), tmp_path / "ray")
+    with pytest.raises(RecipeError) as refused:
+        prepare(on_ray(recipe, 10), tmp_path / "ray")
+    assert str(refused.value) == (
+        "engine ray: output.format parquet needs output.rows_per_file (one Parquet file of a whole split would be "
+        "built in one process); set output.rows_per_file, e.g. 1000000"
+    )
+    assert not (tmp_path / "ray").exists()
 
 
 def test_a_recipe_error_on_a_worker_is_the_local_message(tmp_path: Path) -> None:
@@ -171,17 +269,17 @@ def test_a_recipe_error_on_a_worker_is_the_local_message(tmp_path: Path) -> None
     recipe = recipe.model_copy(update={"split": recipe.split.model_copy(update={"heldout_tasks": ["nope"]})})
     with pytest.raises(RecipeError) as local:
         prepare(recipe, tmp_path / "local")
-    with pytest.raises(RecipeError) as streamed_error:
-        prepare(streamed(recipe, 10), tmp_path / "ray")
-    assert str(streamed_error.value) == str(local.value)
+    with pytest.raises(RecipeError) as ray_error:
+        prepare(on_ray(recipe, 10), tmp_path / "ray")
+    assert str(ray_error.value) == str(local.value)
     missing = recipe.model_copy(
         update={"sources": [recipe.sources[0].model_copy(update={"path": str(tmp_path / "no.jsonl")})]}
     )
     with pytest.raises(RecipeError) as local:
         prepare(missing, tmp_path / "local")
-    with pytest.raises(RecipeError) as streamed_error:
-        prepare(streamed(missing, 10), tmp_path / "ray")
-    assert str(streamed_error.value) == str(local.value)
+    with pytest.raises(RecipeError) as ray_error:
+        prepare(on_ray(missing, 10), tmp_path / "ray")
+    assert str(ray_error.value) == str(local.value)
     assert not (tmp_path / "ray").exists()
 
 
@@ -191,11 +289,12 @@ def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previ
     recipe, _ = planted(tmp_path)
     prepare(recipe, tmp_path / "local")
     folders = [tmp_path / "sign", tmp_path / "render", tmp_path / "write"]
-    for folder, task in zip(folders, ("_sign_block", "_split_render", "_write_split"), strict=True):
+    tasks = ((near_steps, "sign_block"), (steps, "split_render"), (driver, "write_split"))
+    for folder, (module, task) in zip(folders, tasks, strict=True):
         folder.mkdir()
         (folder / "crashes").write_text("1")
-        monkeypatch.setattr(streaming, task, crashing(getattr(streaming, task), folder))
-    prepare(streamed(recipe, 100), tmp_path / "ray")
+        monkeypatch.setattr(module, task, crashing(getattr(module, task), folder))
+    prepare(on_ray(recipe, 100), tmp_path / "ray")
     for folder in folders:  # a worker died mid near dedup, another mid rendering, another writing a split
         assert len(list(folder.glob("crash-*"))) == 1
     assert_same(tmp_path / "local", tmp_path / "ray")
@@ -206,68 +305,9 @@ def test_a_worker_that_dies_is_retried_and_one_that_always_dies_leaves_the_previ
             marker.unlink()
     changed = recipe.model_copy(update={"split": recipe.split.model_copy(update={"seed": 99})})
     with pytest.raises(ray.exceptions.RayError):
-        prepare(streamed(changed, 100), tmp_path / "ray")
+        prepare(on_ray(changed, 100), tmp_path / "ray")
     assert every_file(tmp_path / "ray") == before  # the previous outputs, whole
     assert not list(tmp_path.glob(".ray.staging-*"))
-
-
-def test_a_first_seen_share_removes_every_row_but_the_lowest_seq_of_its_key_across_blocks_and_waves() -> None:
-    """FirstSeen (the actor of the exact-dedup and duplicate-id shuffles) called wave by wave, blocks in order: a
-    later row of a key already seen is removed against the first row's ref, with its target conflict."""
-    seen = streaming.FirstSeen()
-
-    def share(keys: list[int], seqs: list[int], targets: list[int]) -> tuple[Any, ...]:
-        k = np.array([[key, 0] for key in keys], dtype=np.uint64).reshape(-1, 2)
-        return (k, np.array(seqs, dtype=np.int64), np.array(targets, dtype=np.uint64), [f"row{q}" for q in seqs])
-
-    # wave 1: block 0 (seqs 0-2; rows given out of seq order) and block 1 (seqs 3-5)
-    b0, b1 = seen.add(share([7, 9, 7], [2, 0, 1], [1, 1, 2]), share([9, 5, 5], [3, 4, 5], [1, 0, 0]))
-    assert b0[0].tolist() == [2] and b0[1] == ["row1"] and b0[2].tolist() == [True]  # seq 1 came first; other target
-    assert b1[0].tolist() == [3, 5] and b1[1] == ["row0", "row4"] and b1[2].tolist() == [False, False]
-    # wave 2: one block; every key seen in wave 1 is still held
-    removed, matched, conflicts = seen.add(share([5, 8, 7], [6, 7, 8], [0, 0, 2]))
-    assert removed.tolist() == [6, 8] and matched == ["row4", "row1"] and conflicts.tolist() == [False, False]
-
-
-def dead(actor: Any, wait: float = 30.0) -> bool:
-    """Whether ``actor`` is gone: ``ray.kill`` returns before the actor stops, so a call made right after it may
-    still be answered; poll until a call fails with the actor's death, for at most ``wait`` seconds."""
-    import time
-
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=max(0.1, deadline - time.monotonic()))
-        except ray.exceptions.RayActorError:
-            return True
-        except ray.exceptions.GetTimeoutError:
-            break
-        time.sleep(0.1)
-    return False
-
-
-def test_the_key_holding_actors_go_when_their_step_ends_or_fails() -> None:
-    """A waved shuffle's actors hold a share of every key seen: they are killed when the step is over, and also when
-    it raises, so a failed step leaves no actor holding keys in the cluster."""
-    with streaming.key_actors(streaming.KeyCounts, 2) as counts:
-        ray.get([a.add.remote(np.array([4, 4, 4, 4], dtype=np.uint64)) for a in counts])
-        assert [x.tolist() for x in ray.get([a.frequent.remote() for a in counts])] == [[4], [4]]
-        assert not dead(counts[0], wait=0.5)  # alive while the step runs
-    assert all(dead(a) for a in counts)
-    with pytest.raises(RuntimeError, match="a step failed"), streaming.key_actors(streaming.FirstSeen, 1) as seen:
-        raise RuntimeError("a step failed")
-    assert dead(seen[0])
-
-
-def test_the_keep_rule_on_arrays_removes_a_row_only_for_the_most_similar_earlier_kept_row() -> None:
-    from mydecide.data.distributed import kept_by
-
-    # row 2 matches 1 (0.9) and 0 (0.8), but 1 is removed by 0: 2 goes with 0; row 5 matches only 4, kept: removed;
-    # row 6 matches only 5, itself removed: 6 stays; row 7 ties 0.75 on 4 and 3: the first, 3
-    matches = [(1, 0, 0.95), (2, 1, 0.9), (2, 0, 0.8), (5, 4, 0.7), (6, 5, 0.99), (7, 4, 0.75), (7, 3, 0.75)]
-    table = kept_by(np.array(matches[::-1], dtype=np.float64))
-    assert table.tolist() == [[1, 0, 0.95], [2, 0, 0.8], [5, 4, 0.7], [7, 3, 0.75]]
-    assert kept_by(np.zeros((0, 3))).shape == (0, 3)
 
 
 def test_the_files_are_written_by_tasks_on_the_drivers_node_or_by_a_ray_client_driver(
@@ -279,17 +319,43 @@ def test_the_files_are_written_by_tasks_on_the_drivers_node_or_by_a_ray_client_d
     recipe = recipe.model_copy(update={"output": recipe.output.model_copy(update={"rows_per_file": 7})})
     prepare(recipe, tmp_path / "local")
     writers: list[int] = []
-    write_split = streaming._write_split
+    write_split = driver.write_split
 
     def recorded(*args: Any) -> Any:
         writers.append(os.getpid())
         return write_split(*args)
 
-    monkeypatch.setattr(streaming, "_write_split", recorded)
-    prepare(streamed(recipe, 10), tmp_path / "ray")
+    monkeypatch.setattr(driver, "write_split", recorded)
+    prepare(on_ray(recipe, 10), tmp_path / "ray")
     assert_same(tmp_path / "local", tmp_path / "ray")
     assert writers == []  # the calls ran in Ray workers, not in this (the driver's) process
     monkeypatch.setattr(client, "is_connected", lambda: True)  # through Ray Client the driver writes itself
-    prepare(streamed(recipe, 10), tmp_path / "client")
+    prepare(on_ray(recipe, 10), tmp_path / "client")
     assert_same(tmp_path / "local", tmp_path / "client")
     assert writers == [os.getpid()] * 4  # train, dev, held-out, test
+
+
+def test_the_command_line_runs_the_ray_engine(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+
+    source = write_jsonl(tmp_path / "rows.jsonl", [make(i) for i in range(30)] + [make(99, state=sentence(3))])
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"sources:\n  - {{kind: jsonl, path: {source}}}\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["prepare", str(recipe), "--engine", "ray", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["recipe"]["engine"] == "ray"
+    assert manifest["conservation"]["removed"] == 1  # r99 repeats r3's state exactly
+
+
+def test_decontamination_without_near_dedup_signs_the_rows_itself_and_gives_the_local_answer(tmp_path: Path) -> None:
+    recipe, _ = planted(tmp_path)
+    recipe = recipe.model_copy(update={"dedup": recipe.dedup.model_copy(update={"near": {"enabled": False}})})
+    recipe = DataRecipe.model_validate(recipe.model_dump())
+    prepare(recipe, tmp_path / "local")
+    prepare(on_ray(recipe, 50, 3), tmp_path / "ray")
+    files = assert_same(tmp_path / "local", tmp_path / "ray")
+    rejects = [json.loads(line) for line in files["rejects.jsonl"].decode().splitlines()]
+    assert any(r["matched"]["method"] == "near" for r in rejects if r["step"] == "decontaminate")
