@@ -25,6 +25,7 @@ from mydecide.calibration.conformal import (
     TooFewRows,
     choose_score,
     conformal_quantile,
+    fewest_answers,
     gold_scores,
     learn_then_test,
     min_rows_for,
@@ -206,9 +207,10 @@ def describe(section: dict[str, Any]) -> list[str]:
         )
     for qtype, a in section.get("auto_act", {}).items():
         if a["threshold"] is None:
+            least = fewest_answers(a["max_risk"], a["delta"])
             lines.append(
                 f"{qtype}: no threshold shows an error rate ≤ {a['max_risk']:g} at delta {a['delta']:g} on {a['n']} "
-                "dev questions: every answer escalates"
+                f"dev questions (one can pass only with {least} or more answered): every answer escalates"
             )
             continue
         lines.append(
