@@ -106,6 +106,7 @@ def fit_conformal(
     by_task: dict[str, tuple[str, list[tuple[np.ndarray, int]]]] = {}
     acted: dict[str, list[tuple[float, bool, str]]] = {}
     span_best: dict[str, list[np.ndarray]] = {}
+    mixed: set[str] = set()
     for record, z in zip(records, logits, strict=True):
         q = record.question
         if q.type == "span":
@@ -116,14 +117,17 @@ def fit_conformal(
         rows = set_rows(q.type, p, record.target)
         by_type.setdefault(q.type, []).extend(rows)
         by_task.setdefault(record.task, (q.type, []))[1].extend(rows)
+        if by_task[record.task][0] != q.type:  # a task of several types gets only its types' rules
+            mixed.add(record.task)
         wrong = wrong_answer(q.type, p, record.target)
         acted.setdefault(q.type, []).append((confidence(q.type, p), wrong, record.task))
     section: dict[str, Any] = {"alpha": alpha, "max_risk": max_risk, "delta": delta if max_risk else None}
     section["dev_tasks"] = sorted({r.task for r in records})
+    by_task = {task: rows for task, rows in by_task.items() if task not in mixed}
     if alpha is not None:
         section |= _sets(by_type, by_task, span_best, alpha, min_rows)
     if max_risk is not None:
-        section["auto_act"], section["task_auto_act"] = _auto_act(acted, max_risk, delta, min_rows)
+        section["auto_act"], section["task_auto_act"] = _auto_act(acted, max_risk, delta, min_rows, mixed)
     return section
 
 
@@ -170,7 +174,7 @@ def _sets(
 
 
 def _auto_act(
-    acted: dict[str, list[tuple[float, bool, str]]], max_risk: float, delta: float, min_rows: int
+    acted: dict[str, list[tuple[float, bool, str]]], max_risk: float, delta: float, min_rows: int, mixed: set[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     def rule(rows: list[tuple[float, bool, str]], qtype: str) -> dict[str, Any]:
         found = learn_then_test(np.array([c for c, _, _ in rows]), np.array([w for _, w, _ in rows]), max_risk, delta)
@@ -181,7 +185,7 @@ def _auto_act(
     for qtype, rows in sorted(acted.items()):
         for task in sorted({t for _, _, t in rows}):
             mine = [r for r in rows if r[2] == task]
-            if len(mine) >= min_rows:
+            if len(mine) >= min_rows and task not in mixed:
                 tasks[task] = rule(mine, qtype)
     return types, tasks
 

@@ -142,6 +142,9 @@ def guarantee_report(
         mine = [r for r in rows if r.task == task and r.qtype != "span"]
         qtype = mine[0].qtype
         entry: dict[str, Any] = {"type": qtype, "outside_guarantee": bool(seen) and task not in seen}
+        if any(r.qtype != qtype for r in mine):  # a task of several types: its types' blocks hold its questions
+            out["tasks"][task] = entry | {"type": "mixed"}
+            continue
         rule = table.task_sets.get(task) or table.sets.get(qtype)
         if rule is not None:
             entry["rule"] = "task" if task in table.task_sets else "type"

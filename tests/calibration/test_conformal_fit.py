@@ -165,3 +165,22 @@ def test_gold_span_best_reads_each_gold_span_words() -> None:
     grid[4 * 2 + 1], grid[5 * 2 + 1] = 0.2, 0.6  # "070" and "123" as PHONE
     best = gold_span_best(record, grid)
     assert {k: v.tolist() for k, v in best.items()} == {"EMAIL": [0.7], "PHONE": [0.6]}
+
+
+def test_a_task_of_several_types_gets_only_its_types_rules() -> None:
+    from mydecide.calibration.conformal_fit import fit_conformal
+    from mydecide.calibration.temperatures import TemperatureTable
+
+    records, logits = _records(60, 5, tasks=("choice", "noul"))
+    records = [parse_record({**r.to_json(), "task": "both"})[0] for r in records]
+    section = fit_conformal(
+        records,
+        [logits[(r.state, r.question.type)] for r in records],
+        TemperatureTable({}),
+        alpha=0.1,
+        max_risk=0.05,
+        delta=0.1,
+        min_rows=30,
+    )
+    assert set(section["sets"]) == {"choice", "noul"} and section["sets"]["noul"]["n"] == 60
+    assert section["task_sets"] == {} and section["task_auto_act"] == {}
