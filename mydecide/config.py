@@ -403,6 +403,9 @@ class CalibrateRecipe(ScoringModel):
     min_rows: int = Field(30, ge=1)  # questions a type or bucket needs for its own temperature
     keep_fit: bool = False  # keep a fitted T even where it does not lower the dev log loss (default: T = 1 kept)
     level_maps: bool = True  # score questions: a level map per K after T, where dev holds enough and it helps
+    alpha: float | None = Field(None, gt=0, lt=1)  # conformal sets missing the gold answer at most this often
+    max_risk: float | None = Field(None, gt=0, lt=1)  # auto-act: error rate among answered questions at most this
+    delta: float = Field(0.1, gt=0, lt=1)  # auto-act: with probability at least 1 − delta
     limit: int | None = Field(None, ge=1)  # only the first N records
     batch_size: int = Field(16, ge=1)  # prompts per forward pass
     shared_prefix: bool = True  # questions on one state share its computation

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mydecide.calibration.conformal_fit import describe as describe_conformal
+from mydecide.calibration.conformal_fit import fit_conformal, table_of
 from mydecide.calibration.level_maps import describe as describe_level_map
 from mydecide.calibration.spans import decisions_to_json, fit_span_decisions
 from mydecide.calibration.temperatures import (
@@ -61,10 +63,17 @@ def calibrate(
     progress: bool = True,
     scorer: QuestionScorer | None = None,
     level_maps: bool = True,
+    alpha: float | None = None,
+    max_risk: float | None = None,
+    delta: float = 0.1,
 ) -> dict:
     """Score dev ``records`` with ``model`` (a ``LoadedModel``) and fit temperatures on their logits, then (with
     ``level_maps``) a level map per K of the score questions where dev has enough of them and it helps held-out
     (:mod:`mydecide.calibration.level_maps`).
+
+    With ``alpha`` and / or ``max_risk``, also the ``conformal`` section: sets that hold the gold answer with
+    probability ≥ 1 − alpha, and the auto-act threshold whose error rate is ≤ max_risk with probability ≥ 1 − delta
+    (:mod:`mydecide.calibration.conformal_fit`).
 
     ``scorer`` replaces the model's scoring (see ``scoring.engine.QuestionScorer``). Returns what
     :func:`~mydecide.calibration.temperatures.fit_temperatures` returns.
@@ -94,6 +103,11 @@ def calibrate(
         ]
         decisions, summary = fit_span_decisions(found)
         fit["spans"] = {"decisions": decisions_to_json(decisions), **summary}
+    if alpha is not None or max_risk is not None:
+        table = table_of(fit)
+        fit["conformal"] = fit_conformal(
+            records, logits, table, alpha=alpha, max_risk=max_risk, delta=delta, min_rows=min_rows
+        )
     return fit
 
 
@@ -159,6 +173,9 @@ def calibrate_file(recipe: CalibrateRecipe, *, force: bool = False, progress: bo
         shared_prefix=recipe.shared_prefix,
         progress=progress,
         level_maps=recipe.level_maps,
+        alpha=recipe.alpha,
+        max_risk=recipe.max_risk,
+        delta=recipe.delta,
     )
     document = {
         "format": TEMPERATURES_FORMAT,
@@ -227,6 +244,7 @@ def fit_report(document: dict) -> list[str]:
             + ece_line
         )
     lines += [describe_level_map(summary) for summary in document.get("level_maps", {}).values()]
+    lines += describe_conformal(document.get("conformal") or {})
     lines.append(
         f"overall: log loss {o['log_loss_before']:.4f} → {o['log_loss_after']:.4f}, "
         f"ECE {o['ece_before']:.4f} → {o['ece_after']:.4f} on {o['n']} questions "

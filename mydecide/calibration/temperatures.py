@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mydecide.calibration.conformal_table import ConformalTable, conformal_section
 from mydecide.calibration.level_maps import LevelMap, fit_level_maps, level_map_from_json
 from mydecide.calibration.spans import decisions_from_json
 from mydecide.config import CalibrateRecipe
@@ -337,11 +338,13 @@ class TemperatureTable:
         buckets: dict[str, dict[str, float]] | None = None,
         span_decisions: SpanDecisions | None = None,
         level_maps: dict[int, LevelMap] | None = None,
+        conformal: ConformalTable | None = None,
     ):
         self.types = dict(types)
         self.buckets = {t: dict(b) for t, b in (buckets or {}).items()}
         self.span_decisions = span_decisions
         self.level_maps = dict(level_maps or {})
+        self.conformal = conformal  # sets and auto-act rules (calibration/conformal_table.py)
 
     def __call__(self, qtype: str, k: int) -> float:
         bucket = self.buckets.get(qtype, {}).get(option_bucket(k))
@@ -443,4 +446,4 @@ def load_temperatures(path: str | Path) -> TemperatureTable:
         if str(fitted.k) != name:
             raise UserError(f"{path}: level_maps.{name}: a map of {fitted.k} levels is filed under K = {name}")
         level_maps[fitted.k] = fitted
-    return TemperatureTable(types, buckets, decisions, level_maps)
+    return TemperatureTable(types, buckets, decisions, level_maps, conformal_section(data, path))

@@ -54,6 +54,19 @@ def register(app: typer.Typer) -> None:
             help="Score questions: also fit a level map per K after the temperature where dev holds enough of them "
             "and it lowers the held-out log loss (default: on; docs/calibration.md#level-maps).",
         ),
+        alpha: float | None = typer.Option(
+            None,
+            "--alpha",
+            help="Also fit conformal answer sets that miss the gold answer at most this often (e.g. 0.1; "
+            "docs/guarantees.md).",
+        ),
+        max_risk: float | None = typer.Option(
+            None,
+            "--max-risk",
+            help="Also fit the auto-act threshold whose error rate among answered questions is at most this, with "
+            "probability at least 1 − delta (Learn then Test; docs/guarantees.md).",
+        ),
+        delta: float | None = typer.Option(None, "--delta", help="With --max-risk: the chance of failing (0.1)."),
         limit: Limit = None,
         batch_size: BatchSize = None,
         force: bool = typer.Option(
@@ -76,6 +89,9 @@ def register(app: typer.Typer) -> None:
             "min_rows": min_rows,
             "keep_fit": keep_fit,
             "level_maps": level_maps,
+            "alpha": alpha,
+            "max_risk": max_risk,
+            "delta": delta,
             "limit": limit,
             "batch_size": batch_size,
         }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide import metrics
 from mydecide.errors import UserError
+from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import (
     atomic_write_bytes,
     atomic_write_json,
@@ -178,6 +179,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         ],
     )
 
+    lines += guarantees_markdown(report)
     if report.get("coherence"):
         c = report["coherence"]
         lines += ["## Coherence", ""]

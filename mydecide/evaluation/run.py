@@ -29,12 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide import metrics
+from mydecide.calibration.conformal_fit import gold_span_best
 from mydecide.calibration.temperatures import load_temperatures
 from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.coherence import coherence_checks
+from mydecide.evaluation.guarantees import guarantee_report
 from mydecide.evaluation.report import check_report_dir, write_outputs
 from mydecide.evaluation.rows import Evaluation, MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
 from mydecide.io import directory_lock, provenance
@@ -269,6 +271,15 @@ def run_evaluation(
             baselines["base_model"]["span"]["spans"] = span_metrics(base_predictions)
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
+    conformal = getattr(temperature, "conformal", None)
+    if conformal is not None:  # sets and risk-controlled auto-act: what calibrate promised, checked
+        span_items = [
+            (r.task, gold_span_best(r, np.asarray(calibrated_probabilities("span", r.question.k, z, temperature))))
+            for r, z in zip(records, logits, strict=True)
+            if r.question.type == "span"
+        ]
+        payoff = report["thresholds"]["auto_act_threshold"]
+        report["guarantees"] = guarantee_report(rows, conformal, span_items, payoff)
     if coherence:
         report["coherence"] = coherence_checks(scorer, records, logits, temperature, progress=progress)
     report["wall_s"] = time.perf_counter() - started

@@ -10,9 +10,11 @@ questions are read apart (``score_spans``) and answered with their merged spans 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mydecide.calibration.conformal_table import ConformalTable, act, answer_set, wire_set
 from mydecide.config import Limits
 from mydecide.records import Question
 from mydecide.scoring.forward import score_prompts
@@ -93,6 +95,33 @@ class RenderedRequest:
         return self.plan.tokens(self.shared_prefix) + sum(len(s.ids) for v in self.spans.values() for s in v.sequences)
 
 
+def set_and_act(
+    question: Question, probs: np.ndarray, conformal: ConformalTable, part: str, decisions: SpanDecisions | None
+) -> dict[str, Any]:
+    """The optional ``set`` and ``act`` of an answer, where temperatures.json carries a rule for its type
+    (docs/wire.md#sets-and-auto-act): a span question's set is its spans at the word thresholds that bound the rate
+    of missed gold spans (labels read independently)."""
+    out: dict[str, Any] = {}
+    if question.type == "span":
+        if conformal.span is not None:
+            rule = conformal.span
+            cut = [(label, rule.threshold(label)) for label in question.options]
+            bounded = dataclasses.replace(
+                decisions or SpanDecisions(),
+                default=rule.default if rule.default is not None else SpanDecisions().default,
+                thresholds=tuple(sorted((label, t) for label, t in cut if t is not None)),
+                exclusive=False,
+            )
+            out["set"] = merge_spans(part, [float(p) for p in probs], question.options, bounded)
+        return out
+    if question.type in conformal.sets:
+        mask = answer_set(question.type, probs, conformal.sets[question.type])
+        out["set"] = wire_set(question.type, question.options, mask)
+    if question.type in conformal.acts:
+        out["act"] = act(question.type, probs, conformal.acts[question.type])
+    return out
+
+
 def render_request(
     model: LoadedModel, request: Request, *, shared_prefix: bool = True, limits: Limits | None = None
 ) -> RenderedRequest:
@@ -144,16 +173,19 @@ def build_response(
     request = rendered.request
     logits = dict(zip(rendered.names, rendered.plan.logits(), strict=True))
     answers = {}
+    conformal = getattr(temperature, "conformal", None)
+    decisions = getattr(temperature, "span_decisions", None)
     for name, question in request.questions.items():
         t = temperature(question.type, question.k) if temperature else 1.0
         if question.type == "span":
             probs = to_probabilities("span", rendered.span_grids[name], t)
-            decisions = getattr(temperature, "span_decisions", None)
             answers[name] = span_answer(state_part(request.state, question.over), question, probs, decisions)
         else:
-            answers[name] = build_answer(
-                question, calibrated_probabilities(question.type, question.k, logits[name], temperature)
-            )
+            probs = calibrated_probabilities(question.type, question.k, logits[name], temperature)
+            answers[name] = build_answer(question, probs)
+        if conformal is not None:
+            part = state_part(request.state, question.over) if question.type == "span" else ""
+            answers[name] |= set_and_act(question, probs, conformal, part, decisions)
     return {
         "model": request.model or model_name,
         "answers": answers,
