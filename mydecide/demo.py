@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mydecide.config import ModelChoice
+from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,9 @@ on a second prepare without that cap: about 350 dev and 350 test score questions
 to say something about a 5-level scale (docs/calibration.md). The split hashes each state, so the second prepare's
 dev and test hold every dev and test row of the first and no training state (checked before training); its
 train.jsonl, a larger sample of the same training split, is where evaluate takes the prior baseline from."""
+GUARANTEES = ("--alpha", "0.1", "--max-risk", "0.05", "--delta", "0.1")
+"""calibrate also fits answer sets for 90% coverage and an auto-act threshold whose error rate among the answered
+questions is at most 5% with probability 0.9 (docs/guarantees.md); the summary shows what they gave on test."""
 MODEL = ModelChoice().model  # the recipes' default base model
 COLUMNS = ("n", "accuracy", "chance_corrected", "log_loss", "ece", "ece_band", "flip_rate")
 """``ece_band``: the ECE a perfectly calibrated model with the same confidences reaches on that many questions (90th
@@ -312,6 +316,7 @@ def main() -> None:
                 str(temps),
                 "--min-rows",
                 "20",
+                *GUARANTEES,
             ],
         ),
         "evaluate_test": step(
@@ -330,6 +335,7 @@ def main() -> None:
         "by_task": test["by_task"],
         "span": {name: block["spans"] for name, block in span_sides(test).items()},
         "score": {name: {**pick(block), "ordinal": block["ordinal"]} for name, block in score_sides(test).items()},
+        "guarantees": test.get("guarantees"),
         "temperatures": {t: v["temperature"] for t, v in json.loads(temps.read_text())["types"].items()},
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
@@ -353,6 +359,13 @@ def main() -> None:
             else ""
         )
         + (f"Span questions of the test split (span-level match, {spans_note}):\n\n{spans}\n\n" if spans else "")
+        + (
+            "Guarantees on the test split (answer sets and auto-act fitted on dev, docs/guarantees.md):\n\n"
+            + "\n".join(guarantees_markdown(test)[4:])
+            + "\n"
+            if test.get("guarantees")
+            else ""
+        )
         + f"Held-out task (never trained on, {summary['heldout']['tuned']['n']} questions):\n\n"
         f"{table(summary['heldout'])}\n"
     )
