@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow lint format docs bench all clean
+.PHONY: help install demo test test-slow probe lint format docs bench all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ test:  ## the offline test suite (tiny models built in the tests)
 
 test-slow:  ## the slow tier: the real packaged smollm2-135m
 	$(BIN)/pytest -q -m slow
+
+probe:  ## the hostile-input QA suite, 387 cases (~15-20 min on 2 cores; not in `make test`): tests/hostile/results.json
+	$(PY) tests/hostile/probe.py
 
 lint:  ## ruff (lint + format check) and mypy on the package
 	$(BIN)/ruff check mydecide data_sources tests bench scripts
