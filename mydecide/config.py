@@ -501,6 +501,8 @@ class ServeRecipe(ScoringModel):
     engine: Literal["torch", "vllm"] = "torch"
     device: str | None = None  # cpu, cuda, cuda:1 … (default: cuda when available)
     log_level: Literal["debug", "info", "warning", "error"] = "info"  # the server's log level
+    # /v1/systemone noul answers also carry probabilities {yes, no} and confidence |2p - 1|, as vLLM's do
+    noul_detail: bool = False
 
 
 class MergeRecipe(Strict):

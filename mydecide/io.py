@@ -4,7 +4,6 @@ commit)."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -136,48 +135,71 @@ class DirectoryBusy(UserError, RuntimeError):
     another directory; still a ``RuntimeError``, as it was)."""
 
 
+def _holder(path: Path) -> str:
+    """What the lock file at ``path`` says about its holder (``mydecide train, pid 123``), or ``?``."""
+    try:
+        with open(path, "rb") as handle:  # a lock file is never followed: it is checked to be no symlink first
+            return handle.read(200).decode("utf-8", "replace").strip() or "?"
+    except OSError:  # gone meanwhile, or (Windows) its locked bytes cannot be read
+        return "?"
+
+
 @contextmanager
 def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
     """Hold an advisory lock on ``directory`` for the block, so that a second process that writes there fails at
     once with one line naming the holder's pid instead of interleaving with the first.
 
     The lock is a hidden file beside the directory (``.NAME.lock``: prepare swaps its output directory whole, so a
-    lock inside it would be swapped away), locked with ``flock`` and so released by the kernel however the holder
-    ends, kill -9 included. A lock file whose holder has gone is simply taken over. The file is removed on release;
-    a process that opened it just before is told apart by the inode check below and tries again.
+    lock inside it would be swapped away), locked with ``filelock`` (``flock`` on Unix, ``msvcrt`` locking on
+    Windows) and so released by the system however the holder ends, kill -9 included. A lock file whose holder has
+    gone is simply taken over; a symbolic link where the lock file goes is refused (it would lock, and write, some
+    other file). The file is removed on release, while still locked; a process that opened it just before then holds
+    a lock on a removed file, which the inode check below tells apart, and it tries again.
     """
+    import filelock
+
     target = Path(os.path.realpath(directory))
     above = next(p for p in target.parents if p.exists())
     if not above.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, f"not a directory, so {target} cannot be made there", str(above))
     target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.lock"
+    holder = f"mydecide {command}, pid {os.getpid()}".encode()
+    held: list[os.stat_result] = []
+
+    def mark(fd: int) -> None:  # runs once the lock is held: say who holds it
+        held.append(os.fstat(fd))
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, holder)
+
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        if path.is_symlink():
+            raise UserError(f"{path} is a symbolic link; the lock file of {directory} must be a plain file: remove it")
+        lock = filelock.FileLock(path, blocking=False, thread_local=False, on_acquired=mark)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "?"
-            os.close(fd)
+            lock.acquire()
+        except filelock.Timeout:
             raise DirectoryBusy(
-                f"{directory}: in use by another process ({holder}); wait for it to end or choose another directory"
+                f"{directory}: in use by another process ({_holder(path)}); wait for it to end or choose another "
+                "directory"
             ) from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            same = os.path.samestat(held[-1], os.stat(path, follow_symlinks=False))
         except FileNotFoundError:
             same = False  # the previous holder removed the file between our open and our lock
         if same:
             break
-        os.close(fd)
+        lock.release()
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"mydecide {command}, pid {os.getpid()}".encode(), 0)
         yield
     finally:
         try:
             path.unlink(missing_ok=True)  # while still locked, so no one else can hold this inode by then
+        except PermissionError:  # Windows removes no open file: it stays, unlocked, for the next holder
+            pass
         finally:
-            os.close(fd)  # even when an interrupt lands in the unlink: the lock never outlives the block
+            lock.release()  # even when an interrupt lands in the unlink: the lock never outlives the block
 
 
 def sha256_file(path: str | Path) -> str:

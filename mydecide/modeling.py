@@ -4,8 +4,9 @@
 the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
 directory in a cache folder outside the repository, then loaded from there).
 
-An adapter is checked before it is used (:mod:`mydecide.adapters`): its files read, and the base it is loaded on
-the one it was trained on.
+An adapter is a local directory or a hub id, resolved through the Hugging Face cache (:func:`local_adapter`); it is
+checked before it is used (:mod:`mydecide.adapters`): its files read, and the base it is loaded on the one it was
+trained on.
 """
 
 from __future__ import annotations
@@ -155,6 +156,31 @@ def hub_model(name: str) -> str:
     return name
 
 
+def local_adapter(name: str | Path) -> Path:
+    """An adapter's local directory: ``name`` itself when it exists (or is written as a path), else a hub id
+    (``owner/name``) resolved through the Hugging Face cache (``snapshot_download``: offline with HF_HUB_OFFLINE
+    set, from a cache ``mydecide push`` or ``hf download`` filled). A :class:`FileNotFoundError` in one line."""
+    path = Path(name).expanduser()
+    text = str(name)
+    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        return path
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    tried = f"{text}: no such adapter directory"
+    try:
+        return Path(snapshot_download(text))
+    except HFValidationError:
+        raise FileNotFoundError(f"{tried}, and not a valid hub id") from None
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(f"{tried}, and the hub has no repository {text!r} (or it is private)") from None
+    except LocalEntryNotFoundError:
+        raise FileNotFoundError(
+            f"{tried}, and not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) with the hub unreachable "
+            "or off (HF_HUB_OFFLINE)"
+        ) from None
+
+
 @contextmanager
 def peft_warnings_silenced() -> Iterator[None]:
     """Wrapping a model in LoRA (peft) calls a transformers method that transformers has deprecated, which prints
@@ -281,6 +307,7 @@ def check_model(
     """The cheap checks of a model and adapter, without importing torch (:class:`CheckedModel`); one line each."""
     path, kwargs = resolve_model_path(name)  # first: a wrong name fails before torch is imported
     if adapter is not None:
+        adapter = local_adapter(adapter)  # a hub id: its snapshot in the Hugging Face cache
         check_adapter(adapter)  # a damaged adapter, before its render config is read or the base loads
     saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
     adapter_dir = Path(adapter) if adapter is not None else None

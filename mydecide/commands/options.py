@@ -31,7 +31,12 @@ Model = Annotated[
         "(default: the recipe's model, else smollm2-135m; merge: the adapter's base).",
     ),
 ]
-Adapter = Annotated[str | None, typer.Option("--adapter", "-a", help="A LoRA adapter directory (RUN/adapter).")]
+Adapter = Annotated[
+    str | None,
+    typer.Option(
+        "--adapter", "-a", help="A LoRA adapter directory (RUN/adapter), or its hub id (owner/name: mydecide push)."
+    ),
+]
 AllowOtherBase = Annotated[
     bool,
     typer.Option(
@@ -104,6 +109,11 @@ def recipe_from_command_line(
         if not isinstance(current, list):
             raise UserError(f"unexpected argument(s) {files}: pass the data file with --data")
         recipe = load_recipe(path, overrides, model=model, options={**options, "data": [*current, *files]})
+    adapter = getattr(recipe, "adapter", None)
+    if isinstance(adapter, str) and not Path(adapter).expanduser().exists():
+        from mydecide.modeling import local_adapter
+
+        recipe = recipe.model_copy(update={"adapter": str(local_adapter(adapter))})  # a hub id: its cached snapshot
     return recipe
 
 

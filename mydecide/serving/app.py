@@ -14,34 +14,34 @@ torch forward pass). A request goes through, in order:
 4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
 
 Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
-number of questions), never the state or the questions' text. Before any of it, :class:`RequestDeadlines` (the
-uvicorn protocol ``serve`` runs) bounds how long a client may take to send a request's headers and body.
+number of questions), never the state or the questions' text. Before any of it,
+:class:`~mydecide.serving.connections.RequestDeadlines` (the uvicorn protocol ``serve`` runs) bounds how long a client
+may take to send a request's headers and body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-import h11
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mydecide.config import Limits
 from mydecide.scoring.probabilities import TemperatureLookup
 from mydecide.serving.batching import BatchOptions, Scorer
+from mydecide.serving.decisions import decisions_response, parse_decisions, systemone_body, with_noul_detail
 from mydecide.serving.engines import LogitsEngine, served_types
 from mydecide.serving.request import RequestError, check_span_floor, decode_body, parse_request, shorten
+from mydecide.serving.schemas import DecisionsResponse, ErrorBody, ModelList, SystemOneResponse, openapi_schema
 
 if TYPE_CHECKING:
     from mydecide.scoring.model import LoadedModel
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mydecide.serve")
 
 ENDPOINT = "/v1/systemone"
+DECISIONS = "/v1/decisions"
 WARMUP_REQUEST = {
     "state": "Warm-up.",
     "questions": {
@@ -157,104 +158,6 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         raise ApiError(400, "the client closed the connection before sending the whole body") from None
 
 
-BODY_GRACE_S = 1.0
-"""How long after the body timeout :class:`RequestDeadlines` closes a connection whose body is still coming: time for
-the app's own 408 to go out first."""
-
-
-class RequestDeadlines(H11Protocol):
-    """uvicorn's h11 protocol with deadlines on reading a request, which uvicorn does not set.
-
-    uvicorn (0.54) closes a connection that stays idle ``timeout_keep_alive`` seconds after an answer, and nothing
-    else: every byte received cancels that timer, and none runs before the first request, so a client that sends one
-    header line every few seconds holds its connection (and a task's memory) for ever, and so does one that trickles
-    a request body after the app has answered without reading it. Here:
-
-    - a request's line and headers must be complete ``header_timeout_s`` after the connection opened, or after the
-      previous answer on a kept-alive connection; then the connection is closed, after a 408 when part of a request
-      has come (a client mid-request waits for an answer; an idle one is closed without one, as by keep-alive);
-    - its body must be complete ``body_timeout_s`` + :data:`BODY_GRACE_S` after its headers, or the connection is
-      closed. A body the app is reading gets its 408 (and the connection its close) at ``body_timeout_s`` from
-      :func:`read_body`; this closes the connections answered without the body (a 401, 404, 413) it keeps coming on.
-
-    While the app is working on a complete request no deadline runs: ``request_timeout_s`` bounds that.
-    """
-
-    header_timeout_s: float  # set by with_timeouts
-    body_timeout_s: float
-
-    @classmethod
-    def with_timeouts(cls, header_timeout_s: float, body_timeout_s: float) -> type[RequestDeadlines]:
-        """This protocol with its timeouts set, for ``uvicorn.Config(http=...)`` (which builds one per connection)."""
-        return type(cls.__name__, (cls,), {"header_timeout_s": header_timeout_s, "body_timeout_s": body_timeout_s})
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._waiting_for: str | None = None
-        self._deadline: asyncio.TimerHandle | None = None
-        super().connection_made(transport)
-        self._watch()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._watch()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._watch()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-        super().connection_lost(exc)
-
-    def _watch(self) -> None:
-        """Run the deadline of what the connection now waits for from the client: a request's head, the rest of its
-        body, or nothing. It starts when the wait does, so bytes trickling in do not move it."""
-        state = self.conn.their_state
-        waiting_for = "head" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
-        if waiting_for == self._waiting_for:
-            return
-        if self._deadline is not None:
-            self._deadline.cancel()
-        self._waiting_for, self._deadline = waiting_for, None
-        if waiting_for is not None:
-            delay = self.header_timeout_s if waiting_for == "head" else self.body_timeout_s + BODY_GRACE_S
-            self._deadline = self.loop.call_later(delay, self._expire)
-
-    def _expire(self) -> None:
-        if self.transport.is_closing():
-            return
-        if self._waiting_for == "head" and self.conn.trailing_data[0]:
-            self._answer_408(f"the request line and headers did not arrive within {self.header_timeout_s:g} s")
-        self.transport.close()
-
-    def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to bytes that are not HTTP (a Content-Length of ``abc``, headers past h11's limit, a
-        garbage request line), in the app's own form: a JSON ``{"error": ...}`` body, then the connection closed."""
-        self._answer(400, b"Bad Request", f"not a well-formed HTTP/1.1 request ({msg.rstrip('.').lower()})")
-        self.transport.close()
-
-    def _answer_408(self, message: str) -> None:
-        self._answer(408, b"Request Timeout", message)
-
-    def _answer(self, status: int, reason: bytes, message: str) -> None:
-        body = json.dumps({"error": message}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(body)),
-            (b"connection", b"close"),
-        ]
-        try:
-            for event in (
-                h11.Response(status_code=status, headers=headers, reason=reason),
-                h11.Data(data=body),
-                h11.EndOfMessage(),
-            ):
-                self.transport.write(self.conn.send(event) or b"")
-        except h11.LocalProtocolError:  # an answer already begun: closing is all that is left
-            pass
-
-
 async def api_error(_: Request, err: ApiError) -> JSONResponse:
     return error_response(err.status, err.message, err.headers)
 
@@ -262,7 +165,8 @@ async def api_error(_: Request, err: ApiError) -> JSONResponse:
 async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
     path = request.url.path if len(request.url.path) <= 100 else request.url.path[:100] + "…"
     message = {
-        404: f"no route {path}; the endpoints are POST {ENDPOINT} and GET /health",
+        404: f"no route {path}; the endpoints are POST {ENDPOINT}, POST {DECISIONS}, GET /v1/models, GET /health and "
+        "GET /openapi.json",
         405: f"method {request.method[:20]} is not allowed on {path}",
     }.get(err.status_code, str(err.detail))
     return error_response(err.status_code, message, getattr(err, "headers", None))
@@ -321,6 +225,7 @@ def create_app(
     warm_up: bool = True,
     allowed_hosts: Sequence[str] | None = None,
     engine: Callable[[LoadedModel], LogitsEngine] | None = None,
+    noul_detail: bool = False,
 ) -> FastAPI:
     """Build the app. ``model`` is a loaded model or a function that loads one (called at startup).
 
@@ -328,7 +233,8 @@ def create_app(
     part); ``api_key`` (when set) is required as a bearer token on ``/v1/systemone``. ``batching`` chooses
     micro-batching and shared-prefix scoring. ``allowed_hosts`` (host names, ``*`` for any; ``None``: no check) are
     the Host headers answered; ``serving.server.serve`` passes the loopback names when there is no API key. ``engine``
-    builds the scoring engine from the loaded model at startup (default: the torch engine on it).
+    builds the scoring engine from the loaded model at startup (default: the torch engine on it). ``noul_detail``
+    adds ``probabilities`` and ``confidence`` to ``/v1/systemone``'s noul answers, as vLLM's carry them.
     """
 
     @asynccontextmanager
@@ -366,7 +272,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url="/openapi.json",
         redirect_slashes=False,
     )
 
@@ -377,8 +283,10 @@ def create_app(
     app.add_exception_handler(Exception, internal_error)
     app.middleware("http")(log_requests)
 
+    started = int(time.time())
+
     @app.get("/health")
-    @app.get("/health/")
+    @app.get("/health/", include_in_schema=False)
     async def health(request: Request) -> dict[str, Any]:
         scorer: Scorer = request.app.state.scorer
         return {
@@ -392,9 +300,9 @@ def create_app(
             "stats": scorer.stats.as_dict(),
         }
 
-    @app.post(ENDPOINT)
-    @app.post(ENDPOINT + "/")
-    async def systemone(request: Request) -> JSONResponse:
+    async def scored(request: Request, decisions: bool) -> dict[str, Any]:
+        """The System One answer to a request's body (a Decisions body translated first): every check, then the
+        scorer's queue."""
         if api_key:
             check_bearer(request.headers.getlist("authorization"), api_key)
         raw = await read_body(request, limits.max_body_bytes, body_timeout_s)
@@ -402,14 +310,17 @@ def create_app(
             body = decode_body(raw)
         except RequestError as err:
             raise ApiError(400, str(err)) from None
-        renderer = request.app.state.scorer.model.renderer
+        scorer: Scorer = request.app.state.scorer
+        renderer = scorer.model.renderer
         try:
+            if decisions:
+                request.state.decisions = parse_decisions(body)
+                body = systemone_body(request.state.decisions)
             parsed = parse_request(body, limits, renderer.form)
             check_span_floor(parsed, renderer.config.span, limits)  # here, so it never waits in the scorer's queue
         except RequestError as err:
             raise ApiError(422, str(err)) from None
         request.state.questions = len(parsed.questions)
-        scorer: Scorer = request.app.state.scorer
         served = public_name(scorer.model_name)
         if parsed.model and parsed.model not in (served, scorer.model_name):  # never another model's answers
             raise ApiError(
@@ -418,13 +329,55 @@ def create_app(
         if scorer.pending >= batching.max_pending:
             raise ApiError(503, "the server is busy; retry shortly", {"Retry-After": "1"})
         try:
-            answer = await asyncio.wait_for(asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s)
+            answer: dict[str, Any] = await asyncio.wait_for(
+                asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s
+            )
         except TimeoutError:
             raise ApiError(
                 503, f"no answer within {request_timeout_s:g} s; the server is overloaded", {"Retry-After": "5"}
             ) from None
         except RequestError as err:  # a question the engine cannot read, a limit only the tokenised prompts show
             raise ApiError(422, str(err)) from None
-        return JSONResponse(answer)
+        return answer
 
+    errors: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (400, 401, 404, 413, 415, 422, 503)}
+
+    @app.post(ENDPOINT, responses={200: {"model": SystemOneResponse}, **errors})
+    @app.post(ENDPOINT + "/", include_in_schema=False)
+    async def systemone(request: Request) -> JSONResponse:
+        answer = await scored(request, decisions=False)
+        return JSONResponse(with_noul_detail(answer) if noul_detail else answer)
+
+    @app.post(DECISIONS, responses={200: {"model": DecisionsResponse}, **errors})
+    @app.post(DECISIONS + "/", include_in_schema=False)
+    async def decisions(request: Request) -> JSONResponse:
+        answer = await scored(request, decisions=True)
+        return JSONResponse(decisions_response(request.state.decisions, answer))
+
+    @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})
+    @app.get("/v1/models/", include_in_schema=False)
+    async def models(request: Request) -> JSONResponse:
+        if api_key:
+            check_bearer(request.headers.getlist("authorization"), api_key)
+        scorer: Scorer = request.app.state.scorer
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": public_name(scorer.model_name),
+                        "object": "model",
+                        "created": started,
+                        "owned_by": "mydecide",
+                    }
+                ],
+            }
+        )
+
+    def published_schema() -> dict[str, Any]:  # built once, on the first GET /openapi.json
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_schema(app)
+        return app.openapi_schema
+
+    app.openapi = published_schema  # type: ignore[method-assign]
     return app

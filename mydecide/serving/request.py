@@ -165,6 +165,35 @@ def _noul_without_criteria(obj: Any) -> Any:
     return obj
 
 
+VLLM_REFUSED = {
+    "instructions": "it would change every prompt; put the context in the state",
+    "decision_template": "prompts are rendered as the adapter was trained (its render config), not from a template",
+}
+"""vLLM's request keys that would change an answer here: refused, with what to do instead (docs/wire.md)."""
+
+
+def _vllm_keys(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without vLLM's request keys that change no answer here (``seed``: there is no label draw to seed;
+    ``priority``, ``request_id``; ``chat_template_kwargs`` when it asks for what every prompt is rendered with);
+    the keys that would change one are refused, naming what to do instead."""
+    for key, why in VLLM_REFUSED.items():
+        if key in body:
+            raise RequestError(f"{key} (a vLLM request key) is not accepted: {why} (docs/wire.md, vLLM keys)")
+    for key, kind in (("seed", int), ("priority", int), ("request_id", str)):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise RequestError(f"{key} must be {'an integer' if kind is int else 'a string'} or null")
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and (not isinstance(kwargs, dict) or any(kwargs.get(k) is not False for k in kwargs)):
+        raise RequestError(
+            'chat_template_kwargs may only be {} or {"enable_thinking": false}: every prompt is rendered with '
+            "thinking off and the template the adapter was trained with (docs/wire.md, vLLM keys)"
+        )
+    if kwargs and set(kwargs) != {"enable_thinking"}:
+        raise RequestError(f"chat_template_kwargs: unknown key(s) {sorted(kwargs)[:5]}; only enable_thinking: false")
+    return {k: v for k, v in body.items() if k not in ("seed", "priority", "request_id", "chat_template_kwargs")}
+
+
 def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question], str] | None = None) -> Request:
     """Validate a decoded request body against the wire format and ``limits``; raise :class:`RequestError`.
 
@@ -173,6 +202,7 @@ def parse_request(body: Any, limits: Limits = Limits(), form: Callable[[Question
     """
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    body = _vllm_keys(body)
     unknown = set(body) - {"model", "state", "questions"}
     if unknown:
         shown = ", ".join(repr(k[:40]) + ("…" if len(k) > 40 else "") for k in sorted(unknown)[:5])

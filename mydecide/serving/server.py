@@ -71,14 +71,15 @@ def server_config(
     """The uvicorn settings ``serve`` runs with.
 
     uvicorn bounds no read of a request (only the idle time between two), so its h11 protocol runs with the header
-    and body deadlines of :class:`~mydecide.serving.app.RequestDeadlines`; ``body_timeout_s`` must be the app's own,
-    whose 408 comes first. On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the requests in
-    flight; it cancels them (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within its body
-    timeout plus its request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains every one.
+    and body deadlines of :class:`~mydecide.serving.connections.RequestDeadlines`; ``body_timeout_s`` must be the
+    app's own, whose 408 comes first. On SIGTERM / SIGINT uvicorn stops accepting connections and waits for the
+    requests in flight; it cancels them (a 500) once ``timeout_graceful_shutdown`` has passed. A request answers within
+    its body timeout plus its request timeout (a 408 / 503 at worst), so waiting that long, plus a margin, drains
+    every one.
     """
     import uvicorn
 
-    from mydecide.serving.app import RequestDeadlines
+    from mydecide.serving.connections import RequestDeadlines
 
     return uvicorn.Config(
         app,
@@ -174,6 +175,7 @@ def serve(
         body_timeout_s=body_timeout_s,
         allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
         engine=build_engine if make_engine is not None else None,
+        noul_detail=recipe.noul_detail,
     )
     print(
         f"mydecide serve: http://{recipe.host}:{recipe.port}/v1/systemone (model {recipe.model}"

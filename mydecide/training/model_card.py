@@ -95,15 +95,10 @@ def write_model_card(
     splits: dict[str, Sequence[Record]],
     metrics_file: Path,
 ) -> None:
-    """README.md of the adapter: what it is, how to load it, the data it saw, its dev metrics and its recipe."""
+    """README.md of the adapter, a ``huggingface_hub.ModelCard``: what it is, how to load it, the data it saw, its dev
+    metrics and its recipe."""
     base = portable_name(recipe.model)
-    card = f"""---
-library_name: peft
-base_model: {base}
-tags: [mydecide, lora, decision-model]
----
-
-# Decision-model adapter ({which})
+    text = f"""# Decision-model adapter ({which})
 
 A LoRA adapter trained by `mydecide train` on `{base}` with the `{recipe.objective.kind}` objective: given a state
 and typed questions (choice, noul, score, set, span), it returns a probability for every allowed answer. This is the
@@ -131,4 +126,12 @@ Test metrics are not known at training time: `mydecide evaluate` writes them (re
 {dump_recipe(recipe).rstrip()}
 ```
 """
-    atomic_write_text(adapter_dir / "README.md", card)
+    atomic_write_text(adapter_dir / "README.md", str(model_card(base, text)))
+
+
+def model_card(base: str, text: str) -> Any:
+    """A ``huggingface_hub.ModelCard``: its metadata (a PEFT adapter of ``base``, tagged mydecide) and ``text``."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    data = ModelCardData(library_name="peft", base_model=base, tags=["mydecide", "lora", "decision-model"])
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text}")

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from mydecide.cli import app
 
-VERBS = ["prepare", "train", "calibrate", "evaluate", "predict", "serve", "merge", "export-vllm"]
+VERBS = ["prepare", "train", "calibrate", "evaluate", "predict", "serve", "merge", "export-vllm", "push"]
 HEAVY = ["torch", "transformers", "peft", "accelerate", "datasets", "scipy", "matplotlib", "fastapi"]
 
 REQUEST: dict[str, Any] = {

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mydecide.cli import app
+from mydecide.errors import UserError
 from mydecide.io import DirectoryBusy, directory_lock
 
 
@@ -76,6 +77,19 @@ def test_a_lock_file_whose_holder_was_killed_is_taken_over(tmp_path: Path) -> No
     assert (tmp_path / ".out.lock").exists()
     with directory_lock(target, "prepare"):
         assert (tmp_path / ".out.lock").read_text() == f"mydecide prepare, pid {os.getpid()}"
+
+
+def test_a_symlink_where_the_lock_file_goes_is_refused_and_its_target_left_alone(tmp_path: Path) -> None:
+    target = tmp_path / "run"
+    elsewhere = tmp_path / "precious.txt"
+    elsewhere.write_text("keep me")
+    (tmp_path / ".run.lock").symlink_to(elsewhere)
+    with pytest.raises(UserError) as refused, directory_lock(target, "train"):
+        pass
+    assert str(refused.value) == (
+        f"{tmp_path / '.run.lock'} is a symbolic link; the lock file of {target} must be a plain file: remove it"
+    )
+    assert elsewhere.read_text() == "keep me" and not target.exists()
 
 
 # ----------------------------------------------------------------------------------------------- evaluate --out

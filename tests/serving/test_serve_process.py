@@ -278,7 +278,7 @@ def test_bytes_that_are_not_http_get_a_json_400_and_a_close(slow_server: str, ra
 
 
 def test_serve_runs_uvicorn_with_the_request_deadlines() -> None:
-    from mydecide.serving.app import RequestDeadlines
+    from mydecide.serving.connections import RequestDeadlines
     from mydecide.serving.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, server_config
 
     protocol = server_config(object(), "127.0.0.1", 0, request_timeout_s=5.0).http

@@ -96,7 +96,13 @@ def test_the_model_card_holds_the_data_the_metrics_and_the_recipe(tiny_llama_dir
         )
     )
     card = (run / "adapter" / "README.md").read_text()
-    assert f"base_model: {tiny_llama_dir.resolve()}" in card
+    from huggingface_hub import ModelCard
+
+    assert ModelCard.load(run / "adapter" / "README.md").data.to_dict() == {
+        "base_model": str(tiny_llama_dir.resolve()),
+        "library_name": "peft",
+        "tags": ["mydecide", "lora", "decision-model"],
+    }
     assert "| route | choice | 8 | 2 |" in card and "| urgent | noul | 8 | 2 |" in card
     assert "| **all** | | 16 | 4 |" in card
     dev = [
