@@ -30,7 +30,6 @@ def q_choice(options: Any = ("billing", "engineering", "support")) -> dict[str, 
 
 
 NORMAL = {
-    "model": "probe",
     "state": "Checkout returns HTTP 500 for every customer since 09:10. Call Anna Berg at anna@example.se.",
     "questions": {
         "down": q_noul(),
