@@ -34,6 +34,7 @@ from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
+from mydecide.evaluation.classes import class_tables, headline_intervals
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.report import check_report_dir, write_outputs
 from mydecide.evaluation.rows import Evaluation, MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
@@ -269,6 +270,7 @@ def run_evaluation(
             baselines["base_model"]["span"]["spans"] = span_metrics(base_predictions)
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
+    report |= {"classes": class_tables(predictions), "intervals": headline_intervals(rows)}
     if coherence:
         report["coherence"] = coherence_checks(scorer, records, logits, temperature, progress=progress)
     report["wall_s"] = time.perf_counter() - started
