@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow lint format docs bench all clean
+.PHONY: help install demo test test-slow lint format recipes docs bench all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ lint:  ## ruff (lint + format check) and mypy on the package
 format:  ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix mydecide data_sources tests bench scripts
 	$(BIN)/ruff format mydecide data_sources tests bench scripts
+
+recipes:  ## copy recipes/ into the package (mydecide/recipes/, what a pip install ships)
+	rm -rf mydecide/recipes && cp -r recipes mydecide/recipes
 
 docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.py
 	$(PY) -m mydecide.recipe_docs
