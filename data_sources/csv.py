@@ -11,6 +11,12 @@ Answers are read per type: choice → an option id; noul → true/false, yes/no 
 the level's text; set → a JSON list or ``;``-separated labels. A column missing from the header is a recipe
 error (ValueError naming the file and the column); a row with an empty or unknown value becomes an error row
 naming the column. ``.tsv`` files are tab-separated; ``.gz`` / ``.bz2`` compressed files are read too.
+
+Several label columns of one row: ``questions``, a list of ``{task, type, column, instructions, options / levels}``
+(``options``: a choice's or set's ids, as ``criteria``; ``levels``: a score's texts; ``instructions`` defaults to the
+source's), in place of ``type``, ``criteria``, ``answer_column`` and ``task``. Each row gives one record per
+question, sharing the state; ids are ``<row id>:<task>`` (the row id: ``id_column``'s value, else
+``<file stem>-<line>``), and a bad value rejects that question of the row only.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from data_sources._columns import check_columns, layout_records, make_layout
+from data_sources._columns import check_columns, layout_records, table_layouts
 from data_sources._files import capped, csv_columns, existing, file_stem, iter_csv
 
 
@@ -27,20 +33,21 @@ def convert(
     *,
     limit: int | None = None,
     seed: int = 13,
-    type: str,
-    instructions: str,
+    type: str | None = None,
+    instructions: str | None = None,
     criteria: dict[str, str] | list[str] | None = None,
     state_column: str | list[str] = "text",
-    answer_column: str = "label",
+    answer_column: str | None = None,
     task: str | None = None,
     id_column: str | None = None,
     lang: str = "en",
+    questions: list[dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one record per row of the CSV / TSV file at ``path`` (``seed`` is unused: no randomness)."""
     if path is None:
         raise ValueError("the csv source needs a path to a .csv or .tsv file")
     existing(path)
-    layout = make_layout(
+    layouts = table_layouts(
         source="csv",
         path=path,
         type=type,
@@ -51,6 +58,7 @@ def convert(
         task=task,
         id_column=id_column,
         lang=lang,
+        questions=questions,
     )
-    check_columns(path, csv_columns(path), layout)
-    return capped(layout_records(iter_csv(path), layout, file_stem(path)), limit)
+    check_columns(path, csv_columns(path), layouts)
+    return capped(layout_records(iter_csv(path), layouts, file_stem(path)), limit)

@@ -14,6 +14,10 @@ carried in ``meta``). Default ``{state: text, answer: label}``. What no column g
 ``type``, ``instructions``, ``criteria``, ``task`` (default: the dataset's or file's name) and ``lang`` (``en``).
 A ``ClassLabel`` answer column is read by its names (and gives a choice its criteria when none are set).
 
+Several label columns of one row: ``questions``, a list of ``{task, type, column, instructions, options / levels}``
+as for the csv source, in place of ``fields.answer`` / ``target`` / ``task`` and the question options: one record per
+question, sharing the row's state, with the id ``<row id>:<task>``.
+
 A column named in ``fields`` that the dataset lacks is a recipe error naming the source and the columns it has;
 a row whose value does not fit is an error row (counted, written to rejects.jsonl) naming the column, with
 ``_where`` = ``<file or name/split>:<0-based row>``.
@@ -28,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_sources._columns import ColumnLayout, RowError, make_layout, parse_answer
+from data_sources._class_labels import class_names, named
+from data_sources._columns import ColumnLayout, RowError, make_layout, parse_answer, question_layouts
 from data_sources._files import base_suffix, capped, error_row, file_stem, json_safe
 
 FIELDS = ("state", "answer", "target", "id", "task", "lang", "type", "instructions", "criteria", "meta")
@@ -65,6 +70,7 @@ class FieldMap:
     criteria: Any
     task: str | None
     lang: str
+    questions: tuple[ColumnLayout, ...] = ()  # the ``questions`` option: one record per entry
 
 
 def convert(
@@ -83,12 +89,16 @@ def convert(
     revision: str | None = None,
     streaming: bool = False,
     cache_dir: str | None = None,
+    questions: list[dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield one record (or error row) per row of the dataset at ``path`` (``seed`` is unused: no randomness)."""
+    """Yield one record (or error row) per row and question of the dataset at ``path`` (``seed`` is unused)."""
     if path is None:
         raise SourceError("the datasets source needs a path: a hub dataset name, a data file, a glob or a directory")
     source = f"datasets source {path!r}"
-    mapping = check_mapping(source, fields, type, instructions, criteria, task, lang)
+    if questions is not None:
+        mapping = question_mapping(source, fields, questions, type, instructions, criteria, task, lang)
+    else:
+        mapping = check_mapping(source, fields, type, instructions, criteria, task, lang)
     parts = find_parts(path, split)
     options = {"split": split, "config": config, "revision": revision, "streaming": streaming, "cache_dir": cache_dir}
     return capped(_records(source, parts, mapping, options), limit)
@@ -151,6 +161,36 @@ def check_mapping(
         task=task,
         lang=lang,
     )
+
+
+def question_mapping(
+    source: str,
+    fields: dict[str, Any] | None,
+    questions: Any,
+    qtype: str | None,
+    instructions: str | None,
+    criteria: Any,
+    task: str | None,
+    lang: str,
+) -> FieldMap:
+    """The mapping of a source with ``questions``: ``fields`` give the state, id, lang and meta only."""
+    per_question = sorted(set(fields or {}) & {"answer", "target", "task", "type", "instructions", "criteria"})
+    options = [k for k, v in {"type": qtype, "criteria": criteria, "task": task}.items() if v is not None]
+    if per_question or options:
+        given = [f"fields.{k}" for k in per_question] + options
+        raise SourceError(f"{source}: {given} belong in each entry of 'questions', not beside it")
+    base = check_mapping(source, {"answer": "-", **(fields or {})}, "noul", instructions or "-", None, None, lang)
+    columns = {k: v for k, v in base.columns.items() if k != "answer"}
+    layouts = question_layouts(
+        source=source,
+        path="",
+        questions=questions,
+        instructions=instructions,
+        state_column=columns["state"],
+        id_column=None,
+        lang=lang,
+    )
+    return FieldMap(source, columns, True, None, None, instructions, None, None, lang, tuple(layouts))
 
 
 def find_parts(path: str, split: str) -> list[Part]:
@@ -233,7 +273,7 @@ def _records(source: str, parts: list[Part], mapping: FieldMap, options: Mapping
                 break
             except Exception as err:  # a file that turns out unreadable part way (streaming, bad JSON line)
                 raise SourceError(f"{source}: {part.label}: unreadable after row {index - 1} ({_short(err)})") from None
-            yield reader.record(dict(row), index)
+            yield from reader.records(dict(row), index)
             index += 1
 
 
@@ -246,7 +286,7 @@ class RowReader:
 
     def __init__(self, source: str, part: Part, mapping: FieldMap, features: Any):
         self.source, self.part, self.m = source, part, mapping
-        self.names = _class_names(features) if features is not None else {}
+        self.names = class_names(features) if features is not None else {}
         self.checked = False
         self.layout = mapping.layout
         answer = mapping.columns.get("answer")
@@ -273,6 +313,7 @@ class RowReader:
 
     def check_columns(self, have: list[str]) -> None:
         wanted = [c for v in self.m.columns.values() for c in (v if isinstance(v, list) else [v])]
+        wanted += [layout.answer_column for layout in self.m.questions]
         missing = [c for c in dict.fromkeys(wanted) if c not in have]
         if missing:
             raise SourceError(
@@ -281,42 +322,70 @@ class RowReader:
             )
         self.checked = True
 
-    def record(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+    def records(self, row: dict[str, Any], index: int) -> list[dict[str, Any]]:
+        """The row's record (or error row); with ``questions``, one per question, each failing on its own."""
         where = f"{self.part.label}:{index}"
         if not self.checked:  # a streamed table may not know its columns before the first row
             self.check_columns(list(row))
+        if not self.m.questions:
+            try:
+                return [{**self._record(row, index), "_where": where}]
+            except RowError as err:
+                return [error_row(where, f"{err} (row {index} of {self.part.label})", row)]
         try:
-            return {**self._record(row, index), "_where": where}
+            base = self._base(row, index)
         except RowError as err:
-            return error_row(where, f"{err} (row {index} of {self.part.label})", row)
+            return [error_row(where, f"{err} (row {index} of {self.part.label})", row)]
+        out = []
+        for layout in self.m.questions:
+            try:
+                answer = parse_answer(self._named_answer(row, layout.answer_column), layout)
+            except RowError as err:
+                out.append(error_row(where, f"{err} (task {layout.task}, row {index} of {self.part.label})", row))
+                continue
+            question: dict[str, Any] = {"type": layout.type, "instructions": layout.instructions}
+            if layout.criteria is not None:
+                question["criteria"] = layout.criteria
+            rid = f"{base['id']}:{layout.task}"
+            out.append(
+                {**base, "id": rid, "task": layout.task, "question": question, "answer": answer, "_where": where}
+            )
+        return out
 
-    def _value(self, row: dict[str, Any], field: str) -> Any:
-        column = self.m.columns[field]
-        value = row.get(column)
+    def _named_answer(self, row: dict[str, Any], column: str) -> Any:
         names = self.names.get(column)
-        if names is not None:
-            value = _named(value, names, column)
-        return value
+        return named(row.get(column), names, column) if names is not None else row.get(column)
 
-    def _record(self, row: dict[str, Any], index: int) -> dict[str, Any]:
-        cols, m = self.m.columns, self.m
-        state_column = cols["state"]
-        if isinstance(state_column, list):
-            state: Any = {c: json_safe(row.get(c)) for c in state_column if row.get(c) not in (None, "")}
-            if not state:
-                raise RowError(f"columns {state_column} are all empty")
-        elif isinstance(row.get(state_column), (list, dict)) and row.get(state_column):
-            state = json_safe(row[state_column])  # a list of strings or an object: records take those as they are
-        else:
-            state = _text(row.get(state_column), state_column)
+    def _base(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+        """What every question of a row shares: its id, lang, state and meta."""
+        cols = self.m.columns
+        state = self._state(row)
         out: dict[str, Any] = {}
         if "id" in cols:
             out["id"] = _text(row.get(cols["id"]), cols["id"])
         else:
             out["id"] = f"{self.part.name}-{self.part.label.replace('/', '-')}-{index}"
-        out["task"] = _text(row.get(cols["task"]), cols["task"]) if "task" in cols else (m.task or self.part.name)
-        out["lang"] = _text(row.get(cols["lang"]), cols["lang"]) if "lang" in cols else m.lang
+        out["lang"] = _text(row.get(cols["lang"]), cols["lang"]) if "lang" in cols else self.m.lang
         out["state"] = state
+        if "meta" in cols:
+            out["meta"] = {c: json_safe(row.get(c)) for c in cols["meta"]}
+        return out
+
+    def _state(self, row: dict[str, Any]) -> Any:
+        state_column = self.m.columns["state"]
+        if isinstance(state_column, list):
+            state: Any = {c: json_safe(row.get(c)) for c in state_column if row.get(c) not in (None, "")}
+            if not state:
+                raise RowError(f"columns {state_column} are all empty")
+            return state
+        if isinstance(row.get(state_column), (list, dict)) and row.get(state_column):
+            return json_safe(row[state_column])  # a list of strings or an object: records take those as they are
+        return _text(row.get(state_column), state_column)
+
+    def _record(self, row: dict[str, Any], index: int) -> dict[str, Any]:
+        cols, m = self.m.columns, self.m
+        out = self._base(row, index)
+        out["task"] = _text(row.get(cols["task"]), cols["task"]) if "task" in cols else (m.task or self.part.name)
         if m.fixed_question:
             question: dict[str, Any] = {"type": m.type, "instructions": m.instructions}
             criteria = m.criteria if m.criteria is not None else (self.layout.criteria if self.layout else None)
@@ -334,7 +403,7 @@ class RowReader:
             question["criteria"] = criteria
         out["question"] = question
         if "answer" in cols:
-            answer = self._value(row, "answer")
+            answer = self._named_answer(row, cols["answer"])
             if self.layout is not None:
                 out["answer"] = parse_answer(answer, self.layout)  # names the column when the value does not fit
             elif answer is None or answer == "":
@@ -346,36 +415,7 @@ class RowReader:
             if target is None:
                 raise RowError(f"column {cols['target']!r} is empty")
             out["target"] = target
-        if "meta" in cols:
-            out["meta"] = {c: json_safe(row.get(c)) for c in cols["meta"]}
         return out
-
-
-def _class_names(features: Any) -> dict[str, list[str]]:
-    """``{column: names}`` for the ClassLabel columns (and lists of ClassLabel) of a table's features."""
-    from datasets import ClassLabel
-
-    found = {}
-    for column, feature in dict(features).items():
-        inner = getattr(feature, "feature", None)
-        if isinstance(feature, ClassLabel):
-            found[column] = list(feature.names)
-        elif isinstance(inner, ClassLabel):
-            found[column] = list(inner.names)
-    return found
-
-
-def _named(value: Any, names: list[str], column: str) -> Any:
-    """A ClassLabel index (or a list of them) as its name; -1 (no label) becomes None."""
-    if isinstance(value, list):
-        return [_named(v, names, column) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value == -1:
-            return None
-        if not 0 <= value < len(names):
-            raise RowError(f"column {column!r}: class {value} is outside 0..{len(names) - 1}")
-        return names[value]
-    return value
 
 
 def _text(value: Any, column: str) -> str:

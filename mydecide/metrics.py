@@ -349,3 +349,67 @@ def f1_interval(counts: np.ndarray, draws: int = 1000, seed: int = 0, level: flo
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(f1, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def confusion(gold: Sequence[int], predicted: Sequence[int], k: int) -> np.ndarray:
+    """(K, K) counts of questions: row = gold option, column = predicted option."""
+    matrix = np.zeros((k, k), dtype=np.int64)
+    np.add.at(matrix, (np.asarray(gold, dtype=np.int64), np.asarray(predicted, dtype=np.int64)), 1)
+    return matrix
+
+
+def per_option(matrix: np.ndarray) -> dict[str, np.ndarray]:
+    """Precision, recall and F1 of each option of a :func:`confusion` matrix, each (K,), and its support (gold
+    count). An option never predicted has precision 0, one never gold recall 0 (and F1 0 when both are 0)."""
+    matrix = np.asarray(matrix, dtype=float)
+    tp = np.diag(matrix)
+    predicted, gold = matrix.sum(axis=0), matrix.sum(axis=1)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, gold, out=np.zeros_like(tp), where=gold > 0)
+    total = precision + recall
+    f1 = np.divide(2 * precision * recall, total, out=np.zeros_like(tp), where=total > 0)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": gold.astype(np.int64)}
+
+
+def macro_f1(matrix: np.ndarray) -> float:
+    """The mean F1 of the options that are gold or predicted at least once (an option absent from both says
+    nothing about the model)."""
+    matrix = np.asarray(matrix)
+    seen = (matrix.sum(axis=0) + matrix.sum(axis=1)) > 0
+    return float(np.mean(per_option(matrix)["f1"][seen])) if seen.any() else 1.0
+
+
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def mean_interval(
+    values: Sequence[float] | np.ndarray, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean of per-question values (correct 0/1 for accuracy, each
+    question's log loss), by ``scipy.stats.bootstrap``. Percentile rather than BCa: BCa's jackknife degenerates on
+    the 0/1 values of a small, nearly all-right dev set, where percentile stays defined. All values equal: that
+    value twice (no resample can differ)."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        raise ValueError("mean_interval needs at least one value")
+    if np.all(data == data[0]):
+        return float(data[0]), float(data[0])
+    from scipy.stats import bootstrap
+
+    found = bootstrap(
+        (data,),
+        np.mean,
+        confidence_level=level,
+        n_resamples=resamples,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
+    return float(found.confidence_interval.low), float(found.confidence_interval.high)
+
+
+def correct_flags(probs: Rows, targets: Rows) -> np.ndarray:
+    """(N,) 1.0 where argmax(q) is the gold option, else 0.0 (their mean is :func:`accuracy`)."""
+    probs, targets = _as_rows(probs, targets)
+    _, predicted, gold = _gold_and_predicted(probs, targets)
+    return (predicted == gold).astype(float)

@@ -101,7 +101,10 @@ def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
+    """A recipe file's mapping; ``recipes/...`` absent here is read from the package (mydecide.starter)."""
+    from mydecide.starter import packaged_recipe
+
+    path = packaged_recipe(path) or Path(path)
     if not path.is_file():
         raise RecipeError(f"{path}: no such recipe file")
     try:

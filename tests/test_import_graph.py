@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 8. the server
     ("mydecide.serving",),
     # 9. the command line
-    ("mydecide.commands", "mydecide.cli", "mydecide.demo"),
+    ("mydecide.commands", "mydecide.cli", "mydecide.demo", "mydecide.api"),
 ]
 """Lowest first. A module belongs to the layer of its longest listed prefix (``mydecide.records`` is not
 ``mydecide``'s); a module may import its own layer and the layers below."""

@@ -158,6 +158,7 @@ class Ledger:
                 "reasons": dict(Counter(reason for _, reason, _ in removed).most_common()),
                 "by_source": in_out(rows_in, kept, lambda r: r.source),
                 "by_type": in_out(rows_in, kept, lambda r: r.record.question.type),
+                "removed_by_task": dict(sorted(Counter(row.record.task for row, _, _ in removed).items())),
                 **extra,
                 "seconds": self.lap(),
             }

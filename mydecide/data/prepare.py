@@ -24,6 +24,7 @@ from mydecide.data.inputs import convert_and_validate
 from mydecide.data.ledger import Ledger, short_reasons
 from mydecide.data.outputs import build_manifest, check_conservation, check_output_dir, write_outputs
 from mydecide.data.split_augment import augment_train, check_absent_labels, split_rows
+from mydecide.data.task_counts import task_lines
 from mydecide.io import directory_lock
 
 Log = Callable[[str], None]
@@ -68,5 +69,7 @@ def prepare(
         manifest = build_manifest(recipe, ledger, splits)
         check_conservation(manifest, ledger)
         write_outputs(out, splits, ledger, manifest, recipe)
+        for line in task_lines(manifest, out):
+            say(line)
         say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
         return manifest

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide import metrics
 from mydecide.errors import UserError
+from mydecide.evaluation.classes import CONFUSION_PLOT, classes_markdown, plot_confusions
 from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import (
     atomic_write_bytes,
@@ -215,6 +216,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "the temperature (docs/calibration.md, level maps).",
                 "",
             ]
+    lines += classes_markdown(report)
     lines += ["## Reliability", "", "![reliability diagram](reliability.png)", ""]
     return "\n".join(lines)
 
@@ -269,7 +271,14 @@ def plot_reliability(
 
 
 REPORT_FORMAT = "mydecide.report/1"  # report.json's "format": how evaluate knows a directory it may replace
-OUTPUT_FILES = ("predictions.jsonl", "base_predictions.jsonl", "report.json", "report.md", "reliability.png")
+OUTPUT_FILES = (
+    "predictions.jsonl",
+    "base_predictions.jsonl",
+    "report.json",
+    "report.md",
+    "reliability.png",
+    CONFUSION_PLOT,
+)
 RECIPE_FILE = "recipe.yaml"
 
 
@@ -330,6 +339,8 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str 
     }
     if evaluation.base_predictions is not None:
         names["base_predictions"] = "base_predictions.jsonl"
+    if evaluation.report.get("classes"):
+        names["confusion"] = CONFUSION_PLOT
     with staged_directory(out, (*OUTPUT_FILES, RECIPE_FILE)) as staging:
         write_jsonl(staging / names["predictions"], evaluation.predictions)
         if evaluation.base_predictions is not None:
@@ -337,6 +348,8 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str 
         atomic_write_json(staging / names["report"], {"format": REPORT_FORMAT, **evaluation.report})
         atomic_write_text(staging / names["markdown"], render_markdown(evaluation.report))
         plot_reliability(evaluation.rows, staging / names["plot"], evaluation.raw_rows)
+        if "confusion" in names:
+            plot_confusions(evaluation.report["classes"], staging / names["confusion"])
         if recipe_text is not None:
             atomic_write_text(staging / RECIPE_FILE, recipe_text)
     return {key: out / name for key, name in names.items()}

@@ -35,6 +35,7 @@ from mydecide.config import Costs, EvalRecipe, dump_recipe
 from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
+from mydecide.evaluation.classes import class_tables, headline_intervals
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.guarantees import guarantee_report
 from mydecide.evaluation.report import check_report_dir, write_outputs
@@ -271,6 +272,7 @@ def run_evaluation(
             baselines["base_model"]["span"]["spans"] = span_metrics(base_predictions)
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
+    report |= {"classes": class_tables(predictions), "intervals": headline_intervals(rows)}
     conformal = getattr(temperature, "conformal", None)
     if conformal is not None:  # sets and risk-controlled auto-act: what calibrate promised, checked
         span_items = [

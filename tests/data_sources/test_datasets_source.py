@@ -263,12 +263,15 @@ def test_the_recipe_examples_of_the_docs_page_are_valid_sources() -> None:
     page = Path(__file__).resolve().parents[2] / "docs" / "datasets-source.md"
     blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
     specs = [SourceSpec.model_validate(s) for block in blocks for s in yaml.safe_load(block)["sources"]]
-    assert len(specs) == 3 and {s.kind for s in specs} == {"datasets"}
+    assert len(specs) == 4 and {s.kind for s in specs} == {"datasets"}
     accepted = set(inspect.signature(ds_source.convert).parameters)
     for spec in specs:
         assert set(spec.options) <= accepted, spec.options
         o = spec.options
-        mapping = ds_source.check_mapping(
-            "docs", o.get("fields"), o.get("type"), o.get("instructions"), o.get("criteria"), o.get("task"), "en"
-        )
+        given = (o.get("type"), o.get("instructions"), o.get("criteria"), o.get("task"), "en")
+        if "questions" in o:
+            mapping = ds_source.question_mapping("docs", o.get("fields"), o["questions"], *given)
+            assert [q.task for q in mapping.questions] == ["team", "urgency"]
+        else:
+            mapping = ds_source.check_mapping("docs", o.get("fields"), *given)
         assert mapping.columns["state"]

@@ -130,8 +130,10 @@ def test_csv_recipe_errors_name_the_option_or_column() -> None:
         csv_source.convert(path, type="choice", instructions="x", state_column="body")
     with pytest.raises(ValueError, match=r"tickets.csv: column\(s\) \['text'\]"):
         csv_source.convert(path, type="noul", instructions="x", answer_column="urgent")
-    with pytest.raises(TypeError, match="instructions"):
-        csv_source.convert(path, type="noul")  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="option 'instructions' must be a non-empty string"):
+        csv_source.convert(path, type="noul")
+    with pytest.raises(ValueError, match=r"option 'type' \(choice, noul, score or set\) or 'questions' is needed"):
+        csv_source.convert(path, instructions="x")
 
 
 def test_parquet_maps_columns_with_zero_based_row_index(tmp_path: Path) -> None:

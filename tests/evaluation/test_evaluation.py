@@ -16,6 +16,7 @@ from mydecide.commands.evaluate import parse_costs
 from mydecide.commands.options import recipe_from_command_line, split_args
 from mydecide.config import CalibrateRecipe, EvalRecipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
+from mydecide.evaluation.classes import class_tables
 from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.rows import METRIC_KEYS, block, question_rows, rows_from_predictions
 from mydecide.evaluation.run import permuted_orders, run_evaluation, threshold_report
@@ -273,6 +274,16 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
         assert heading in markdown, heading
     assert "base model (no adapter)" in markdown and f"majority ({train})" in markdown
     assert "mean \\|p + p_neg − 1\\|" in markdown  # pipes inside a cell are escaped
+
+    # per option tables, intervals and the confusion plot: what the predictions imply
+    assert [(t["task"], t["type"]) for t in report["classes"]] == [("routing", "choice"), ("tags", "set")]
+    assert report["classes"] == class_tables(predictions)
+    assert sum(map(sum, report["classes"][0]["confusion"])) == report["by_task"]["routing"]["n"]
+    low, high = report["intervals"]["all"]["log_loss"]
+    assert low <= report["all"]["log_loss"] <= high
+    assert (out / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for heading in ("## Intervals", "## Per option", "### routing (choice, 3 questions", "| gold \\ predicted |"):
+        assert heading in markdown, heading
 
 
 # ------------------------------------------------------------------------------------------ order robustness

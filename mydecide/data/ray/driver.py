@@ -17,6 +17,7 @@ from mydecide.data.ray.near_steps import decontaminate, near_dedup
 from mydecide.data.ray.steps import cap_per_task, exact_dedup, read, split_and_augment, unique_ids
 from mydecide.data.ray.stream import Log, Stream
 from mydecide.data.ray.writers import Writer, file_mode, write_near_pairs, write_rejects, write_split
+from mydecide.data.task_counts import task_lines
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, atomic_write_text, directory_lock, staged_directory
 from mydecide.manifest import MANIFEST
@@ -57,6 +58,8 @@ def prepare_on_ray(
             if isinstance(cause, UserError):
                 raise cause from None
             raise
+        for line in task_lines(manifest, out):
+            say(line)
         say(f"wrote {', '.join(sorted(manifest['outputs']))} to {out}")
         return manifest
 

@@ -90,6 +90,7 @@ class Stream:
                 "reasons": dict(reasons.most_common()),
                 "by_source": {k: {"in": self.by_source[k], "out": after_source[k]} for k in sorted(self.by_source)},
                 "by_type": {k: {"in": self.by_type[k], "out": after_type[k]} for k in sorted(self.by_type)},
+                "removed_by_task": dict(sorted((+tasks).items())),
                 **extra,
                 "seconds": self.lap(),
             }
