@@ -55,7 +55,7 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
     from transformers import AutoModelForCausalLM
 
     from mydecide.merging import REPORT_FILE
-    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+    from mydecide.modeling import RENDER_CONFIG_FILE, load_model, read_render_config
 
     out = tmp_path / "merged"
     result = CliRunner().invoke(
@@ -70,7 +70,7 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     # as the adapter reads: it has no span head, so prompt.span.read's "auto" is saved as the letters it reads with
     letters = RENDER.model_copy(update={"span": RENDER.span.model_copy(update={"read": "letters"})})
-    assert RenderConfig.model_validate_json((out / RENDER_CONFIG_FILE).read_text()) == letters
+    assert read_render_config(out / RENDER_CONFIG_FILE) == letters  # stamped, as save_render_config writes it
     plain = AutoModelForCausalLM.from_pretrained(out)
     assert plain.dtype == torch.float32
     assert not any("lora" in k or "base_model" in k for k in plain.state_dict())

@@ -15,9 +15,9 @@ batch computes each state's prefix once, unless the batch fills up among them) a
 together (so little compute is spent on padding). A recipe's ``task_weights`` show a task's records more (or less)
 often per epoch.
 
-A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.spans``) run beside the
-batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads. With
-``prompt.span.layout: shared`` a packed batch lays its sequences as blocks in the rows of their states
+A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.span_layout``) run
+beside the batch's prompts in the same forward call, and its target is the word × label grid in the order of their
+reads. With ``prompt.span.layout: shared`` a packed batch lays its sequences as blocks in the rows of their states
 (``SpanBatch.packed_from``), each one more question of its state.
 """
 
@@ -35,7 +35,7 @@ from mydecide.scoring.forward import Batch, collate
 from mydecide.scoring.packed import PackedBatch, pack
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
-from mydecide.scoring.spans import SpanSequence, span_layout
+from mydecide.scoring.span_layout import SpanSequence, span_layout
 
 if TYPE_CHECKING:
     import torch

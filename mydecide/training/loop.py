@@ -31,7 +31,6 @@ from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
 from mydecide.training.dev import dev_line, dev_metrics, kept_record, lowest_so_far, replaces_best
-from mydecide.training.diagnostics import span_prior_note
 from mydecide.training.epochs import EpochPlan
 from mydecide.training.model_card import record_base_model, write_model_card
 from mydecide.training.objectives import training_loss
@@ -163,8 +162,6 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main and kept:
         log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
     majority = LabelPrior.from_records(train_records, "training split")
-    if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
-        log(note)
     model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
     renderer = model.renderer
 
