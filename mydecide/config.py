@@ -97,7 +97,7 @@ class ScoringModel(ModelChoice):
     # error if it contradicts the adapter's saved form)
     score_form: ScoreForm | None = None
     # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
-    # error); adapters saved before the fingerprint existed are never checked
+    # error); an adapter without its base record (mydecide_base.json) is refused either way
     allow_other_base: bool = False
 
 
