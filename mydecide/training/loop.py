@@ -221,9 +221,9 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
-            if kept and (note := best.within_margin_note(metrics["log_loss"], update, recipe.best_margin)):
-                log(note)
             if kept:
+                if note := best.within_margin_note(metrics["log_loss"], update, recipe.best_margin):
+                    log(note)
                 best = best.after(metrics, losses, update)
         best = broadcast_object_list([best])[0]
         if best.update == update:

@@ -62,6 +62,11 @@ def test_ties_do_not_chain_the_kept_adapter_away_from_the_lowest() -> None:
 
     best = KeptAdapter().after(metrics[0], list(a), 100)
     assert replaces_best(list(b), best, 1.0)
+    assert best.within_margin_note(metrics[1]["log_loss"], 200, 1.0) == (
+        "update 200 is kept as the best adapter: its dev log loss is within 1 standard error(s) of update 100's "
+        f"{metrics[0]['log_loss']:.4f}, the lowest so far (best_margin)"
+    )
+    assert best.within_margin_note(metrics[0]["log_loss"] - 0.01, 200, 1.0) is None  # the lowest: nothing to say
     best = best.after(metrics[1], list(b), 200)
     assert best.update == 200 and best.lowest.update == 100
     assert best.lowest.log_loss == metrics[0]["log_loss"]
