@@ -55,14 +55,7 @@ class RlcdObjective(Strict):
     sigma_end: float = Field(0.3, gt=0)
 
 
-class CeThenProperObjective(Strict):
-    """Warm start: soft cross-entropy for the first ``ce_fraction`` of updates, then the proper composite."""
-
-    kind: Literal["ce_then_proper"] = "ce_then_proper"
-    ce_fraction: float = Field(0.5, gt=0, lt=1)
-
-
-Objective = ProperObjective | CeObjective | RlcdObjective | CeThenProperObjective
+Objective = ProperObjective | CeObjective | RlcdObjective
 Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
 
 
@@ -97,7 +90,7 @@ class ScoringModel(ModelChoice):
     # error if it contradicts the adapter's saved form)
     score_form: ScoreForm | None = None
     # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
-    # error); adapters saved before the fingerprint existed are never checked
+    # error); an adapter without its base record (mydecide_base.json) is refused either way
     allow_other_base: bool = False
 
 
@@ -105,19 +98,12 @@ class TrainRecipe(ModelChoice):
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
     out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
     seed: int = 13  # seeds model init, option shuffling and batching
-    # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy;
-    # ce_then_proper: cross-entropy first, then proper
+    # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
     lora: LoraConfig = Field(default_factory=LoraConfig)  # the LoRA adapter
     optim: OptimConfig = Field(default_factory=OptimConfig)  # optimizer, schedule and batch sizes
     prompt: RenderConfig = Field(default_factory=RenderConfig)  # how questions are rendered (saved with the adapter)
     shuffle_options: bool = True  # reshuffle choice options every epoch (score levels and yes / no keep their order)
-    # share of choice records shown in a random order each epoch (the rest keep the given order)
-    shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
-    # each choice record shown in this many rotations of its order, next to each other (sharing its state)
-    orders_per_record: int = Field(1, ge=1, le=26)
-    # share of the updates trained with every option in its given order before shuffling (and rotations) start
-    shuffle_start: float = Field(0.0, ge=0.0, lt=1.0)
     shared_prefix: bool = True  # questions on one state share the state's computation in a batch
     gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, slower
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU

@@ -21,10 +21,13 @@ def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import save_render_config
+    from mydecide.training.model_card import record_base_model
 
     out = tmp_path_factory.mktemp("adapter")
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    fingerprint = weights_fingerprint(base)
     config = LoraConfig(
         r=4,
         lora_alpha=8,
@@ -39,6 +42,7 @@ def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(out)
     save_render_config(out, RENDER)
+    record_base_model(out, str(tiny_llama_dir), fingerprint)
     return out
 
 

@@ -4,6 +4,7 @@ state's questions share it in a batch (packed, KV cache, none)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from mydecide.errors import UserError
 from mydecide.records import Record
 from mydecide.scoring.packed import batch_packing, packing_mode
 from mydecide.training.batches import TrainBatch, Unit, make_batch
-from mydecide.training.diagnostics import span_log_odds
 
 if TYPE_CHECKING:
     from mydecide.prompt import SpanWindows
@@ -151,6 +151,14 @@ class TrainableModel:
         """One micro-batch on ``device``, packed where packing pays (:func:`~mydecide.scoring.packed.batch_packing`)."""
         layout = batch_packing(units, self.packing, self.cache_fails)
         return make_batch(units, self.base.tokenizer.pad_token_id, self.shared_prefix, layout).to(device)
+
+
+def span_log_odds(records: Sequence[Record]) -> float:
+    """The span head's initial bias: the log-odds of the share of span questions' word × label cells inside a gold
+    span (0 without any)."""
+    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    share = min(max(sum(cells) / len(cells), 1e-4), 1 - 1e-4) if cells else 0.5
+    return math.log(share / (1 - share))
 
 
 def trainable_model(

@@ -208,8 +208,8 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
             }
         )[0],
     ]
-    units = epoch_units(model.renderer, records, seed=0, epoch=0, shuffle_options=True, orders_per_record=3)
-    assert [len(u.prompts) for u in units] == [4, 4, 1]  # one unit per record: rotations mean nothing here
+    units = epoch_units(model.renderer, records, seed=0, epoch=0, shuffle_options=True)
+    assert [len(u.prompts) for u in units] == [4, 4, 1]  # one unit per record
     assert units[0].target == (1.0, 0.0, 0.0, 0.0) and units[1].target == (0.0, 1.0, 0.0, 0.0)
     module = build_module(model.lm, model.renderer.label_ids).eval()
     for shared in (True, False):

@@ -222,7 +222,7 @@ def test_training_packs_span_blocks_with_their_states_other_questions(
     got = tb.logits(logits)
     assert got.shape == expected_logits.shape
     torch.testing.assert_close(got, expected_logits, atol=1e-5, rtol=0)
-    loss = batch_loss(module.train(), tb, loss_for(ProperObjective(), 0.0), progress=0.0)
+    loss = batch_loss(module.train(), tb, loss_for(ProperObjective()), progress=0.0)
     loss.backward()
     assert float(span_head_of(model.lm).word.weight.grad.abs().max()) > 0
 

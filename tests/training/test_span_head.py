@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import random_span_head, span_grid_by_hand
-from test_span_training import choice_row
+from helpers import SMOKE, TWO_CPU_PROCESSES, choice_row, crash_after, recipe_for, write_task
 
 from mydecide.records import parse_question, parse_record
 
@@ -330,7 +330,6 @@ def test_a_killed_head_run_resumes_to_the_same_head_and_adapter(
 ) -> None:
     import torch
     from safetensors.torch import load_file
-    from test_resume import crash_after
 
     from mydecide.config import TrainRecipe
     from mydecide.recipe_loading import load_recipe
@@ -368,8 +367,6 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
     import os
     import subprocess
 
-    from test_loop import SMOKE, TWO_CPU_PROCESSES
-
     data = tmp_path / "data"
     write_data(data, 8, 40, 32, every=4)
     out = tmp_path / "run"
@@ -388,8 +385,6 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
 def test_auto_reads_with_the_letters_where_there_is_no_head(tiny_llama_dir: Path, tmp_path: Path) -> None:
     """Data without span questions trains no head; an adapter whose render config leaves read at auto reads with the
     letters."""
-    from test_loop import recipe_for, write_task
-
     from mydecide.modeling import load_model
     from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.loop import train

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pytest
+from helpers import choice_row
 
 from mydecide.records import parse_record
 
@@ -32,17 +34,6 @@ def span_row(i: int, rng: random.Random) -> dict:
     }
 
 
-def choice_row(i: int, rng: random.Random) -> dict:
-    team = "engineering" if rng.random() < 0.8 else "billing"
-    return {
-        "id": f"c{i}",
-        "task": "route",
-        "state": f"ticket {i}: {'outage' if team == 'engineering' else 'invoice'}",
-        "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
-        "answer": team,
-    }
-
-
 def records(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     return [r for i in range(n) for r in parse_record((span_row if i % 2 else choice_row)(i, rng))]
@@ -64,7 +55,7 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny
     span = next(u for u in units if isinstance(u, SpanUnit))
     assert len(span.target) == len(recs[1].target)  # every cell of the grid is read once
     module = build_module(model.lm, model.renderer.label_ids)
-    ce = loss_for(CeObjective(), 0.0)
+    ce = loss_for(CeObjective())
     pad = model.tokenizer.pad_token_id
 
     def loss_of(subset: list) -> torch.Tensor:
@@ -178,16 +169,12 @@ def test_the_training_module_reads_the_letters_grid_scoring_reads(tiny_llama_dir
     assert reads.tolist() == pytest.approx(grid[cells].tolist(), abs=1e-4)
 
 
-def test_train_reports_the_span_cells_share_and_warns_when_the_prior_is_far_from_it() -> None:
-    from mydecide.training.diagnostics import span_prior_note
+def test_the_span_head_starts_at_the_log_odds_of_the_span_cells_share() -> None:
+    from mydecide.training.model import span_log_odds
 
     recs = records(40)
     cells = [y for r in recs if r.question.type == "span" for y in r.target]
     share = sum(cells) / len(cells)
     assert 0.1 < share < 0.3
-    near = span_prior_note(recs, round(share, 2))
-    assert near is not None and f"{share:.1%} of {len(cells):,}" in near and "WARNING" not in near
-    far = span_prior_note(recs, 0.01)
-    assert far is not None and f"WARNING: set prompt.span.prior={share:.3g}" in far
-    assert "(no offset)" in (span_prior_note(recs, None) or "")
-    assert span_prior_note([r for r in recs if r.question.type != "span"], 0.05) is None
+    assert span_log_odds(recs) == pytest.approx(math.log(share / (1 - share)))
+    assert span_log_odds([r for r in recs if r.question.type != "span"]) == 0.0
