@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mydecide.errors import UserError
 
@@ -201,3 +201,10 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for a in get_args(annotation) for m in _models_in(a)]
+
+
+class Strict(BaseModel):
+    """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
+    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)

@@ -392,6 +392,10 @@ def open_run(
         accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
 
 
+ADAM_BETAS = (0.9, 0.999)
+"""AdamW's decay rates (a lower β₂ lost on the demo, docs/LOG.md: not a recipe key)."""
+
+
 def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[Any, Any]:
     """AdamW over the trainable parameters, and the recipe's learning-rate schedule over ``total_updates``."""
     import torch
@@ -401,7 +405,7 @@ def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[An
     optimizer = torch.optim.AdamW(
         [p for p in lm.parameters() if p.requires_grad],
         lr=optim.lr,
-        betas=(optim.beta1, optim.beta2),
+        betas=ADAM_BETAS,
         weight_decay=optim.weight_decay,
     )
     scheduler = get_scheduler(

@@ -224,16 +224,13 @@ def test_task_weights_name_a_task_with_no_training_records_and_refuse_bad_weight
             TrainRecipe(task_weights={"route": bad})
 
 
-def test_the_recipe_sets_adamw_decay_rates_and_refuses_one_outside_0_1() -> None:
+def test_adamw_keeps_its_decay_rates_and_beta_keys_are_gone() -> None:
     import torch
 
     from mydecide.recipe_parsing import RecipeError
     from mydecide.training.loop import make_optimiser
 
-    recipe = load_recipe(None, ["optim.beta2=0.95", "optim.warmup_ratio=0.0"], model=TrainRecipe)
-    optimizer, _ = make_optimiser(torch.nn.Linear(3, 2), recipe, total_updates=10)
-    assert optimizer.param_groups[0]["betas"] == (0.9, 0.95)
     default, _ = make_optimiser(torch.nn.Linear(3, 2), TrainRecipe(), total_updates=10)
     assert default.param_groups[0]["betas"] == (0.9, 0.999)
-    with pytest.raises(RecipeError, match=r"optim\.beta2"):
-        load_recipe(None, ["optim.beta2=1.0"], model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"optim\.beta2"):  # a lower beta2 lost on the demo (docs/LOG.md)
+        load_recipe(None, ["optim.beta2=0.95"], model=TrainRecipe)
