@@ -146,7 +146,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     from mydecide.training.model import trainable_model
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
-    train_records, dev_records, kept = selected_records(recipe, train_records, dev_records, data_dir)
+    train_records, dev_records, kept, warnings = selected_records(recipe, train_records, dev_records, data_dir)
     # a span head (scoring/span_head.py) is trained with the adapter when asked, or by default (auto) for span data
     span = recipe.prompt.span.resolve(any(r.question.type == "span" for r in train_records))
 
@@ -160,6 +160,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
         open_run(run, recipe, resume, allow_change, data_sha256, accelerator, trackers)
     if is_main and kept:
         log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
+    for warning in warnings if is_main else []:
+        log(f"WARNING: {warning}")
     majority = LabelPrior.from_records(train_records, "training split")
     model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
     renderer = model.renderer
@@ -319,10 +321,12 @@ def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter) -> No
 
 def selected_records(
     recipe: TrainRecipe, train_records: list[Record], dev_records: list[Record], data_dir: Path
-) -> tuple[list[Record], list[Record], str]:
-    """The records the recipe trains and evaluates on (``tasks``, ``train_limit``, ``dev_limit``), and a note of
-    how many ``tasks`` kept."""
-    counts, kept = (len(train_records), len(dev_records)), ""
+) -> tuple[list[Record], list[Record], str, list[str]]:
+    """The records the recipe trains and evaluates on (``tasks``, ``train_limit``, ``dev_limit``), a note of how many
+    ``tasks`` kept, and warnings: a ``task_weights`` task with no training records is one, not an error (a recipe
+    tuned on other data names its tasks; a weight is a sampling rate, not a claim that the task is there). Naming the
+    tasks in ``tasks`` is how a missing task becomes an error (:func:`select_tasks`)."""
+    counts, kept, warnings = (len(train_records), len(dev_records)), "", []
     if recipe.tasks:
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
         kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
@@ -331,14 +335,16 @@ def selected_records(
     if recipe.task_weights:
         present = Counter(r.task for r in train_records)
         if missing := sorted(set(recipe.task_weights) - set(present)):
-            raise UserError(
-                f"task_weights: {missing} have no records to train on; the training tasks are {sorted(present)}"
+            warnings.append(
+                f"task_weights: {missing} have no records to train on (unused); the training tasks are "
+                f"{sorted(present)} (name them in tasks: to make a missing task an error)"
             )
-        shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items()}
-        kept = "; ".join(filter(None, [kept, f"task weights show {shown} records of those tasks per epoch"]))
+        shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items() if t in present}
+        if shown:
+            kept = "; ".join(filter(None, [kept, f"task weights show {shown} records of those tasks per epoch"]))
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
-    return train_records, dev_records, kept
+    return train_records, dev_records, kept, warnings
 
 
 def make_accelerator(recipe: TrainRecipe, run: Path, trackers: list[str], *, head: bool) -> tuple[Any, str]:
