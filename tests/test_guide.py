@@ -98,14 +98,18 @@ def test_the_guide_runs_as_written(tiny_llama_dir: Path, tmp_path: Path, monkeyp
     assert f"{weights} ['team', 'urgency']" in said["train"]
     run = tmp_path / "runs" / "tickets" / "train"
     assert (run / "adapter" / "adapter_config.json").is_file()
+    dev_lines = [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["kind"] == "dev"]
+    assert [r["update"] for r in dev_lines] == [0, 19, 20]  # the start, the end of the first epoch, the last
+    assert all(set(r["tasks"]) == {"team", "urgency"} for r in dev_lines)  # each task's own dev metrics
     temperatures = json.loads((tmp_path / "runs" / "tickets" / "temperatures.json").read_text())
     assert {"choice", "score"} <= set(temperatures["types"])
     report = tmp_path / "runs" / "tickets" / "eval"
-    for name in ("report.md", "report.json", "predictions.jsonl", "reliability.png"):
+    for name in ("report.md", "report.json", "predictions.jsonl", "reliability.png", "dev_curves.png"):
         assert (report / name).is_file(), name
     evaluated = json.loads((report / "report.json").read_text())
     assert evaluated["choice"]["n"] > 0 and evaluated["score"]["n"] > 0
     assert set(evaluated["by_task"]) == {"team", "urgency"}
+    assert "| update | all: log loss | team | urgency |" in (report / "report.md").read_text()  # the dev curves
     answer = json.loads(outputs["predict"])["answers"]["team"]
     assert set(answer["probabilities"]) == {"billing", "engineering", "support"}
     assert sum(answer["probabilities"].values()) == pytest.approx(1.0)

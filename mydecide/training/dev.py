@@ -31,7 +31,8 @@ FLIP_LIMIT = 0.5
 
 
 def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: int, batch_size: int) -> dict[str, Any]:
-    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
+    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records, and
+    ``tasks``: each task's own n, accuracy and log loss (:func:`task_metrics`).
 
     A set question counts one yes/no row per label in the metrics. Span questions are not in accuracy, Brier or ECE
     (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
@@ -101,6 +102,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     if spans:
         out["span_questions"], out["span_log_loss"] = len(spans), summary["span_log_loss"]
     out["losses"] = losses
+    out["tasks"] = task_metrics(single + sets, per_question)
     if not single:
         return {
             **out,
@@ -121,6 +123,30 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         "top_letter_share": report.top_letter_share,
         "warnings": report.warnings,
     }
+
+
+def task_metrics(records: Sequence[Record], per_question: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Each task's dev ``n`` (questions), ``accuracy`` (None for a task of span questions only) and ``log_loss``,
+    counted as :func:`dev_metrics` counts them all (a set question: one yes / no row per label; a span question:
+    one term, its mean cell log loss), so the pooled log loss is the mean of the tasks' terms. ``per_question``:
+    each record's answer rows, in order."""
+    import numpy as np
+
+    from mydecide.metrics import accuracy, log_loss, log_losses
+
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted({r.task for r in records}):
+        mine = [(r, q) for r, q in zip(records, per_question, strict=True) if r.task == task]
+        rows = [row for r, q in mine if r.question.type != "span" for row in q]
+        probs, targets = [p for p, _ in rows], [y for _, y in rows]
+        terms = [float(x) for x in log_losses(probs, targets)] if rows else []
+        terms += [log_loss([p for p, _ in q], [y for _, y in q]) for r, q in mine if r.question.type == "span"]
+        out[task] = {
+            "n": len(mine),
+            "accuracy": accuracy(probs, targets) if rows else None,
+            "log_loss": float(np.mean(terms)),
+        }
+    return out
 
 
 @dataclass
@@ -279,8 +305,14 @@ def dev_line(update: int, metrics: dict[str, Any]) -> str:
         return "-" if metrics.get(key) is None else f"{metrics[key]:.3f}"
 
     spans = f" (span questions: {num('span_log_loss')})" if metrics.get("span_questions") else ""
+    tasks = metrics.get("tasks") or {}
+    by_task = "; ".join(
+        f"{task} log loss {m['log_loss']:.3f}" + ("" if m["accuracy"] is None else f" accuracy {m['accuracy']:.3f}")
+        for task, m in tasks.items()
+    )
     return (
         f"dev @ update {update}: accuracy {num('accuracy')} (majority {num('majority_accuracy')}), log loss "
         f"{num('log_loss')}{spans}, ECE {num('ece')}, flip rate {metrics['flip_rate']:.2f}, top letter "
         f"{metrics['top_letter']} {metrics['top_letter_share']:.0%}"
+        + (f" | by task: {by_task}" if len(tasks) > 1 else "")
     )

@@ -158,10 +158,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main:
         held.enter_context(directory_lock(run, "train"))
         open_run(run, recipe, resume, allow_change, data_sha256, accelerator, trackers)
-    if is_main and kept:
-        log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
-    for warning in warnings if is_main else []:
-        log(f"WARNING: {warning}")
+    for line in selection_lines(recipe, kept, warnings) if is_main else []:
+        log(line)
     majority = LabelPrior.from_records(train_records, "training split")
     model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
     renderer = model.renderer
@@ -345,6 +343,12 @@ def selected_records(
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
     return train_records, dev_records, kept, warnings
+
+
+def selection_lines(recipe: TrainRecipe, kept: str, warnings: list[str]) -> list[str]:
+    """What train says about the records :func:`selected_records` kept."""
+    lines = [f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept] if kept else []
+    return lines + [f"WARNING: {warning}" for warning in warnings]
 
 
 def make_accelerator(recipe: TrainRecipe, run: Path, trackers: list[str], *, head: bool) -> tuple[Any, str]:
