@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
@@ -224,13 +224,31 @@ class KeptAdapter(DevLoss):
     accuracy: float | None = None
     majority_accuracy: float | None = None  # for the loop's last collapse warning
     lowest: DevLoss = DevLoss()
+    # dev evaluations since the one that set ``lowest`` (early_stopping.patience counts them; resume reads it back)
+    since_lowest: int = 0
 
     def after(self, metrics: dict[str, Any], losses: Sequence[float], update: int) -> KeptAdapter:
         """The record once update ``update``'s adapter (dev ``metrics`` and ``losses``) is kept in place of this."""
         this = DevLoss(metrics["log_loss"], update, tuple(round(float(x), 7) for x in losses))
         lowest = this if self.lowest.update is None or this.log_loss < self.lowest.log_loss else self.lowest
         figures = metrics["accuracy"], metrics["majority_accuracy"]
-        return KeptAdapter(this.log_loss, this.update, this.dev_losses, *figures, lowest)
+        return KeptAdapter(this.log_loss, this.update, this.dev_losses, *figures, lowest, self.since_lowest)
+
+    def evaluated(self, log_loss: float) -> KeptAdapter:
+        """This record once a dev evaluation of dev ``log_loss`` has been counted (before any :meth:`after`): a new
+        lowest sets ``since_lowest`` to 0, anything else (a NaN too) adds one."""
+        lower = log_loss < self.lowest.log_loss
+        return replace(self, since_lowest=0 if lower else self.since_lowest + 1)
+
+    def stop_reason(self, patience: int | None, update: int, total: int) -> str | None:
+        """Why training stops at update ``update`` of ``total`` (early_stopping.patience), or None to go on."""
+        if patience is None or self.since_lowest < patience:
+            return None
+        return (
+            f"stopped early at update {update} of {total}: {self.since_lowest} dev evaluation(s) without a new lowest "
+            f"dev log loss (early_stopping.patience {patience}; the lowest: {self.lowest.log_loss:.4f} at update "
+            f"{self.lowest.update})"
+        )
 
     def within_margin_note(self, log_loss: float, update: int, margin: float) -> str | None:
         """What the loop says when update ``update``'s adapter, dev ``log_loss``, is kept in place of this one though
@@ -246,7 +264,8 @@ class KeptAdapter(DevLoss):
     def to_json(self, *, terms: bool = True) -> dict[str, Any]:
         own = super().to_json(terms=terms)
         figures = {"accuracy": self.accuracy, "majority_accuracy": self.majority_accuracy}
-        return {"log_loss": self.log_loss, **figures, **own, "lowest": self.lowest.to_json(terms=terms)}
+        lowest = {"lowest": self.lowest.to_json(terms=terms), "since_lowest": self.since_lowest}
+        return {"log_loss": self.log_loss, **figures, **own, **lowest}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KeptAdapter:
@@ -259,6 +278,7 @@ class KeptAdapter(DevLoss):
             data["accuracy"],
             data["majority_accuracy"],
             DevLoss(lowest["log_loss"], lowest["update"], tuple(lowest["dev_losses"])),
+            data["since_lowest"],
         )
 
 

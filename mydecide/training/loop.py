@@ -171,11 +171,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
     module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
     step_loss = training_loss(recipe.objective)
-    log(
-        f"{len(train_records)} train / {len(dev_records)} dev records; {plan.micro_per_epoch} micro-batches of "
-        f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
-        f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}"
-    )
+    log(f"{len(train_records)} train / {len(dev_records)} dev records; {plan.sizing()}")
+    log(f"objective {recipe.objective.kind}; {precision} on {accelerator.device}")
 
     def scoring_model() -> LoadedModel:
         return LoadedModel(accelerator.unwrap_model(module).lm, model.base.tokenizer, renderer, recipe.model)
@@ -214,6 +211,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             module.train()
         if is_main:
             kept = replaces_best(losses, best, recipe.best_margin)  # RUN/adapter becomes this update's
+            counted = best.evaluated(metrics["log_loss"])
             row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics, "kept": kept}
             row.update(seconds=round(time.perf_counter() - started, 1), time=round(time.time(), 3))
             write_metrics(run, row)
@@ -225,7 +223,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if kept:
                 if note := best.within_margin_note(metrics["log_loss"], update, recipe.best_margin):
                     log(note)
-                best = best.after(metrics, losses, update)
+                counted = counted.after(metrics, losses, update)
+            best = counted
         best = broadcast_object_list([best])[0]
         if best.update == update:
             save_adapter("adapter")
@@ -236,7 +235,9 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
     if update == 0 and recipe.eval_at_start:
         best = evaluate_dev(0.0, best)
-    while update < total_updates:
+    # a run resumed after it stopped early stops again at once (--allow-change early_stopping.patience goes on)
+    stopped = best.stop_reason(recipe.early_stopping.patience, update, total_updates)
+    while update < total_updates and not stopped:
         losses = []
         update_started, questions = time.perf_counter(), 0
         for a in range(accum):
@@ -261,22 +262,20 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             write_metrics(run, row)
             accelerator.log(tracked("train", row), step=update)
             if time.perf_counter() - last_log > 10 or update == total_updates:
-                elapsed = time.perf_counter() - started
-                eta = elapsed / max(update - start_update, 1) * (total_updates - update)
-                log(
-                    f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
-                    f"elapsed {elapsed:.0f}s eta {eta:.0f}s"
-                )
+                log(progress_line(update, total_updates, update - start_update, started, mean_loss, scheduler))
                 last_log = time.perf_counter()
         if update % recipe.eval_every == 0 or plan.epoch_ends(update) or update == total_updates:
             best = evaluate_dev(plan.epoch(update), best)
-        if update % recipe.save_every == 0 or update == total_updates:
+        stopped = best.stop_reason(recipe.early_stopping.patience, update, total_updates)
+        if update % recipe.save_every == 0 or update == total_updates or stopped:
             checkpoints.save_checkpoint(accelerator, run, update, best.to_json(), recipe.keep_checkpoints, training)
+        if stopped:
+            break
 
     save_adapter("last")
     if best.update is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
         save_adapter("adapter")
-    close_run(accelerator, run, update, best)
+    close_run(accelerator, run, update, best, stopped)
     return run
 
 
@@ -298,17 +297,27 @@ def train_row(
     }
 
 
-def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter) -> None:
-    """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
+def progress_line(update: int, total: int, done: int, started: float, loss: float, scheduler: Any) -> str:
+    """The loop's progress line after update ``update`` of ``total``, ``done`` of them in this process since
+    ``started``."""
+    elapsed = time.perf_counter() - started
+    eta = elapsed / max(done, 1) * (total - update)
+    lr = scheduler.get_last_lr()[0]
+    return f"update {update}/{total} loss {loss:.4f} lr {lr:.2e} elapsed {elapsed:.0f}s eta {eta:.0f}s"
+
+
+def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter, stopped: str | None) -> None:
+    """summary.json and the last line (main process: with ``stopped``, why training stopped early), the trackers
+    flushed and closed, every process done."""
     if accelerator.is_main_process:
-        summary = {"updates": update, "best": best.to_json(terms=False)}
+        summary = {"updates": update, "stopped_early": stopped, "best": best.to_json(terms=False)}
         atomic_write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
-        log(
-            f"done: best on dev: update {best.update} (dev log loss {best.log_loss:.4f}) → {run / 'adapter'}; "
-            f"last → {run / 'last'}"
-        )
         if (warning := collapsed_warning(best)) is not None:
             log(f"WARNING: {warning}")
+        log(
+            f"done: {stopped + '; ' if stopped else ''}best on dev: update {best.update} (dev log loss "
+            f"{best.log_loss:.4f}) → {run / 'adapter'}; last → {run / 'last'}"
+        )
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
         tracker.finish()
     accelerator.wait_for_everyone()

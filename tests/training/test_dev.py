@@ -88,6 +88,7 @@ def test_the_kept_adapter_reads_back_from_its_json_and_leaves_its_terms_out_of_t
         "update": 20,
         "dev_losses": [0.3, 0.8],
         "lowest": {"log_loss": 0.5, "update": 10, "dev_losses": [0.25, 0.75]},
+        "since_lowest": 0,
     }
     assert KeptAdapter.from_json(saved) == best
     assert best.to_json(terms=False) == {
@@ -96,6 +97,7 @@ def test_the_kept_adapter_reads_back_from_its_json_and_leaves_its_terms_out_of_t
         "majority_accuracy": 0.5,
         "update": 20,
         "lowest": {"log_loss": 0.5, "update": 10},
+        "since_lowest": 0,
     }
 
 
