@@ -96,6 +96,7 @@ def test_the_guide_runs_as_written(tiny_llama_dir: Path, tmp_path: Path, monkeyp
     # the demo recipe's weight for its own span task is a warning on this data, not an error
     weights = "WARNING: task_weights: ['pii_spans'] have no records to train on (unused); the training tasks are"
     assert f"{weights} ['team', 'urgency']" in said["train"]
+    assert re.search(r"dev records; 20 updates = \d+\.\d epochs \(optim\.max_steps 20\)", said["train"])
     run = tmp_path / "runs" / "tickets" / "train"
     assert (run / "adapter" / "adapter_config.json").is_file()
     dev_lines = [r for r in map(json.loads, (run / "metrics.jsonl").open()) if r["kind"] == "dev"]

@@ -107,3 +107,16 @@ def test_the_count_since_the_lowest_and_the_stop_reason() -> None:
     kept = best.evaluated(0.9).after({"log_loss": 0.9, "accuracy": 0.6, "majority_accuracy": 0.4}, [0.9], 6)
     assert kept.since_lowest == 0 and KeptAdapter.from_json(kept.to_json()) == kept
     assert KeptAdapter.from_json(best.to_json()).since_lowest == 2
+
+
+def test_train_says_how_many_updates_and_epochs_and_which_key_decided(
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mydecide.training.loop import train
+
+    data = write_task(tmp_path / "data", 16, 4)  # 16 records: 4 micro-batches of 4, 2 per update
+    train(recipe_for(tiny_llama_dir, data, tmp_path / "run", "eval_at_start=false"))  # smoke: epochs 1
+    assert (
+        "[train] 16 train / 4 dev records; 2 updates = 1.0 epochs (optim.epochs 1; optim.max_steps unset) of 4 "
+        "micro-batches of 4 per process × 1 process(es), 2 per update" in capsys.readouterr().err.splitlines()
+    )
