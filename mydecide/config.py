@@ -74,6 +74,12 @@ class OptimConfig(Strict):
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
 
 
+class EarlyStopping(Strict):
+    # stop training after this many dev evaluations in a row without a new lowest dev log loss (unset: train every
+    # update); RUN/adapter is the adapter best on dev, as always, and the run's last line says why it stopped
+    patience: int | None = Field(None, ge=1)
+
+
 class ModelChoice(Strict):
     """The base model a command loads; the one default for every command."""
 
@@ -117,6 +123,8 @@ class TrainRecipe(ModelChoice):
     # by more than this many standard errors of their question-by-question difference (0: only a strictly lower log
     # loss replaces it)
     best_margin: float = Field(1.0, ge=0.0)
+    # stop early when the dev log loss stops improving (dev evaluations: every eval_every updates and each epoch's end)
+    early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
     save_every: int = Field(50, ge=1)  # optimizer updates between resumable checkpoints
     keep_checkpoints: int = Field(2, ge=1)  # resumable checkpoints kept (the oldest are deleted)
     train_limit: int | None = Field(None, ge=1)  # train on the first N training records only

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
             "--allow-change",
             metavar="KEY",
             help="With --resume: a recipe key that may differ from the run's "
-            "(optim.max_steps, optim.epochs, eval_every, save_every, "
+            "(optim.max_steps, optim.epochs, early_stopping.patience, eval_every, save_every, "
             "keep_checkpoints, eval_batch_size, collapse_after, report_to).",
         ),
     ) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mydecide import metrics
 from mydecide.errors import UserError
 from mydecide.evaluation.classes import CONFUSION_PLOT, classes_markdown, plot_confusions
+from mydecide.evaluation.curves import CURVES_PLOT, curves_markdown, plot_curves
 from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import (
     atomic_write_bytes,
@@ -217,6 +218,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "",
             ]
     lines += classes_markdown(report)
+    lines += curves_markdown(report)
     lines += ["## Reliability", "", "![reliability diagram](reliability.png)", ""]
     return "\n".join(lines)
 
@@ -278,6 +280,7 @@ OUTPUT_FILES = (
     "report.md",
     "reliability.png",
     CONFUSION_PLOT,
+    CURVES_PLOT,
 )
 RECIPE_FILE = "recipe.yaml"
 
@@ -339,6 +342,8 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str 
         names["base_predictions"] = "base_predictions.jsonl"
     if evaluation.report.get("classes"):
         names["confusion"] = CONFUSION_PLOT
+    if evaluation.report.get("training"):
+        names["curves"] = CURVES_PLOT
     with staged_directory(out, (*OUTPUT_FILES, RECIPE_FILE)) as staging:
         write_jsonl(staging / names["predictions"], evaluation.predictions)
         if evaluation.base_predictions is not None:
@@ -348,6 +353,8 @@ def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str 
         plot_reliability(evaluation.rows, staging / names["plot"], evaluation.raw_rows)
         if "confusion" in names:
             plot_confusions(evaluation.report["classes"], staging / names["confusion"])
+        if "curves" in names:
+            plot_curves(evaluation.report["training"], staging / names["curves"])
         if recipe_text is not None:
             atomic_write_text(staging / RECIPE_FILE, recipe_text)
     return {key: out / name for key, name in names.items()}

@@ -37,6 +37,7 @@ from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.classes import class_tables, headline_intervals
 from mydecide.evaluation.coherence import coherence_checks
+from mydecide.evaluation.curves import training_curves
 from mydecide.evaluation.guarantees import guarantee_report
 from mydecide.evaluation.report import check_report_dir, write_outputs
 from mydecide.evaluation.rows import Evaluation, MetricRow, metric_blocks, prediction_row, question_rows, span_metrics
@@ -381,6 +382,8 @@ def _evaluate(
     )
     report = evaluation.report
     report["adapter"] = recipe.adapter
+    if (curves := training_curves(recipe.adapter)) is not None:  # an adapter in a run directory: train's dev curves
+        report["training"] = curves
     report["data"] = [str(p) for p in recipe.data]
     report["warnings"] = warnings
     report["recipe"] = recipe.model_dump(mode="json")

@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
 STATE_FILE = "trainer_state.json"  # update, best, recipe, data_sha256: what the loop needs besides Accelerate's state
-STATE_FORMAT = 1  # trainer_state.json's format stamp (mydecide/formats.py): another is refused, never read
+# trainer_state.json's format stamp (mydecide/formats.py): another is refused, never read. 2: the best adapter's
+# record carries since_lowest (early stopping)
+STATE_FORMAT = 2
 NEW_RUN = "start a new run with another --out"  # what to do when a run cannot be resumed
 WEIGHTS_FILE = "model.safetensors"  # Accelerate's name for the first model's weights (LoRA only, see save_lora_only)
 
@@ -248,6 +250,7 @@ def forget_updates_after(run: Path, update: int, best: DevLoss) -> None:
 SAFE_CHANGES = (
     "optim.max_steps",
     "optim.epochs",
+    "early_stopping.patience",
     "eval_every",
     "save_every",
     "keep_checkpoints",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mydecide.evaluation.baselines import LabelPrior, majority_accuracy
@@ -31,7 +31,8 @@ FLIP_LIMIT = 0.5
 
 
 def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: int, batch_size: int) -> dict[str, Any]:
-    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records.
+    """Accuracy, log loss, ECE (canonical order) and the collapse check (one shuffled pass) on dev records, and
+    ``tasks``: each task's own n, accuracy and log loss (:func:`task_metrics`).
 
     A set question counts one yes/no row per label in the metrics. Span questions are not in accuracy, Brier or ECE
     (their hundreds of word × label cells would outweigh every other question); each adds its mean cell log loss to
@@ -101,6 +102,7 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
     if spans:
         out["span_questions"], out["span_log_loss"] = len(spans), summary["span_log_loss"]
     out["losses"] = losses
+    out["tasks"] = task_metrics(single + sets, per_question)
     if not single:
         return {
             **out,
@@ -121,6 +123,30 @@ def dev_metrics(model: Any, records: list[Record], majority: LabelPrior, seed: i
         "top_letter_share": report.top_letter_share,
         "warnings": report.warnings,
     }
+
+
+def task_metrics(records: Sequence[Record], per_question: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Each task's dev ``n`` (questions), ``accuracy`` (None for a task of span questions only) and ``log_loss``,
+    counted as :func:`dev_metrics` counts them all (a set question: one yes / no row per label; a span question:
+    one term, its mean cell log loss), so the pooled log loss is the mean of the tasks' terms. ``per_question``:
+    each record's answer rows, in order."""
+    import numpy as np
+
+    from mydecide.metrics import accuracy, log_loss, log_losses
+
+    out: dict[str, dict[str, Any]] = {}
+    for task in sorted({r.task for r in records}):
+        mine = [(r, q) for r, q in zip(records, per_question, strict=True) if r.task == task]
+        rows = [row for r, q in mine if r.question.type != "span" for row in q]
+        probs, targets = [p for p, _ in rows], [y for _, y in rows]
+        terms = [float(x) for x in log_losses(probs, targets)] if rows else []
+        terms += [log_loss([p for p, _ in q], [y for _, y in q]) for r, q in mine if r.question.type == "span"]
+        out[task] = {
+            "n": len(mine),
+            "accuracy": accuracy(probs, targets) if rows else None,
+            "log_loss": float(np.mean(terms)),
+        }
+    return out
 
 
 @dataclass
@@ -198,13 +224,31 @@ class KeptAdapter(DevLoss):
     accuracy: float | None = None
     majority_accuracy: float | None = None  # for the loop's last collapse warning
     lowest: DevLoss = DevLoss()
+    # dev evaluations since the one that set ``lowest`` (early_stopping.patience counts them; resume reads it back)
+    since_lowest: int = 0
 
     def after(self, metrics: dict[str, Any], losses: Sequence[float], update: int) -> KeptAdapter:
         """The record once update ``update``'s adapter (dev ``metrics`` and ``losses``) is kept in place of this."""
         this = DevLoss(metrics["log_loss"], update, tuple(round(float(x), 7) for x in losses))
         lowest = this if self.lowest.update is None or this.log_loss < self.lowest.log_loss else self.lowest
         figures = metrics["accuracy"], metrics["majority_accuracy"]
-        return KeptAdapter(this.log_loss, this.update, this.dev_losses, *figures, lowest)
+        return KeptAdapter(this.log_loss, this.update, this.dev_losses, *figures, lowest, self.since_lowest)
+
+    def evaluated(self, log_loss: float) -> KeptAdapter:
+        """This record once a dev evaluation of dev ``log_loss`` has been counted (before any :meth:`after`): a new
+        lowest sets ``since_lowest`` to 0, anything else (a NaN too) adds one."""
+        lower = log_loss < self.lowest.log_loss
+        return replace(self, since_lowest=0 if lower else self.since_lowest + 1)
+
+    def stop_reason(self, patience: int | None, update: int, total: int) -> str | None:
+        """Why training stops at update ``update`` of ``total`` (early_stopping.patience), or None to go on."""
+        if patience is None or self.since_lowest < patience:
+            return None
+        return (
+            f"stopped early at update {update} of {total}: {self.since_lowest} dev evaluation(s) without a new lowest "
+            f"dev log loss (early_stopping.patience {patience}; the lowest: {self.lowest.log_loss:.4f} at update "
+            f"{self.lowest.update})"
+        )
 
     def within_margin_note(self, log_loss: float, update: int, margin: float) -> str | None:
         """What the loop says when update ``update``'s adapter, dev ``log_loss``, is kept in place of this one though
@@ -220,7 +264,8 @@ class KeptAdapter(DevLoss):
     def to_json(self, *, terms: bool = True) -> dict[str, Any]:
         own = super().to_json(terms=terms)
         figures = {"accuracy": self.accuracy, "majority_accuracy": self.majority_accuracy}
-        return {"log_loss": self.log_loss, **figures, **own, "lowest": self.lowest.to_json(terms=terms)}
+        lowest = {"lowest": self.lowest.to_json(terms=terms), "since_lowest": self.since_lowest}
+        return {"log_loss": self.log_loss, **figures, **own, **lowest}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KeptAdapter:
@@ -233,6 +278,7 @@ class KeptAdapter(DevLoss):
             data["accuracy"],
             data["majority_accuracy"],
             DevLoss(lowest["log_loss"], lowest["update"], tuple(lowest["dev_losses"])),
+            data["since_lowest"],
         )
 
 
@@ -279,8 +325,14 @@ def dev_line(update: int, metrics: dict[str, Any]) -> str:
         return "-" if metrics.get(key) is None else f"{metrics[key]:.3f}"
 
     spans = f" (span questions: {num('span_log_loss')})" if metrics.get("span_questions") else ""
+    tasks = metrics.get("tasks") or {}
+    by_task = "; ".join(
+        f"{task} log loss {m['log_loss']:.3f}" + ("" if m["accuracy"] is None else f" accuracy {m['accuracy']:.3f}")
+        for task, m in tasks.items()
+    )
     return (
         f"dev @ update {update}: accuracy {num('accuracy')} (majority {num('majority_accuracy')}), log loss "
         f"{num('log_loss')}{spans}, ECE {num('ece')}, flip rate {metrics['flip_rate']:.2f}, top letter "
         f"{metrics['top_letter']} {metrics['top_letter_share']:.0%}"
+        + (f" | by task: {by_task}" if len(tasks) > 1 else "")
     )

@@ -33,6 +33,21 @@ class EpochPlan:
             self.micro_per_epoch * recipe.optim.epochs / self.accum
         )
 
+    def sizing(self) -> str:
+        """How long training is and why, for train's first lines: the updates, the epochs they make, and which key
+        decided (``optim.max_steps``, or ``optim.epochs`` when it is unset)."""
+        optim = self.recipe.optim
+        why = (
+            f"optim.max_steps {optim.max_steps}"
+            if optim.max_steps
+            else f"optim.epochs {optim.epochs:g}; optim.max_steps unset"
+        )
+        return (
+            f"{self.total_updates} updates = {self.epoch(self.total_updates):.1f} epochs ({why}) of "
+            f"{self.micro_per_epoch} micro-batches of {optim.batch_size} per process × {self.world} process(es), "
+            f"{self.accum} per update"
+        )
+
     def plan(self, epoch: int) -> list[list[Unit]]:
         """Every batch of epoch ``epoch`` (all processes'), options shuffled as the recipe says."""
         recipe = self.recipe

@@ -146,7 +146,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     from mydecide.training.model import trainable_model
 
     # ---- data (first: whether a span head is trained decides how DDP is set up)
-    train_records, dev_records, kept = selected_records(recipe, train_records, dev_records, data_dir)
+    train_records, dev_records, kept, warnings = selected_records(recipe, train_records, dev_records, data_dir)
     # a span head (scoring/span_head.py) is trained with the adapter when asked, or by default (auto) for span data
     span = recipe.prompt.span.resolve(any(r.question.type == "span" for r in train_records))
 
@@ -158,8 +158,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main:
         held.enter_context(directory_lock(run, "train"))
         open_run(run, recipe, resume, allow_change, data_sha256, accelerator, trackers)
-    if is_main and kept:
-        log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
+    for line in selection_lines(recipe, kept, warnings) if is_main else []:
+        log(line)
     majority = LabelPrior.from_records(train_records, "training split")
     model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
     renderer = model.renderer
@@ -171,11 +171,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
     module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
     step_loss = training_loss(recipe.objective)
-    log(
-        f"{len(train_records)} train / {len(dev_records)} dev records; {plan.micro_per_epoch} micro-batches of "
-        f"{recipe.optim.batch_size} per epoch per process × {world} process(es); {total_updates} updates "
-        f"(accumulation {accum}); objective {recipe.objective.kind}; {precision} on {accelerator.device}"
-    )
+    log(f"{len(train_records)} train / {len(dev_records)} dev records; {plan.sizing()}")
+    log(f"objective {recipe.objective.kind}; {precision} on {accelerator.device}")
 
     def scoring_model() -> LoadedModel:
         return LoadedModel(accelerator.unwrap_model(module).lm, model.base.tokenizer, renderer, recipe.model)
@@ -214,6 +211,7 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             module.train()
         if is_main:
             kept = replaces_best(losses, best, recipe.best_margin)  # RUN/adapter becomes this update's
+            counted = best.evaluated(metrics["log_loss"])
             row = {"kind": "dev", "update": update, "epoch": round(epoch, 3), **metrics, "kept": kept}
             row.update(seconds=round(time.perf_counter() - started, 1), time=round(time.time(), 3))
             write_metrics(run, row)
@@ -225,7 +223,8 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if kept:
                 if note := best.within_margin_note(metrics["log_loss"], update, recipe.best_margin):
                     log(note)
-                best = best.after(metrics, losses, update)
+                counted = counted.after(metrics, losses, update)
+            best = counted
         best = broadcast_object_list([best])[0]
         if best.update == update:
             save_adapter("adapter")
@@ -236,7 +235,9 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
     if update == 0 and recipe.eval_at_start:
         best = evaluate_dev(0.0, best)
-    while update < total_updates:
+    # a run resumed after it stopped early stops again at once (--allow-change early_stopping.patience goes on)
+    stopped = best.stop_reason(recipe.early_stopping.patience, update, total_updates)
+    while update < total_updates and not stopped:
         losses = []
         update_started, questions = time.perf_counter(), 0
         for a in range(accum):
@@ -261,22 +262,20 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             write_metrics(run, row)
             accelerator.log(tracked("train", row), step=update)
             if time.perf_counter() - last_log > 10 or update == total_updates:
-                elapsed = time.perf_counter() - started
-                eta = elapsed / max(update - start_update, 1) * (total_updates - update)
-                log(
-                    f"update {update}/{total_updates} loss {mean_loss:.4f} lr {scheduler.get_last_lr()[0]:.2e} "
-                    f"elapsed {elapsed:.0f}s eta {eta:.0f}s"
-                )
+                log(progress_line(update, total_updates, update - start_update, started, mean_loss, scheduler))
                 last_log = time.perf_counter()
         if update % recipe.eval_every == 0 or plan.epoch_ends(update) or update == total_updates:
             best = evaluate_dev(plan.epoch(update), best)
-        if update % recipe.save_every == 0 or update == total_updates:
+        stopped = best.stop_reason(recipe.early_stopping.patience, update, total_updates)
+        if update % recipe.save_every == 0 or update == total_updates or stopped:
             checkpoints.save_checkpoint(accelerator, run, update, best.to_json(), recipe.keep_checkpoints, training)
+        if stopped:
+            break
 
     save_adapter("last")
     if best.update is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
         save_adapter("adapter")
-    close_run(accelerator, run, update, best)
+    close_run(accelerator, run, update, best, stopped)
     return run
 
 
@@ -298,17 +297,27 @@ def train_row(
     }
 
 
-def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter) -> None:
-    """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
+def progress_line(update: int, total: int, done: int, started: float, loss: float, scheduler: Any) -> str:
+    """The loop's progress line after update ``update`` of ``total``, ``done`` of them in this process since
+    ``started``."""
+    elapsed = time.perf_counter() - started
+    eta = elapsed / max(done, 1) * (total - update)
+    lr = scheduler.get_last_lr()[0]
+    return f"update {update}/{total} loss {loss:.4f} lr {lr:.2e} elapsed {elapsed:.0f}s eta {eta:.0f}s"
+
+
+def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter, stopped: str | None) -> None:
+    """summary.json and the last line (main process: with ``stopped``, why training stopped early), the trackers
+    flushed and closed, every process done."""
     if accelerator.is_main_process:
-        summary = {"updates": update, "best": best.to_json(terms=False)}
+        summary = {"updates": update, "stopped_early": stopped, "best": best.to_json(terms=False)}
         atomic_write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
-        log(
-            f"done: best on dev: update {best.update} (dev log loss {best.log_loss:.4f}) → {run / 'adapter'}; "
-            f"last → {run / 'last'}"
-        )
         if (warning := collapsed_warning(best)) is not None:
             log(f"WARNING: {warning}")
+        log(
+            f"done: {stopped + '; ' if stopped else ''}best on dev: update {best.update} (dev log loss "
+            f"{best.log_loss:.4f}) → {run / 'adapter'}; last → {run / 'last'}"
+        )
     for tracker in accelerator.trackers:  # flush and close (not end_training(): it ends the process group too)
         tracker.finish()
     accelerator.wait_for_everyone()
@@ -319,10 +328,12 @@ def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter) -> No
 
 def selected_records(
     recipe: TrainRecipe, train_records: list[Record], dev_records: list[Record], data_dir: Path
-) -> tuple[list[Record], list[Record], str]:
-    """The records the recipe trains and evaluates on (``tasks``, ``train_limit``, ``dev_limit``), and a note of
-    how many ``tasks`` kept."""
-    counts, kept = (len(train_records), len(dev_records)), ""
+) -> tuple[list[Record], list[Record], str, list[str]]:
+    """The records the recipe trains and evaluates on (``tasks``, ``train_limit``, ``dev_limit``), a note of how many
+    ``tasks`` kept, and warnings: a ``task_weights`` task with no training records is one, not an error (a recipe
+    tuned on other data names its tasks; a weight is a sampling rate, not a claim that the task is there). Naming the
+    tasks in ``tasks`` is how a missing task becomes an error (:func:`select_tasks`)."""
+    counts, kept, warnings = (len(train_records), len(dev_records)), "", []
     if recipe.tasks:
         train_records, dev_records = select_tasks(train_records, dev_records, recipe.tasks, data_dir)
         kept = f"{len(train_records)} of {counts[0]} train and {len(dev_records)} of {counts[1]} dev records kept"
@@ -331,14 +342,22 @@ def selected_records(
     if recipe.task_weights:
         present = Counter(r.task for r in train_records)
         if missing := sorted(set(recipe.task_weights) - set(present)):
-            raise UserError(
-                f"task_weights: {missing} have no records to train on; the training tasks are {sorted(present)}"
+            warnings.append(
+                f"task_weights: {missing} have no records to train on (unused); the training tasks are "
+                f"{sorted(present)} (name them in tasks: to make a missing task an error)"
             )
-        shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items()}
-        kept = "; ".join(filter(None, [kept, f"task weights show {shown} records of those tasks per epoch"]))
+        shown = {t: round(w * present[t]) for t, w in recipe.task_weights.items() if t in present}
+        if shown:
+            kept = "; ".join(filter(None, [kept, f"task weights show {shown} records of those tasks per epoch"]))
     if recipe.dev_limit:  # a fixed sample across tasks (dev files are often grouped by task)
         dev_records = sorted(dev_records, key=lambda r: hashlib.sha256(r.id.encode()).hexdigest())[: recipe.dev_limit]
-    return train_records, dev_records, kept
+    return train_records, dev_records, kept, warnings
+
+
+def selection_lines(recipe: TrainRecipe, kept: str, warnings: list[str]) -> list[str]:
+    """What train says about the records :func:`selected_records` kept."""
+    lines = [f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept] if kept else []
+    return lines + [f"WARNING: {warning}" for warning in warnings]
 
 
 def make_accelerator(recipe: TrainRecipe, run: Path, trackers: list[str], *, head: bool) -> tuple[Any, str]:

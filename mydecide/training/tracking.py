@@ -46,10 +46,18 @@ def tracker_config(recipe: TrainRecipe) -> dict[str, Any]:
 
 
 def tracked(section: str, row: dict[str, Any]) -> dict[str, float]:
-    """The numbers of a metrics.jsonl row as ``section/name`` scalars for the trackers."""
+    """The numbers of a metrics.jsonl row as ``section/name`` scalars for the trackers; a dev line's per-task
+    metrics (``tasks``) as ``section/task/name``."""
     skip = {"kind", "update", "time"}
-    return {
-        f"{section}/{key}": float(value)
-        for key, value in row.items()
-        if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+
+    def numbers(prefix: str, values: dict[str, Any]) -> dict[str, float]:
+        return {
+            f"{prefix}/{key}": float(value)
+            for key, value in values.items()
+            if key not in skip and isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+
+    out = numbers(section, row)
+    for task, metrics in (row.get("tasks") or {}).items():
+        out.update(numbers(f"{section}/{task}", metrics))
+    return out

@@ -88,6 +88,7 @@ def test_the_kept_adapter_reads_back_from_its_json_and_leaves_its_terms_out_of_t
         "update": 20,
         "dev_losses": [0.3, 0.8],
         "lowest": {"log_loss": 0.5, "update": 10, "dev_losses": [0.25, 0.75]},
+        "since_lowest": 0,
     }
     assert KeptAdapter.from_json(saved) == best
     assert best.to_json(terms=False) == {
@@ -96,6 +97,7 @@ def test_the_kept_adapter_reads_back_from_its_json_and_leaves_its_terms_out_of_t
         "majority_accuracy": 0.5,
         "update": 20,
         "lowest": {"log_loss": 0.5, "update": 10},
+        "since_lowest": 0,
     }
 
 
@@ -190,3 +192,38 @@ def test_one_answer_to_every_yes_no_question_is_not_called_an_answer_position() 
     ]
     shuffled = collapse_report(predicted, gold, [], accuracy, majority_accuracy=0.7)
     assert "answer position" in next(w for w in shuffled.warnings if "letter B" in w)
+
+
+def test_dev_metrics_give_each_task_its_own_accuracy_and_log_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mydecide.scoring.engine as engine
+    from mydecide.evaluation.baselines import LabelPrior
+    from mydecide.records import parse_record
+    from mydecide.training.dev import dev_line, dev_metrics
+
+    def noul(task: str, i: int, answer: bool) -> dict:
+        return {
+            "task": task,
+            "state": f"{task} {i}",
+            "question": {"type": "noul", "instructions": "?"},
+            "answer": answer,
+        }
+
+    rows = [noul("spam", i, i < 3) for i in range(10)] + [noul("urgent", i, False) for i in range(4)]
+    dev = [r for row in rows for r in parse_record(row)]
+
+    def always_no(model: object, items: list, orders: object = None, batch_size: int = 0) -> list:
+        return [np.array([-1.0, 1.0]) for _ in items]  # yes, no
+
+    monkeypatch.setattr(engine, "score_questions", always_no)
+    out = dev_metrics(None, dev, LabelPrior.from_records(dev, "train"), seed=0, batch_size=4)
+    no = 1 / (1 + math.exp(-2.0))  # p(no)
+    spam, urgent = (3 * -math.log(1 - no) + 7 * -math.log(no)) / 10, -math.log(no)
+    assert out["tasks"] == {
+        "spam": {"n": 10, "accuracy": pytest.approx(0.7), "log_loss": pytest.approx(spam, abs=1e-6)},
+        "urgent": {"n": 4, "accuracy": 1.0, "log_loss": pytest.approx(urgent, abs=1e-6)},
+    }
+    assert out["log_loss"] == pytest.approx((10 * spam + 4 * urgent) / 14, abs=1e-6)  # the tasks' terms pooled
+    line = dev_line(5, out)
+    assert line.endswith(
+        f" | by task: spam log loss {spam:.3f} accuracy 0.700; urgent log loss {urgent:.3f} accuracy 1.000"
+    )

@@ -205,7 +205,7 @@ def test_tasks_keeps_only_the_named_tasks_and_names_a_missing_one(tmp_path: Path
         select_tasks(train_records, no_dev, ["spam"], data)
 
 
-def test_task_weights_name_a_task_with_no_training_records_and_refuse_bad_weights(tmp_path: Path) -> None:
+def test_task_weights_for_a_task_with_no_training_records_warn_and_bad_weights_are_refused(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
     from mydecide.config import TrainRecipe
@@ -215,10 +215,20 @@ def test_task_weights_name_a_task_with_no_training_records_and_refuse_bad_weight
     data = write_task(tmp_path / "data", 12, 4)
     train_records, dev_records = load_records(data / "train.jsonl"), load_records(data / "dev.jsonl")
     recipe = TrainRecipe(data=str(data), task_weights={"route": 2.5})
-    kept_train, _, note = selected_records(recipe, train_records, dev_records, data)
+    kept_train, _, note, warnings = selected_records(recipe, train_records, dev_records, data)
     assert len(kept_train) == 12 and note == "task weights show {'route': 30} records of those tasks per epoch"
-    with pytest.raises(ValueError, match=r"task_weights: \['spam'\] have no records to train on; the training tasks"):
-        selected_records(TrainRecipe(data=str(data), task_weights={"spam": 2}), train_records, dev_records, data)
+    assert warnings == []
+    # a weight for a task the data lacks (a recipe tuned on other data): a warning, and every record trains
+    other = TrainRecipe(data=str(data), task_weights={"spam": 2, "route": 1})
+    kept_train, _, note, warnings = selected_records(other, train_records, dev_records, data)
+    assert len(kept_train) == 12 and note == "task weights show {'route': 12} records of those tasks per epoch"
+    assert warnings == [
+        "task_weights: ['spam'] have no records to train on (unused); the training tasks are ['route'] "
+        "(name them in tasks: to make a missing task an error)"
+    ]
+    # strictness is tasks: naming the tasks makes a missing one an error, whatever the weights
+    with pytest.raises(ValueError, match=r"tasks: \['spam'\] have no records in .*train.jsonl; its tasks are"):
+        selected_records(other.model_copy(update={"tasks": ["route", "spam"]}), train_records, dev_records, data)
     for bad in (0, -1, 101, float("nan")):
         with pytest.raises(ValidationError, match="task weights must be > 0 and ≤ 100"):
             TrainRecipe(task_weights={"route": bad})

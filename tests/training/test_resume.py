@@ -411,7 +411,7 @@ def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
-@pytest.mark.parametrize("saved", ["no format stamp", "format 2"])
+@pytest.mark.parametrize("saved", ["no format stamp", "format 1"])
 def test_a_checkpoint_another_version_saved_is_refused_in_one_line(
     saved: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -421,16 +421,16 @@ def test_a_checkpoint_another_version_saved_is_refused_in_one_line(
     run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
     trainer_state = run / "checkpoints" / "update-000004" / STATE_FILE
     state = json.loads(trainer_state.read_text())
-    assert state["format"] == 1
+    assert state["format"] == 2
     if saved == "no format stamp":  # what versions before the stamp wrote
         old = {"update": state["update"], "best": state["best"]}
     else:
-        old = {**state, "format": 2}
+        old = {**state, "format": 1}  # before the kept adapter's record carried since_lowest
     trainer_state.write_text(json.dumps(old))
     code, output = cli_train(tiny_llama_dir, data, run, "--resume")
     assert code == 2
     assert one_error_line(output) == (
-        f"error: {trainer_state}: saved by another version of mydecide ({saved}; this version reads format 1); "
+        f"error: {trainer_state}: saved by another version of mydecide ({saved}; this version reads format 2); "
         "start a new run with another --out"
     )
 
@@ -444,7 +444,7 @@ def test_unreadable_trainer_states_are_passed_over_and_named(tmp_path: Path) -> 
     for folder in (older, newer):
         folder.mkdir(parents=True)
     trained = {"recipe": recipe.model_dump(mode="json"), "data_sha256": {"train.jsonl": "a" * 64}}
-    (older / STATE_FILE).write_text(json.dumps({"format": 1, "update": 4, "best": {}, **trained}))
+    (older / STATE_FILE).write_text(json.dumps({"format": 2, "update": 4, "best": {}, **trained}))
     (newer / STATE_FILE).write_text('{"update": 8, "be')  # cut short
     check_resumable(tmp_path / "run", recipe, {"train.jsonl": "a" * 64}, ())  # the older one vouches
     with pytest.raises(ValueError, match=r"from what checkpoint update-000004 was trained with: lora\.r: 32 → 8"):

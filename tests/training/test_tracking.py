@@ -137,3 +137,26 @@ def test_report_to_takes_one_tracker_or_a_list() -> None:
         report_to("[none, wandb]")
     with pytest.raises(RecipeError, match=r"report_to\.0: Input should be 'none', 'tensorboard', 'wandb' or 'mlflow'"):
         report_to("neptune")
+
+
+def test_a_dev_lines_per_task_metrics_reach_the_trackers_as_section_task_name() -> None:
+    from mydecide.training.tracking import tracked
+
+    row = {
+        "kind": "dev",
+        "update": 4,
+        "log_loss": 0.7,
+        "kept": True,
+        "tasks": {
+            "team": {"n": 6, "accuracy": 0.5, "log_loss": 0.9},
+            "pii": {"n": 2, "accuracy": None, "log_loss": 0.2},
+        },
+    }
+    assert tracked("dev", row) == {
+        "dev/log_loss": 0.7,
+        "dev/team/n": 6.0,
+        "dev/team/accuracy": 0.5,
+        "dev/team/log_loss": 0.9,
+        "dev/pii/n": 2.0,
+        "dev/pii/log_loss": 0.2,
+    }
