@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_guide import SMOKE, blocks, write_tickets
+from tests.test_guide import blocks, write_tickets
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+SMOKE = PAGE.parents[1] / "recipes" / "train" / "smoke.yaml"  # a few updates, in place of the demo recipe
 
 
 def cells() -> list[str]:
@@ -36,10 +37,10 @@ def test_the_python_api_page_runs_as_a_notebook(
     assert isinstance(data, mydecide.Prepared) and data.splits["train"] > 0
     assert isinstance(run, mydecide.Trained) and (run.adapter / "adapter_config.json").is_file()
     assert namespace["dev_lines"]
-    assert isinstance(result, mydecide.Evaluated) and result.report["classes"][0]["task"] == "tickets"
+    assert isinstance(result, mydecide.Evaluated) and result.report["classes"][0]["task"] == "team"
     answer = namespace["answer"]
     assert isinstance(answer, mydecide.ChoiceAnswer)
     assert answer.choice == max(answer.probabilities, key=answer.probabilities.__getitem__)
     assert sum(answer.probabilities.values()) == pytest.approx(1.0)
     printed = capsys.readouterr().out
-    assert f"task {'tickets':<20} kept" in printed  # prepare's per-task summary reached log=print
+    assert f"task {'team':<20} kept" in printed and f"task {'urgency':<20} kept" in printed  # prepare's per-task summary reached log=print
