@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,6 +233,22 @@ def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
             pass
         finally:
             lock.release()  # even when an interrupt lands in the unlink: the lock never outlives the block
+
+
+@contextmanager
+def writing_tensors(path: str | Path) -> Iterator[None]:
+    """Tell a safetensors write that failed (its own error type, with the system's code in the text: a full disk)
+    as the ``OSError`` it was, naming ``path``, so that commands say it in one line."""
+    try:
+        yield
+    except Exception as err:
+        if type(err).__name__ != "SafetensorError":
+            raise
+        found = re.search(r"os error (\d+)|code: (\d+)", str(err))
+        if found is None:
+            raise UserError(f"{path}: could not be written ({' '.join(str(err).split())})") from None
+        code = int(found.group(1) or found.group(2))
+        raise OSError(code, os.strerror(code), str(path)) from None
 
 
 def sha256_file(path: str | Path) -> str:
