@@ -5,6 +5,7 @@ startup and uvicorn's configuration."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
@@ -186,6 +187,11 @@ def register(app: typer.Typer) -> None:
             "device": device,
             "log_level": log_level.lower() if log_level else None,
         }
+        if api_key is not None and os.environ.get("MYDECIDE_API_KEY") != api_key:
+            typer.echo(
+                "warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead",
+                err=True,
+            )
         recipe = recipe_from_command_line(ServeRecipe, args, options)
         from mydecide.serving.server import serve as run_server
 

@@ -41,7 +41,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, api_key: str | None, no_auth: bool) -> None:
-    """Refuse to bind a non-loopback ``host`` without an API key, unless ``no_auth`` says so."""
+    """Refuse to bind a non-loopback ``host`` without an API key, unless ``no_auth`` says so, and a key that no
+    client can send (empty, or not printable ASCII without spaces: an HTTP header cannot carry it as written)."""
+    if api_key is not None and not api_key:
+        raise UserError("--api-key (or MYDECIDE_API_KEY) is empty: set a key, or pass --no-auth to serve without one")
+    if api_key and not (api_key.isascii() and api_key.isprintable() and not any(c.isspace() for c in api_key)):
+        raise UserError(
+            "--api-key (or MYDECIDE_API_KEY) holds a character that no client can send in an Authorization header: "
+            "use printable ASCII without spaces"
+        )
     if not is_loopback(host) and not api_key and not no_auth:
         raise UserError(
             f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "

@@ -79,6 +79,43 @@ def test_serve_refuses_a_bad_temperatures_file_at_startup_in_one_line(tiny_llama
     assert len(lines) == 1 and "types.choice: temperature 5e-324 is outside" in lines[0]
 
 
+WARNING = "warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead"
+
+
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_a_key_on_the_command_line_is_warned_about_and_the_environment_is_not(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MYDECIDE_API_KEY", raising=False)
+    command = ["serve", "--model", str(tmp_path / "absent")]
+    if given == "flag":
+        result = CliRunner().invoke(app, [*command, "--api-key", "s3cret-key"])
+    else:
+        result = CliRunner().invoke(app, command, env={"MYDECIDE_API_KEY": "s3cret-key"})
+    assert result.exit_code == 2 and "s3cret-key" not in result.output
+    assert (WARNING in result.output.splitlines()) is (given == "flag")
+
+
+@pytest.mark.parametrize("key", ["clé-secrète", "two words", "tab\there", ""])
+def test_a_key_no_client_can_send_is_refused_at_startup_without_showing_it(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MYDECIDE_API_KEY", raising=False)
+    command = ["serve", "--model", str(tmp_path / "absent")]
+    if key:
+        result = CliRunner().invoke(app, command, env={"MYDECIDE_API_KEY": key})
+    else:  # an empty variable counts as unset; an empty --api-key would turn auth off without a word
+        result = CliRunner().invoke(app, [*command, "--api-key", key])
+    assert result.exit_code == 2
+    expected = (
+        "error: --api-key (or MYDECIDE_API_KEY) is empty: set a key, or pass --no-auth to serve without one"
+        if not key
+        else "error: --api-key (or MYDECIDE_API_KEY) holds a character that no client can send in an Authorization "
+        "header: use printable ASCII without spaces"
+    )
+    assert result.output.strip().splitlines() == ([expected] if key else [WARNING, expected])
+
+
 # ----------------------------------------------------------------------------------------------------- /health
 
 
