@@ -21,9 +21,14 @@ from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OP
 
 class Strict(BaseModel):
     """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
-    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2)."""
+    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2); ``.inf`` and
+    ``.nan`` are no numbers either."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+"""A seed numpy, torch and datasketch all take: 0 to 2³²−1."""
 
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -76,7 +81,7 @@ class OptimConfig(Strict):
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping
     batch_size: int = Field(4, ge=1)  # questions per micro-batch (per process)
     grad_accum: int = Field(8, ge=1)  # micro-batches per optimizer update
-    epochs: float = Field(2.0, gt=0)  # passes over the training split (fractions allowed)
+    epochs: float = Field(2.0, gt=0, le=1_000_000)  # passes over the training split (fractions allowed)
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
 
 
@@ -104,7 +109,7 @@ class ScoringModel(ModelChoice):
 class TrainRecipe(ModelChoice):
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
     out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
-    seed: int = 13  # seeds model init, option shuffling and batching
+    seed: Seed = 13  # seeds model init, option shuffling and batching
     # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy;
     # ce_then_proper: cross-entropy first, then proper
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
@@ -185,7 +190,7 @@ class SourceSpec(Strict):
     path: str | None = None  # None: the converter's default (its bundled sample, or the hub when online)
     name: str | None = None  # label in the manifest and rejects.jsonl; default: kind (kind#i when repeated)
     limit: int | None = Field(None, ge=0)  # read at most this many rows of the source
-    seed: int = 13  # for converters that sample
+    seed: Seed = 13  # for converters that sample
     options: dict[str, Any] = Field(default_factory=dict)  # converter-specific keyword arguments
 
     @field_validator("limit")
@@ -207,7 +212,7 @@ class NearDedupConfig(Strict):
     shingle: Literal["char", "word"] = "char"  # n-grams of characters of the normalised text, or of words
     ngram: int = Field(5, ge=1, le=32)  # characters (shingle: char) or words (shingle: word) per shingle
     num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations
-    seed: int = 1  # of the MinHash permutations
+    seed: Seed = 1  # of the MinHash permutations
     keep_slot_changes: bool = True  # keep short look-alikes differing in a number, a name or a negation
 
 
@@ -237,7 +242,7 @@ class SplitConfig(Strict):
     dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
     # > 0 also writes test.jsonl (trained tasks only); a share > 0 that leaves test empty is an error
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    seed: int = 13  # of the stable hash that assigns rows to splits
+    seed: Seed = 13  # of the stable hash that assigns rows to splits
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
@@ -279,7 +284,7 @@ class AugmentConfig(Strict):
     negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
     rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
-    seed: int = 13  # which rows get augmented copies
+    seed: Seed = 13  # which rows get augmented copies
     # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;
     # dev, test and held-out rows keep the hard answer (docs/records.md#training-only-soft-targets)
     soft_targets: bool = False
@@ -424,7 +429,7 @@ class EvalRecipe(ScoringModel):
     data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
     out: str = "runs/eval"  # report.json, report.md, reliability.png, predictions.jsonl
     permutations: int = Field(4, ge=0)  # random option orders per question, besides the reversed one
-    seed: int = 13  # of the option permutations
+    seed: Seed = 13  # of the option permutations
     costs: Costs = Field(default_factory=Costs)
     thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])  # auto-act table rows
     coherence: bool = False  # negation, option renaming and context-independence checks

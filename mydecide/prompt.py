@@ -95,7 +95,7 @@ class RenderConfig(BaseModel):
         "You are a decision model. Read the state, then answer the question with the letter of one option."
     )
     show_option_ids: bool = True
-    max_state_tokens: int = 3000
+    max_state_tokens: int = Field(3000, ge=1)
     label_form: str = "auto"  # "auto" picks "A" or " A", whichever the chat template makes a single token
     # How a choice question's options are scored: "letters" = one next-token read over the labels A, B, … (one pass
     # per question; needs a model that binds letters to options), "per_option" = every option its own yes / no

@@ -28,10 +28,11 @@ class RecipeError(UserError):
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     """``["lora.r=16", "objective.kind=rlcd"]`` → nested dict."""
     nested: dict[str, Any] = {}
-    for item in overrides:
+    for given in overrides:
+        item = given if len(given) <= 80 else given[:79] + "…"  # as messages show it
         if "=" not in item:
             raise RecipeError(f"override {item!r} must look like KEY=VALUE (for example lora.r=16)")
-        key, raw = item.split("=", 1)
+        key, raw = given.split("=", 1)
         parts = key.strip().split(".")
         if not all(parts):
             raise RecipeError(f"override {item!r}: empty key segment")
@@ -86,8 +87,14 @@ UniqueKeyLoader.add_implicit_resolver(
 
 
 def load_yaml(text: str) -> Any:
-    """Safe YAML (no tags that build objects) with duplicate keys refused."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+    """Safe YAML (no tags that build objects) with duplicate keys refused; text that Python cannot hold (an integer
+    of thousands of digits, nesting past the recursion limit) is a ``yaml.YAMLError`` like any other bad YAML."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None
+    except ValueError as err:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion…"
+        raise yaml.YAMLError(f"a value too large to read ({str(err).split(':')[0]})") from None
 
 
 def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
