@@ -83,9 +83,10 @@ def _exists(arg: str) -> bool:
 def split_args(args: list[str] | None, *, data_files: bool = False) -> tuple[str | None, list[str], list[str]]:
     """Positional arguments → (recipe path, dotted overrides, data files).
 
-    ``KEY=VALUE`` (not an existing file; one too long to be a file name is no file) is an override; a ``.yaml`` / ``.yml`` file is the recipe; with
-    ``data_files``, anything else is one more data file (so ``--data a.jsonl b.jsonl`` reads both: the shell passes
-    b.jsonl positionally); without, the first other argument is the recipe whatever its suffix.
+    ``KEY=VALUE`` (not an existing file; one too long to be a file name is none) is an override; a ``.yaml`` /
+    ``.yml`` file is the recipe; with ``data_files``, anything else is one more data file (so ``--data a.jsonl
+    b.jsonl`` reads both: the shell passes b.jsonl positionally); without, the first other argument is the recipe
+    whatever its suffix.
     """
     recipe: str | None = None
     overrides: list[str] = []
