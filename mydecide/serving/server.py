@@ -57,6 +57,22 @@ def check_exposure(host: str, api_key: str | None, no_auth: bool) -> None:
         )
 
 
+def check_settings(recipe: ServeRecipe) -> None:
+    """Refuse settings under which every request would fail (a UserError naming the keys): a queue of 0, or a
+    question-size window whose least is above its most."""
+    limits, problems = recipe.limits, []
+    if recipe.batching.max_pending < 1:
+        problems.append("batching.max_pending is 0: every request would be answered 503 (busy)")
+    for low, high in (("min_choice_options", "max_choice_options"), ("min_score_levels", "max_score_levels")):
+        if getattr(limits, low) > getattr(limits, high):
+            problems.append(
+                f"limits.{low} {getattr(limits, low)} is above limits.{high} {getattr(limits, high)}: every "
+                f"{low.split('_')[1]} question would be refused"
+            )
+    if problems:
+        raise UserError(f"serve: {'; '.join(problems)}")
+
+
 def default_allowed_hosts(host: str, api_key: str | None) -> list[str]:
     """The Host headers answered by default: any with an API key; else the loopback names and the bound address
     (not a wildcard one), so a web page cannot reach a keyless server through DNS rebinding."""
@@ -132,6 +148,7 @@ def serve(
     A :class:`UserError` (one line) for whatever the user can fix, before the model loads where it can be told then.
     """
     check_exposure(recipe.host, api_key, no_auth)
+    check_settings(recipe)
     from mydecide.modeling import check_model
     from mydecide.serving.engines import require_engine
 

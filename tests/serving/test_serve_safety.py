@@ -116,6 +116,29 @@ def test_a_key_no_client_can_send_is_refused_at_startup_without_showing_it(
     assert result.output.strip().splitlines() == ([expected] if key else [WARNING, expected])
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["batching.max_pending=0"], "batching.max_pending is 0: every request would be answered 503 (busy)"),
+        (
+            ["limits.min_choice_options=5", "limits.max_choice_options=4"],
+            "limits.min_choice_options 5 is above limits.max_choice_options 4: every choice question would be refused",
+        ),
+        (
+            ["limits.min_score_levels=3", "limits.max_score_levels=2"],
+            "limits.min_score_levels 3 is above limits.max_score_levels 2: every score question would be refused",
+        ),
+    ],
+)
+def test_serve_refuses_settings_that_fail_every_request_before_loading(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "serve.yaml"
+    recipe.write_text("log_level: info\n")
+    result = CliRunner().invoke(app, ["serve", str(recipe), *overrides, "--model", str(tmp_path / "absent")])
+    assert result.exit_code == 2 and result.output.strip() == f"error: serve: {message}"
+
+
 # ----------------------------------------------------------------------------------------------------- /health
 
 
