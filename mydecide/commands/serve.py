@@ -76,6 +76,12 @@ def register(app: typer.Typer) -> None:
             help="Require 'Authorization: Bearer KEY' on /v1/systemone.",
         ),
         no_auth: bool = typer.Option(False, "--no-auth", help="Allow a non-loopback --host without an API key."),
+        allow_origin: list[str] | None = typer.Option(
+            None,
+            "--allow-origin",
+            help="A browser origin (https://app.example, or * for any) whose web pages may call the server; "
+            "repeat for more. Requests from other pages are refused (403).",
+        ),
         name: str | None = typer.Option(
             None,
             help="Model name reported when a request names none (default: --model, a local path cut to its last part).",
@@ -199,6 +205,7 @@ def register(app: typer.Typer) -> None:
             recipe,
             api_key=api_key,
             no_auth=no_auth,
+            allowed_origins=allow_origin or (),
             baseline=baseline,
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -138,12 +138,14 @@ def serve(
     *,
     api_key: str | None = None,
     no_auth: bool = False,
+    allowed_origins: Sequence[str] = (),
     baseline: bool = False,
     header_timeout_s: float = HEADER_TIMEOUT_S,
     body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> None:
     """Serve ``recipe``'s model until SIGTERM / SIGINT: ``POST /v1/systemone`` (with ``api_key`` as a bearer token
-    when given) and ``GET /health``. ``baseline`` turns off micro-batching and shared-prefix scoring (benchmarks);
+    when given) and ``GET /health``; ``allowed_origins``: the browser origins whose web pages may call it.
+    ``baseline`` turns off micro-batching and shared-prefix scoring (benchmarks);
     ``header_timeout_s`` / ``body_timeout_s`` bound how long a client may take to send a request's head and body.
     A :class:`UserError` (one line) for whatever the user can fix, before the model loads where it can be told then.
     """
@@ -199,6 +201,7 @@ def serve(
         request_timeout_s=recipe.request_timeout_s,
         body_timeout_s=body_timeout_s,
         allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
+        allowed_origins=allowed_origins,
         engine=build_engine if make_engine is not None else None,
         noul_detail=recipe.noul_detail,
     )

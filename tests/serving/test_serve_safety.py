@@ -262,7 +262,6 @@ def test_a_charset_other_than_utf8_is_a_415(model) -> None:
         for content_type in (
             "application/json; charset=utf-16",
             "application/json;charset=latin-1",
-            "text/plain; charset=ascii",
         ):
             r = c.post(URL, content=raw, headers={"content-type": content_type})
             assert r.status_code == 415, (content_type, r.text)
@@ -273,4 +272,25 @@ def test_a_charset_other_than_utf8_is_a_415(model) -> None:
             'application/json; charset="utf-8"',
         ):
             assert c.post(URL, content=raw, headers={"content-type": content_type}).status_code == 200, content_type
+        # what a web page can send without asking (a form, text/plain) is not JSON to this server
+        for media in ("text/plain", "application/x-www-form-urlencoded"):
+            r = c.post(URL, content=raw, headers={"content-type": media})
+            message = f"Content-Type {media!r} is not accepted: send the body as application/json"
+            assert (r.status_code, r.json()) == (415, {"error": message})
         assert c.post(URL, content=raw).status_code == 200  # no Content-Type at all: read as UTF-8 JSON
+
+
+def test_browser_origins_are_refused_unless_allowed(model) -> None:
+    """Any web page could make its visitors' browsers spend the server's CPU; only allowed origins may (issue 64)."""
+    from mydecide.serving.app import create_app
+
+    page = {"origin": "https://evil.example"}
+    with TestClient(create_app(model, warm_up=False)) as c:
+        r = c.post(URL, json=BODY, headers=page)
+        message = "requests from the web page origin 'https://evil.example' are not allowed (serve --allow-origin)"
+        assert (r.status_code, r.json()) == (403, {"error": message})
+        assert c.post("/v1/decisions", json={"input": "x", "questions": []}, headers=page).status_code == 403
+        assert c.post(URL, json=BODY).status_code == 200  # no Origin: not a browser page
+    with TestClient(create_app(model, warm_up=False, allowed_origins=["https://app.example"])) as c:
+        assert c.post(URL, json=BODY, headers={"origin": "https://app.example"}).status_code == 200
+        assert c.post(URL, json=BODY, headers=page).status_code == 403
