@@ -314,6 +314,22 @@ def check_model(
     return CheckedModel(name, adapter_dir, path, kwargs, saved, where, option_form, score_form)
 
 
+def check_device(device: str) -> str:
+    """``device`` when torch has it here; a UserError in one line otherwise (a typo, or cuda on a CPU machine)."""
+    import torch
+
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UserError(f"device {device!r}: not a device torch knows (cpu, cuda, cuda:1, mps …)") from None
+    count = torch.cuda.device_count() if kind.type == "cuda" else None
+    if count is not None and (count == 0 or (kind.index or 0) >= count):
+        raise UserError(f"device {device!r}: this machine has {count} CUDA device(s) torch can use; choose another")
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"device {device!r}: no MPS device here; choose another")
+    return device
+
+
 def load_model(
     name: str | CheckedModel = DEFAULT_MODEL,
     adapter: str | Path | None = None,
@@ -349,7 +365,7 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)

@@ -16,6 +16,7 @@ import pytest
 
 import mydecide.modeling as modeling
 from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
+from mydecide.errors import UserError
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.engine import score_questions
@@ -284,3 +285,28 @@ def test_to_probabilities_is_stable_and_keeps_the_argmax() -> None:
     # a higher temperature flattens: the top probability falls
     assert to_probabilities("choice", z, 4.0).max() < to_probabilities("choice", z, 1.0).max()
     assert np.isfinite(to_probabilities("set", np.array([1000.0, -1000.0]))).all()
+
+
+def test_a_device_torch_lacks_here_is_one_line_before_loading(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`device: bogus` and `cuda` on a machine without one were torch tracebacks (issue 64)."""
+    import torch
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+    from mydecide.modeling import check_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    request = tmp_path / "r.json"
+    request.write_text('{"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}')
+    for device, message in (
+        ("bogus", "device 'bogus': not a device torch knows (cpu, cuda, cuda:1, mps …)"),
+        ("cuda", "device 'cuda': this machine has 0 CUDA device(s) torch can use; choose another"),
+    ):
+        result = CliRunner().invoke(app, ["predict", str(request), "--model", str(tiny_llama_dir), "--device", device])
+        assert result.exit_code == 2 and result.output.strip() == f"error: {message}"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert check_device("cuda:0") == "cuda:0" and check_device("cpu") == "cpu"
+    with pytest.raises(UserError, match=r"device 'cuda:1': this machine has 1 CUDA device\(s\)"):
+        check_device("cuda:1")
