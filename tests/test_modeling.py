@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import mydecide.modeling as modeling
-from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
 from mydecide.errors import UserError
+from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.engine import score_questions
