@@ -314,6 +314,16 @@ def check_model(
     return CheckedModel(name, adapter_dir, path, kwargs, saved, where, option_form, score_form)
 
 
+def rendered_by(tokenizer: Any, render: RenderConfig | None, name: str) -> Renderer:
+    """The renderer; a UserError naming the model when its chat template cannot render (Jinja refuses it)."""
+    from jinja2 import TemplateError
+
+    try:
+        return Renderer(tokenizer, render)
+    except TemplateError as err:
+        raise UserError(f"{name}: its chat template cannot render a prompt ({one_line(err)})") from None
+
+
 def check_device(device: str) -> str:
     """``device`` when torch has it here; a UserError in one line otherwise (a typo, or cuda on a CPU machine)."""
     import torch
@@ -401,7 +411,7 @@ def load_model(
     if asked:
         render = (render or RenderConfig()).model_copy(update=asked)
     lm.to(device).eval()
-    renderer = Renderer(tokenizer, render)
+    renderer = rendered_by(tokenizer, render, name)
     print(
         f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "
         f"in {time.perf_counter() - started:.1f}s",

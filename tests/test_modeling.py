@@ -310,3 +310,28 @@ def test_a_device_torch_lacks_here_is_one_line_before_loading(
     assert check_device("cuda:0") == "cuda:0" and check_device("cpu") == "cpu"
     with pytest.raises(UserError, match=r"device 'cuda:1': this machine has 1 CUDA device\(s\)"):
         check_device("cuda:1")
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{% if %}", "Expected an expression, got 'end of statement block'"),
+        ("{{ raise_exception('System role not supported') }}", "System role not supported"),
+        (
+            "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+            "access to attribute '__class__' of 'str' object is unsafe.",
+        ),
+    ],
+    ids=["does not parse", "raises", "sandbox refuses"],
+)
+def test_a_chat_template_that_cannot_render_is_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, template: str, problem: str
+) -> None:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / "chat_template.jinja").write_text(template)
+    with pytest.raises(UserError) as err:
+        load_model(str(model), device="cpu")
+    assert str(err.value) == f"{model}: its chat template cannot render a prompt ({problem})"
