@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -273,12 +274,14 @@ def load_adapter(lm: Any, adapter: Path, name: str) -> Any:
     try:
         with peft_warnings_silenced():
             return PeftModel.from_pretrained(lm, str(adapter))
-    except (RuntimeError, ValueError, KeyError, TypeError, OSError) as err:  # size mismatch, bad config values
+    except (RuntimeError, ValueError, KeyError, TypeError, OSError, pickle.UnpicklingError) as err:  # size mismatch …
         raise UserError(f"{adapter}: the adapter cannot be loaded on {name} ({one_line(err)})") from None
 
 
 def one_line(err: BaseException, most: int = 200) -> str:
     """A library's error message in one line of at most ``most`` characters (its type's name when it has none)."""
+    if isinstance(err, pickle.UnpicklingError):  # torch's safe loader refused objects that could run code
+        return "a weights file holds pickled objects beyond tensors, which torch's safe loader refuses"
     return " ".join(str(err).split())[:most] or type(err).__name__
 
 
@@ -332,11 +335,8 @@ def check_device(device: str) -> str:
         kind = torch.device(device)
     except (RuntimeError, ValueError):
         raise UserError(f"device {device!r}: not a device torch knows (cpu, cuda, cuda:1, mps …)") from None
-    count = torch.cuda.device_count() if kind.type == "cuda" else None
-    if count is not None and (count == 0 or (kind.index or 0) >= count):
+    if kind.type == "cuda" and (kind.index or 0) >= (count := torch.cuda.device_count()):
         raise UserError(f"device {device!r}: this machine has {count} CUDA device(s) torch can use; choose another")
-    if kind.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"device {device!r}: no MPS device here; choose another")
     return device
 
 
@@ -386,7 +386,7 @@ def load_model(
         tokenizer.pad_token = tokenizer.eos_token
     try:
         lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
-    except ValueError as err:  # an unknown model_type, a config or GGUF file transformers cannot load
+    except (ValueError, pickle.UnpicklingError) as err:  # an unknown model_type, a config or GGUF file, a pickle
         raise UserError(f"{name}: not a causal language model transformers can load ({one_line(err)})") from err
     if adapter is not None:
         check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model

@@ -335,3 +335,30 @@ def test_a_chat_template_that_cannot_render_is_one_line(
     with pytest.raises(UserError) as err:
         load_model(str(model), device="cpu")
     assert str(err.value) == f"{model}: its chat template cannot render a prompt ({problem})"
+
+
+def test_a_pickled_payload_in_the_weights_is_refused_in_one_line_and_never_run(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    import os
+    import shutil
+
+    import torch
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / "model.safetensors").unlink()
+    torch.save({"model.embed_tokens.weight": Payload()}, model / "pytorch_model.bin")
+    with pytest.raises(UserError) as err:
+        load_model(str(model), device="cpu")
+    assert str(err.value) == (
+        f"{model}: not a causal language model transformers can load (a weights file holds pickled objects beyond "
+        "tensors, which torch's safe loader refuses)"
+    )
+    assert not marker.exists()
