@@ -13,7 +13,8 @@ torch forward pass). A request goes through, in order:
    ``application/json``, a compressed body or a charset other than UTF-8 → 415;
 3. strict JSON decoding (UTF-8 only) → 400; the wire-format rules and limits → 422 naming the question and the rule;
    a question type the engine does not serve (span questions without a span path) → 422 naming it;
-4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
+4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``); a request whose
+   client closes the connection meanwhile is taken off the queue (499) unless it is already being scored.
 
 Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
 number of questions), never the state or the questions' text. Before any of it,
@@ -28,6 +29,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +141,29 @@ def check_charset(content_type: str | None) -> None:
         charset = value.strip().strip('"')
         if name.strip().lower() == "charset" and charset.lower() != "utf-8":
             raise ApiError(415, f"Content-Type charset {charset[:40]!r} is not accepted: send the JSON body as UTF-8")
+
+
+async def client_gone(request: Request) -> None:
+    """Return once the client has closed its connection (the body is read by then: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(request: Request, future: Future[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """The scorer's answer, within ``timeout_s`` (TimeoutError); a request whose client has gone is cancelled, so the
+    scorer skips it unless it is already being scored, and is answered 499 (which no one reads)."""
+    answer, gone = asyncio.wrap_future(future), asyncio.ensure_future(client_gone(request))
+    try:
+        done, _ = await asyncio.wait({answer, gone}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()  # cancels ``future`` too: the scorer drops a request it has not started
+    if answer in done:
+        return answer.result()
+    if gone in done:
+        raise ApiError(499, "the client closed the connection before its answer")
+    raise TimeoutError
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -346,9 +371,7 @@ def create_app(
         if scorer.pending >= batching.max_pending:
             raise ApiError(503, "the server is busy; retry shortly", {"Retry-After": "1"})
         try:
-            answer: dict[str, Any] = await asyncio.wait_for(
-                asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s
-            )
+            answer: dict[str, Any] = await unless_gone(request, scorer.submit(parsed), request_timeout_s)
         except TimeoutError:
             raise ApiError(
                 503, f"no answer within {request_timeout_s:g} s; the server is overloaded", {"Retry-After": "5"}
