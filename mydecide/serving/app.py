@@ -153,14 +153,16 @@ async def unless_gone(request: Request, future: Future[dict[str, Any]], timeout_
     """The scorer's answer, within ``timeout_s`` (TimeoutError); a request whose client has gone is cancelled, so the
     scorer skips it unless it is already being scored, and is answered 499 (which no one reads)."""
     answer, gone = asyncio.wrap_future(future), asyncio.ensure_future(client_gone(request))
+    both: set[asyncio.Future[Any]] = {answer, gone}
     try:
-        done, _ = await asyncio.wait({answer, gone}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(both, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
         if not answer.done():
             answer.cancel()  # cancels ``future`` too: the scorer drops a request it has not started
     if answer in done:
-        return answer.result()
+        result: dict[str, Any] = answer.result()
+        return result
     if gone in done:
         raise ApiError(499, "the client closed the connection before its answer")
     raise TimeoutError
