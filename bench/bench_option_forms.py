@@ -2,14 +2,12 @@
 
 The ``banking77`` converter turns ``bench/data/banking77_synthetic.csv`` (one customer message per intent, written
 for the benchmarks) into choice questions: the gold intent among 3 or 9 sampled others, and all 77 intents. Each set
-is scored by the same loaded model four times (``letters``: one read over A, B, … per prompt, groups of ≤ 26 plus a
-final round above 26 options; ``per_option``: one yes / no continuation per option from a prefix holding the state
-and the question, every continuation repeating the answer format: ``prompt.continuation: full``;
-``per_option_lean``: the answer format said once in the prefix, a continuation only the option's line and the
-template's tail; ``per_option_answer``, the default: the prefix also ends with the template's tail, a continuation
-is the option's line in the answer turn). The table gives seconds per question (batched: wall time of scoring every
-question divided by their number), prompts and tokens processed per question, and each per-option form's ratio to
-letters.
+is scored by the same loaded model twice (``letters``: one read over A, B, … per prompt, groups of ≤ 26 plus a
+final round above 26 options; ``per_option``, the default: a prefix holding the state and the question ends with the
+template's tail, and each option's continuation is its line in the answer turn). The table gives seconds per
+question (batched: wall time of scoring every question divided by their number), prompts and tokens processed per
+question, and the per-option form's ratio to letters. (The earlier per-option continuations, ``full`` and ``lean``,
+are gone; their runs are in docs/LOG.md.)
 Accuracy of the untuned model is printed for orientation only (zero-shot, near chance in both forms).
 
     .venv/bin/python bench/bench_option_forms.py [--limit 12] [--threads 1] [--model smollm2-135m]
@@ -26,7 +24,7 @@ from pathlib import Path
 
 from _common import BENCH, RESULTS
 
-PER_OPTION_FORMS = ("per_option", "per_option_lean", "per_option_answer")
+PER_OPTION_FORMS = ("per_option",)
 
 
 def main() -> None:
@@ -59,9 +57,7 @@ def main() -> None:
     base = load_model(args.model)
     configs = {
         "letters": {"option_form": "letters"},
-        "per_option": {"option_form": "per_option", "continuation": "full"},
-        "per_option_lean": {"option_form": "per_option", "continuation": "lean"},
-        "per_option_answer": {"option_form": "per_option", "continuation": "answer"},
+        "per_option": {"option_form": "per_option"},
     }
     models = {
         form: LoadedModel(
@@ -114,8 +110,8 @@ def main() -> None:
         args.out,
         {
             "benchmark": "option_forms",
-            "what": "seconds per question of the per-option form (full continuation; lean; answer, the default) "
-            "against letters on 4-, 10- and 77-option choice questions, same model, same run",
+            "what": "seconds per question of the per-option form (the default) against letters on 4-, 10- and "
+            "77-option choice questions, same model, same run",
             "model": args.model,
             "torch_threads": torch.get_num_threads(),
             "results": results,
@@ -124,7 +120,7 @@ def main() -> None:
                 for k, row in results.items()
                 for form in PER_OPTION_FORMS
             },
-            "time_ratio_k4": results["4"]["per_option_answer"]["time_ratio"],  # the default continuation
+            "time_ratio_k4": results["4"]["per_option"]["time_ratio"],
             "load_average_1m": load[0],
             "cpu_count": os.cpu_count(),
             "provenance": provenance(),

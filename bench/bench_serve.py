@@ -17,12 +17,7 @@ converted once to a Hugging Face directory), fp32 on the CPU:
 Both mydecide servers read choices and scores as letters, as the seed's serve.py does, so all three make the same
 reads of the same weights: they serve the base from a folder of links to its files beside a saved render config
 that says letters (how a merged model carries its forms; /health is checked to report letters). ``--forms default``
-serves mydecide's own defaults (per-option reads: more tokens per request) instead, ``--forms lean`` the
-defaults with the lean per-option continuation (``prompt.continuation: lean``), ``--forms answer`` with the
-continuation in the answer turn (``prompt.continuation: answer``) and ``--forms each_question`` with every question
-saying its answer format under the system prompt of before (``prompt.answer_format: each_question``: the defaults
-before that key), ``--forms full_wording`` with the answer formats' full lines (``prompt.wording: full``: the
-defaults before that key).
+serves mydecide's own defaults (per-option reads: more tokens per request) instead.
 
 Every server gets the same requests, built from one definition: a ~250-token support ticket with a unique ticket
 number (so no two requests of one server share a state) and the 4 questions of bench_scoring (choice among 4, yes /
@@ -137,16 +132,6 @@ def check_answers(server: str, reply: dict[str, Any]) -> None:
 
 FORMS = {
     "letters": {"option_form": "letters", "score_form": "letters"},  # the seed's reads
-    "lean": {"continuation": "lean"},  # the per-option defaults with the lean continuation
-    "answer": {"continuation": "answer"},  # the per-option defaults, each continuation in the answer turn
-    # the defaults before prompt.answer_format: every question says its answer format, under the system prompt then
-    "full_wording": {"wording": "full"},  # the defaults before prompt.wording: the full answer-format lines
-    "each_question": {
-        "answer_format": "each_question",
-        "system_prompt": (
-            "You are a decision model. Read the state, then answer the question with the letter of one option."
-        ),
-    },
 }
 
 
@@ -364,11 +349,9 @@ def main() -> None:
     parser.add_argument("--no-seed", action="store_true", help="leave the seed's serve.py out")
     parser.add_argument(
         "--forms",
-        choices=["letters", "default", "lean", "answer", "each_question", "full_wording"],
+        choices=["letters", "default"],
         default="letters",
-        help="how mydecide reads choices and scores: letters (as the seed's serve.py does), its own defaults, the "
-        "defaults with the lean or the answer-turn per-option continuation, or with every question saying its answer "
-        "format (the defaults before prompt.answer_format)",
+        help="how mydecide reads choices and scores: letters (as the seed's serve.py does) or its own defaults",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "serve.json")
     args = parser.parse_args()

@@ -26,7 +26,7 @@ packaged GGUF converted once to a Hugging Face directory) in fp32 on the CPU. Co
   end to pick its best adapter (``dev_limit`` questions); that check's cost is read from the run's metrics.jsonl and
   each command's time without it is reported too.
 * ``mydecide_seed_settings_default_forms``: the same, but choices and scores read in the library's default forms
-  (one yes / no read per option and per level, ``prompt.continuation``'s default), the cost issue 37 asks about.
+  (one yes / no read per option and per level, written in the answer turn), the cost issue 37 asks about.
 * ``mydecide_demo_settings``: ``mydecide train recipes/train/demo.yaml`` (per-option choices and scores, no system
   prompt, states cut at 96 tokens, the proper objective, r=16, checkpointing off; its task weights cleared, as this
   data has no span task) for one epoch of the same data, with the same evaluation and saving settings.

@@ -12,9 +12,9 @@ For every span question of the split, rendered as the demo's training recipe ren
 * ``extra``: the tokens it adds when its state is shared with other questions (whose prefix is already paid):
   ``own`` shares nothing, so all of ``alone``; ``shared`` only its blocks.
 
-``shared`` is counted with the labels read over their lines (``label_read: line``, the issue's design) and at their
-last token (``last``, today's default), at the demo's ``max_state_tokens`` (a text longer than the cap is not wholly
-in the prefix, so its block carries the window's own first copy) and at the default cap (3000). Writes
+``shared`` is counted at the demo's ``max_state_tokens`` (a text longer than the cap is not wholly in the prefix, so
+its block carries the window's own first copy) and at the default cap (3000). (The labels are read at their lines'
+last tokens; the arms that read them over their lines are gone with that read, their counts in docs/LOG.md.) Writes
 bench/results/span_layout_tokens.json and prints a table.
 """
 
@@ -57,7 +57,7 @@ def main() -> None:
     from mydecide.record_files import load_records
     from mydecide.scoring.plan import ScoringPlan
     from mydecide.scoring.render import Renderer
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
 
     path, kwargs = resolve_model_path(args.model)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
@@ -75,9 +75,8 @@ def main() -> None:
 
     arms = {
         "own": renderer(layout="own"),
-        "shared (label_read: line)": renderer(layout="shared", label_read="line"),
-        "shared (label_read: last)": renderer(layout="shared", label_read="last"),
-        "shared (line), max_state_tokens 3000": renderer(layout="shared", label_read="line", max_state_tokens=3000),
+        "shared": renderer(layout="shared"),
+        "shared, max_state_tokens 3000": renderer(layout="shared", max_state_tokens=3000),
     }
     results: dict[str, Any] = {}
     for name, r in arms.items():

@@ -61,13 +61,16 @@ def random_lora(model: str, out: Path, rank: int) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import load_model, save_render_config
     from mydecide.prompt import RenderConfig
     from mydecide.training.model import lora_targets
+    from mydecide.training.model_card import record_base_model
 
     if (out / "adapter_config.json").is_file():
         return out
     lm = load_model(model, device="cpu", dtype=torch.float32).lm
+    fingerprint = weights_fingerprint(lm)
     peft_model = get_peft_model(
         lm, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=lora_targets(lm, "all-linear"))
     )
@@ -78,6 +81,7 @@ def random_lora(model: str, out: Path, rank: int) -> Path:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
     peft_model.save_pretrained(out)
     save_render_config(out, RenderConfig())
+    record_base_model(out, model, fingerprint)
     return out
 
 

@@ -99,17 +99,15 @@ def check_adapter(adapter: str | Path) -> None:
 
 def check_base(adapter: Path, name: str, lm: Any, allow_other_base: bool = False) -> None:
     """Refuse to load ``adapter`` on a base ``lm`` (named ``name``) whose weights fingerprint is not the one
-    recorded when the adapter was saved; with ``allow_other_base``, say so and go on. An adapter saved before
-    adapters recorded their base (no ``BASE_FILE``) loads as before, unchecked, with a warning that says so (the
-    file may also have been lost)."""
+    recorded when the adapter was saved; with ``allow_other_base``, say so and go on. An adapter without its
+    ``BASE_FILE`` (saved by a version before adapters recorded their base, or the file lost) is refused in one line:
+    its base cannot be checked, and it is retrained rather than loaded unchecked."""
     record_path = adapter / BASE_FILE
     if not record_path.is_file():
-        print(
-            f"[mydecide] warning: no {record_path}, so the base {adapter} was trained on cannot be checked against "
-            f"{name} (adapters saved before mydecide recorded their base have none); loading it unchecked",
-            file=sys.stderr,
+        raise UserError(
+            f"no {record_path}, so the base {adapter} was trained on cannot be checked against {name}; retrain the "
+            "adapter with this version of mydecide"
         )
-        return
     record = read_json_file(record_path, "base model record")
     recorded = record.get("weights_fingerprint")
     if not isinstance(recorded, str):

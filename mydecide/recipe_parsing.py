@@ -13,10 +13,10 @@ import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mydecide.errors import UserError
 
@@ -208,3 +208,15 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for a in get_args(annotation) for m in _models_in(a)]
+
+
+class Strict(BaseModel):
+    """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
+    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2); ``.inf`` and
+    ``.nan`` are no numbers either."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+"""A seed numpy, torch and datasketch all take: 0 to 2³²−1."""

@@ -69,8 +69,7 @@ class Question:
             criteria = list(self.descriptions)
         else:
             criteria = dict(zip(self.options, self.descriptions, strict=True))
-        out: dict[str, Any] = {"type": self.type, "instructions": self.instructions, "criteria": criteria}
-        out["over"] = self.over
+        out = {"type": self.type, "instructions": self.instructions, "criteria": criteria, "over": self.over}
         return {key: value for key, value in out.items() if value is not None}
 
 
@@ -181,10 +180,8 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
     if qtype == "score":
         if not isinstance(criteria, list) or not all(isinstance(c, str) and c.strip() for c in criteria):
             raise RecordError(f"{label}: score criteria must be a list of level descriptions, lowest first")
-        if not MIN_SCORE_LEVELS <= len(criteria) <= MAX_SCORE_LEVELS:
-            raise RecordError(
-                f"{label}: score needs {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS} levels, got {len(criteria)}"
-            )
+        if not MIN_SCORE_LEVELS <= (n := len(criteria)) <= MAX_SCORE_LEVELS:
+            raise RecordError(f"{label}: score needs {MIN_SCORE_LEVELS} to {MAX_SCORE_LEVELS} levels, got {n}")
         _check_distinct_levels(criteria, label)
         return Question("score", instructions, tuple(str(i) for i in range(len(criteria))), tuple(criteria))
 
@@ -194,8 +191,7 @@ def parse_question(obj: Any, name: str | None = None) -> Question:
             raise RecordError(f"{label}: choice options given as a list must be non-empty strings")
         ids, descriptions = list(criteria), [""] * len(criteria)
     elif isinstance(criteria, dict):
-        ids = list(criteria)
-        descriptions = list(criteria.values())
+        ids, descriptions = list(criteria), list(criteria.values())
         if not all(isinstance(i, str) and i.strip() for i in ids):
             raise RecordError(f"{label}: option ids must be non-empty strings")
         if not all(isinstance(d, str) for d in descriptions):
@@ -452,6 +448,3 @@ def _parse_wire_record(obj: dict[str, Any]) -> list[Record]:
         if extra:
             raise RecordError(f"{key} names unknown question(s) {sorted(extra)}")
     return records
-
-
-# --------------------------------------------------------------------------------------------------- reading

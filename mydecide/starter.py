@@ -1,7 +1,8 @@
 """The recipes that ship inside the package, and the starter recipes ``mydecide init`` writes for a user's own table.
 
 The recipes live in ``mydecide/recipes/``, so a ``pip install`` has them; the repository's ``recipes/``, which the
-commands and tests name, is a link to that folder (one copy, nothing to keep in step). A recipe path under ``recipes/`` that does not exist where the command runs is read from the package
+commands and tests name, is a link to that folder (one copy, nothing to keep in step). A recipe path under
+``recipes/`` that does not exist where the command runs is read from the package
 (:func:`packaged_recipe`), so the commands of the docs work from any directory.
 
 :func:`starter_recipes` writes ``data.yaml`` (a csv source: with a CSV, its id, text and label columns read from the

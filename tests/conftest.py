@@ -115,8 +115,8 @@ def random_span_head(model: Any, seed: int = 0, scale: float = 0.1) -> Any:
 
 
 def span_grid_by_hand(model: Any, head: Any, layout: Any) -> Any:
-    """A layout's grid computed step by step: each sequence alone through the decoder, each word's last token and
-    each label's range mean-pooled, projected, q·k/√d + the label's bias."""
+    """A layout's grid computed step by step: each sequence alone through the decoder, the hidden state at each
+    word's read and at each label line's last token, projected, q·k/√d + the label's bias."""
     import numpy as np
     import torch
 
@@ -126,10 +126,8 @@ def span_grid_by_hand(model: Any, head: Any, layout: Any) -> Any:
     with torch.no_grad():
         for seq in layout.sequences:
             h = decoder_of(model.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
-            words = zip(seq.word_starts or seq.reads, seq.reads, strict=True)
-            q = head.word(torch.stack([h[a : b + 1].mean(0) for a, b in words]))
-            k = head.label(torch.stack([h[a:b].mean(0) for a, b in seq.label_lines]))
-            bias = head.bias + (k @ head.label_bias if hasattr(head, "label_bias") else 0.0)
+            q, k = head.word(h[list(seq.reads)]), head.label(h[list(seq.label_reads)])
+            bias = head.bias + k @ head.label_bias
             grid[seq.cells(layout.n_labels)] = (q @ k.T / math.sqrt(q.shape[-1]) + bias).flatten().double().numpy()
     return grid
 

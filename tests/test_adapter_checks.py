@@ -132,9 +132,8 @@ def test_training_saves_the_base_name_and_fingerprint_beside_each_adapter(traine
 
 
 def test_load_model_refuses_another_base_of_the_same_shapes(
-    trained: Path, tiny_llama_dir: Path, other_base: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trained: Path, tiny_llama_dir: Path, other_base: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mydecide.adapters import BASE_FILE
     from mydecide.modeling import load_model
 
     adapter = trained / "adapter"
@@ -147,29 +146,22 @@ def test_load_model_refuses_another_base_of_the_same_shapes(
     capsys.readouterr()
     loaded = load_model(str(other_base), adapter, device="cpu", allow_other_base=True)
     assert hasattr(loaded.lm, "peft_config") and "loading it anyway" in capsys.readouterr().err
-    # an adapter saved before adapters recorded their base loads as before, unchecked, and says so
-    legacy = shutil.copytree(adapter, tmp_path / "legacy")
-    (legacy / BASE_FILE).unlink()
-    capsys.readouterr()
-    assert hasattr(load_model(str(other_base), legacy, device="cpu").lm, "peft_config")
-    assert [line for line in capsys.readouterr().err.splitlines() if "warning" in line] == [
-        f"[mydecide] warning: no {legacy / BASE_FILE}, so the base {legacy} was trained on cannot be checked against "
-        f"{other_base} (adapters saved before mydecide recorded their base have none); loading it unchecked"
-    ]
 
 
-def test_a_command_on_an_adapter_without_its_base_record_warns_naming_the_file(
+def test_a_command_on_an_adapter_without_its_base_record_refuses_it_in_one_line(
     trained: Path, tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
     from mydecide.adapters import BASE_FILE
 
-    legacy = shutil.copytree(trained / "adapter", tmp_path / "legacy")
+    legacy = shutil.copytree(trained / "adapter", tmp_path / "legacy")  # as versions before the record saved it
     (legacy / BASE_FILE).unlink()
-    result = CliRunner().invoke(app, command("predict", tiny_llama_dir, legacy, tmp_path))
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["answers"]["q"]["type"] == "noul"
-    [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
-    assert warning.startswith(f"[mydecide] warning: no {legacy / BASE_FILE}, so the base {legacy} was trained on ")
+    for extra in ([], ["--allow-other-base"]):
+        code, output = run_cli([*command("predict", tiny_llama_dir, legacy, tmp_path), *extra], tmp_path)
+        assert code == 2
+        assert one_error_line(output) == (
+            f"error: no {legacy / BASE_FILE}, so the base {legacy} was trained on cannot be checked against "
+            f"{tiny_llama_dir}; retrain the adapter with this version of mydecide"
+        )
 
 
 @pytest.mark.parametrize("verb", VERBS)

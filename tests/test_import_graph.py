@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 1. the record format
     ("mydecide.records", "mydecide.record_files", "mydecide.spans"),
     # 2. the recipes: how a question is shown (the prompt section, a RenderConfig) and every command's recipe
-    ("mydecide.prompt", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
+    ("mydecide.prompt", "mydecide.data_recipe", "mydecide.config", "mydecide.recipe_loading", "mydecide.recipe_docs"),
     # 3. prepare: sources, dedup, splits
     ("mydecide.data",),
     # 4. the scoring layer, on a loaded model (scoring.model.LoadedModel)

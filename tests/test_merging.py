@@ -22,10 +22,13 @@ def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import save_render_config
+    from mydecide.training.model_card import record_base_model
 
     out = tmp_path_factory.mktemp("adapter")
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    fingerprint = weights_fingerprint(base)
     config = LoraConfig(
         r=4,
         lora_alpha=8,
@@ -40,6 +43,7 @@ def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(out)
     save_render_config(out, RENDER)
+    record_base_model(out, str(tiny_llama_dir), fingerprint)
     return out
 
 
@@ -56,7 +60,7 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
     from transformers import AutoModelForCausalLM
 
     from mydecide.merging import REPORT_FILE
-    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+    from mydecide.modeling import RENDER_CONFIG_FILE, load_model, read_render_config
 
     out = tmp_path / "merged"
     result = CliRunner().invoke(
@@ -71,7 +75,7 @@ def test_merge_writes_a_plain_verified_model_that_answers_like_base_plus_adapter
     assert (out / "tokenizer.json").is_file() and (out / "config.json").is_file()
     # as the adapter reads: it has no span head, so prompt.span.read's "auto" is saved as the letters it reads with
     letters = RENDER.model_copy(update={"span": RENDER.span.model_copy(update={"read": "letters"})})
-    assert RenderConfig.model_validate_json((out / RENDER_CONFIG_FILE).read_text()) == letters
+    assert read_render_config(out / RENDER_CONFIG_FILE) == letters  # stamped, as save_render_config writes it
     plain = AutoModelForCausalLM.from_pretrained(out)
     assert plain.dtype == torch.float32
     assert not any("lora" in k or "base_model" in k for k in plain.state_dict())

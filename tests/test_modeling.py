@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 
 import mydecide.modeling as modeling
+from mydecide.adapters import weights_fingerprint
 from mydecide.errors import UserError
 from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
 from mydecide.scoring.engine import score_questions
 from mydecide.scoring.probabilities import to_probabilities
+from mydecide.training.model_card import record_base_model
 
 TEAM = parse_question(
     {
@@ -218,7 +220,9 @@ def test_an_adapter_brings_its_render_config(tiny_llama_dir: Path, tmp_path: Pat
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    fingerprint = weights_fingerprint(base)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter")
+    record_base_model(tmp_path / "adapter", str(tiny_llama_dir), fingerprint)
     save_render_config(tmp_path / "adapter", RenderConfig(max_state_tokens=12, system_prompt=None))
     model = load_model(
         str(tiny_llama_dir), tmp_path / "adapter", device="cpu", render=RenderConfig(max_state_tokens=500)
@@ -240,7 +244,9 @@ def test_a_model_checked_once_loads_without_a_second_check(
     from mydecide.modeling import CheckedModel, check_model
 
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    fingerprint = weights_fingerprint(base)
     get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(tmp_path / "adapter")
+    record_base_model(tmp_path / "adapter", str(tiny_llama_dir), fingerprint)
     save_render_config(tmp_path / "adapter", RenderConfig(max_state_tokens=12, system_prompt=None))
     checked = check_model(str(tiny_llama_dir), tmp_path / "adapter")
     assert isinstance(checked, CheckedModel) and checked.saved is not None and checked.saved.max_state_tokens == 12

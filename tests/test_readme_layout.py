@@ -137,8 +137,8 @@ def test_a_module_or_folder_without_a_line_is_caught(readme: str, files: set[str
     ]
     without_rows = "\n".join(line for line in readme.splitlines() if not line.startswith("    rows.py "))
     assert layout_problems(without_rows, files) == ["mydecide/evaluation/rows.py has no line in the layout"]
-    grouped = readme.replace("    dev.py diagnostics.py  ", "    dev.py  ")
-    assert layout_problems(grouped, files) == ["mydecide/training/diagnostics.py has no line in the layout"]
+    grouped = readme.replace("    objectives.py scoring_rules.py  ", "    objectives.py  ")
+    assert layout_problems(grouped, files) == ["mydecide/training/scoring_rules.py has no line in the layout"]
 
 
 def test_a_line_for_a_path_that_is_gone_is_caught(readme: str, files: set[str]) -> None:

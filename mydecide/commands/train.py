@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from typing import get_args
 
 import typer
 
 from mydecide.commands import fail, friendly_errors
 from mydecide.commands.options import Model, Out, recipe_from_command_line, split_args
-from mydecide.config import TrainRecipe
+from mydecide.config import Objective, TrainRecipe
+
+OBJECTIVE_KINDS = " | ".join(kind.model_fields["kind"].default for kind in get_args(Objective))
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +26,7 @@ def register(app: typer.Typer) -> None:
         ),
         data: str | None = typer.Option(None, "--data", "-d", help="A `mydecide prepare` output directory."),
         model: Model = None,
-        objective: str | None = typer.Option(None, "--objective", help="proper | rlcd | ce | ce_then_proper."),
+        objective: str | None = typer.Option(None, "--objective", help=f"objective.kind: {OBJECTIVE_KINDS}."),
         out: Out = None,
         resume: bool = typer.Option(
             False,

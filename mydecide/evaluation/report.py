@@ -316,14 +316,12 @@ def check_report_dir(out: str | Path, inputs: Sequence[tuple[str, str | None]]) 
 
 
 def _written_by_evaluate(path: Path) -> bool:
-    """report.json carries evaluate's format; one from before the format was written has its three sections."""
+    """report.json carries this version's evaluate format (one without it, or with another, is not replaced)."""
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    if not isinstance(report, dict):
-        return False
-    return report.get("format") == REPORT_FORMAT or {"thresholds", "baselines", "provenance"} <= report.keys()
+    return isinstance(report, dict) and report.get("format") == REPORT_FORMAT
 
 
 def write_outputs(evaluation: Evaluation, out_dir: str | Path, recipe_text: str | None = None) -> dict[str, Path]:

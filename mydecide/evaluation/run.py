@@ -273,19 +273,24 @@ def run_evaluation(
     report["baselines"] = baselines
     report["thresholds"] = threshold_report(rows, costs, thresholds)
     report |= {"classes": class_tables(predictions), "intervals": headline_intervals(rows)}
-    conformal = getattr(temperature, "conformal", None)
-    if conformal is not None:  # sets and risk-controlled auto-act: what calibrate promised, checked
-        span_items = [
-            (r.task, gold_span_best(r, np.asarray(calibrated_probabilities("span", r.question.k, z, temperature))))
-            for r, z in zip(records, logits, strict=True)
-            if r.question.type == "span"
-        ]
-        payoff = report["thresholds"]["auto_act_threshold"]
-        report["guarantees"] = guarantee_report(rows, conformal, span_items, payoff)
+    if getattr(temperature, "conformal", None) is not None:  # sets and auto-act: what calibrate promised, checked
+        report["guarantees"] = _guarantees(records, logits, rows, temperature, report["thresholds"])
     if coherence:
         report["coherence"] = coherence_checks(scorer, records, logits, temperature, progress=progress)
     report["wall_s"] = time.perf_counter() - started
     return Evaluation(report, predictions, base_predictions, rows, raw_rows)
+
+
+def _guarantees(
+    records: Sequence[Record], logits: Sequence[Any], rows: Sequence[Any], temperature: Any, thresholds: dict[str, Any]
+) -> dict[str, Any]:
+    """report.json's ``guarantees``: the conformal sets and risk-controlled auto-act of ``temperature``, checked."""
+    span_items = [
+        (r.task, gold_span_best(r, np.asarray(calibrated_probabilities("span", r.question.k, z, temperature))))
+        for r, z in zip(records, logits, strict=True)
+        if r.question.type == "span"
+    ]
+    return guarantee_report(rows, temperature.conformal, span_items, thresholds["auto_act_threshold"])
 
 
 def _adapter_path(model: LoadedModel | None) -> str | None:

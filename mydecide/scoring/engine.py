@@ -19,7 +19,8 @@ from mydecide.records import Question
 from mydecide.scoring.forward import packs, score_packed, score_prompts
 from mydecide.scoring.plan import ScoringPlan, prompt_count
 from mydecide.scoring.render import Prompt, render_state
-from mydecide.scoring.spans import score_span_questions, score_with_blocks, shared_layout, span_layout
+from mydecide.scoring.span_layout import shared_layout, span_layout
+from mydecide.scoring.span_reads import score_span_questions, score_with_blocks
 
 if TYPE_CHECKING:
     from mydecide.scoring.model import LoadedModel
@@ -60,7 +61,7 @@ def score_questions(
     logits, whose softmax is the answer. A choice with more than 26 options read by letter is scored in groups plus a
     final round and returns log P(o) for every option. ``orders`` optionally shows each question's options in
     another order (the per-option form sees none). ``progress`` is called with the number of prompts scored.
-    A ``span`` question returns its (W·L,) yes − no word × label grid (``scoring.spans``; orders do not apply).
+    A ``span`` question returns its (W·L,) yes − no word × label grid (``scoring.span_reads``; orders do not apply).
     With ``shared_prefix``, a model that :func:`~mydecide.scoring.forward.packs` is scored in packed rows (each state
     and each question's text computed once), any other through the KV cache; ``batch_size`` counts prompts there.
     """

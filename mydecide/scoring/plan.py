@@ -179,7 +179,7 @@ class ScoringPlan:
             self.items.append(item)
             form = renderer.form(question)
             if question.type == "span":
-                raise ValueError("span questions are scored by scoring.spans (a sequence per label), not a plan")
+                raise ValueError("span questions are scored by scoring.span_reads (a sequence per label), not a plan")
             if question.type == "set":
                 units = [renderer.render(state, unit) for unit in question_units(question)]
                 item.yes_no = True

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mydecide.errors import UserError
-from mydecide.prompt import Continuation, RenderConfig
+from mydecide.prompt import RenderConfig
 from mydecide.records import Question
 
 LETTERS = string.ascii_uppercase
@@ -30,6 +30,7 @@ MAX_LETTER_OPTIONS = len(LETTERS)
 TRUNCATION_MARK = "\n[… state truncated]"
 _STATE_SLOT = "\x00STATE\x00"
 _QUESTION_SLOT = "\x00QUESTION\x00"
+LABEL_FORMS = ("", " ")  # the answer labels "A" and " A": the first whose tokens continue the prompt as single tokens
 
 
 class LabelError(UserError):
@@ -58,148 +59,71 @@ def question_units(question: Question) -> list[Question]:
     return units
 
 
-def option_lines(question: Question, order: Sequence[int], show_ids: bool) -> list[str]:
+def option_text(question: Question, index: int) -> str:
+    """How one option reads: a level's text, or an option's id and its description (where it has one)."""
+    option, description = question.options[index], question.descriptions[index]
+    if question.type == "score":
+        return description or option
+    return f"{option} — {description}" if description else option
+
+
+def option_lines(question: Question, order: Sequence[int]) -> list[str]:
+    """The lettered option lines of a letters read, in ``order`` (a score level shows its text alone)."""
     lines = []
     for position, index in enumerate(order):
-        option, description = question.options[index], question.descriptions[index]
-        if question.type == "score":
-            text = description
-        elif question.type == "noul":
-            text = f"{option} — {description}" if description else option
-        elif description:
-            text = f"{option} — {description}" if show_ids else description
-        else:
-            text = option
+        text = question.descriptions[index] if question.type == "score" else option_text(question, index)
         lines.append(f"{LETTERS[position]}. {text}")
     return lines
 
 
-def option_text(question: Question, index: int, show_ids: bool) -> str:
-    """How one option reads on its own (a per-option continuation): its id and description, or the level text."""
-    option, description = question.options[index], question.descriptions[index]
-    if question.type == "score":
-        return description or option
-    if description:
-        return f"{option} — {description}" if show_ids else description
-    return option
-
-
-LEAN_ANSWER_FORMAT = "Answer A for yes or B for no, with the letter only."
-HEAD_ANSWER_FORMATS = (
-    "Answer a yes or no question with A (yes) or B (no), lettered options with the right letter, and options written "
-    "one per line with A after the right one, B after any other."
-)
-"""``prompt.answer_format: once``: the answer formats of the default reads, said once in the head before the state."""
 ANSWER_TURN_FORMAT = "Answer with the {name} on its own line, then A if {test} or B if not."
-SHORT_ANSWER_TURN_FORMAT = "Write {name}, then A if it is right, B if not."
-"""``prompt.wording: short``: a per-option question's one line of answer format (no "Exactly one option is right.")."""
+"""A threshold read's answer format: a continuation is the level's line in the answer turn."""
+PER_OPTION_FORMAT = "Write {name}, then A if it is right, B if not."
+"""A per-option question's one line of answer format: a continuation is the option's text in the answer turn."""
 SHORT_YES_NO = "Answer A for yes or B for no."
-"""``prompt.wording: short``: a plain yes / no question's answer format, in place of its option lines."""
+"""A plain yes / no question's answer format, in place of its option lines."""
 
 
-def per_option_question_text(
-    question: Question,
-    show_ids: bool,
-    list_options: bool,
-    continuation: Continuation,
-    once: bool = False,
-    short: bool = False,
-) -> str:
-    """The shared part of a per-option prompt: the question, (``list_options``) every option in an order the
-    client cannot change — choice options sorted by id, score levels lowest first — and the answer format where
-    the ``continuation`` says it once here (``lean``; ``answer``: that of an answer turn naming the option, in one
-    line with ``short`` wording; not with ``once`` and ``answer``: the head says it, :data:`HEAD_ANSWER_FORMATS`)."""
-    name = "level" if question.type == "score" else "option"
-    lines = ["", "", f"Question: {question.instructions}"]
-    head_says = once and continuation == "answer"
-    short = short and continuation == "answer" and not head_says
-    if not head_says and not short:
-        lines.append(
-            "Exactly one level is right (levels are listed lowest first)."
-            if name == "level"
-            else "Exactly one option is right."
-        )
-    if continuation != "answer":  # an answer turn names the option itself: no option below to ask about
-        lines[-1] += f" Is the {name} below the right one?"
-    if list_options:
-        indices = (
-            range(question.k)
-            if question.type == "score"
-            else sorted(range(question.k), key=lambda i: question.options[i])
-        )
-        lines += ["Options:", *(f"- {option_text(question, i, show_ids)}" for i in indices)]
-    if short:
-        lines.append(SHORT_ANSWER_TURN_FORMAT.format(name=f"a {name}" if name == "level" else f"an {name}"))
-    elif continuation == "answer" and not head_says:
-        lines.append(ANSWER_TURN_FORMAT.format(name=name, test="it is the right one"))
-    elif continuation == "lean":
-        lines.append(LEAN_ANSWER_FORMAT)
-    return "\n".join(lines)
+def per_option_question_text(question: Question) -> str:
+    """The shared part of a per-option prompt: the question and the answer format of an answer turn that names the
+    option (each option's continuation, :meth:`Renderer.render_per_option`)."""
+    name = "a level" if question.type == "score" else "an option"
+    return "\n".join(["", "", f"Question: {question.instructions}", PER_OPTION_FORMAT.format(name=name)])
 
 
-def threshold_question_text(question: Question, continuation: Continuation) -> str:
-    """The shared part of every threshold read of a score question: the question and its levels, lowest first
-    (and the answer format where the ``continuation`` says it once here)."""
+def threshold_question_text(question: Question) -> str:
+    """The shared part of every threshold read of a score question: the question, its levels lowest first, and the
+    answer format of an answer turn that names the level."""
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
-    lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
-    if continuation == "answer":
-        lines.append(ANSWER_TURN_FORMAT.format(name="level", test="the right level is that level or a higher one"))
-        return "\n".join(lines)
-    lines.append("Is the right level the level below or a higher one?")
-    if continuation == "lean":
-        lines.append(LEAN_ANSWER_FORMAT)
+    lines += [f"- {option_text(question, i)}" for i in range(question.k)]
+    lines.append(ANSWER_TURN_FORMAT.format(name="level", test="the right level is that level or a higher one"))
     return "\n".join(lines)
 
 
 def binomial_question_text(question: Question) -> str:
     """The one read of a score question in the binomial form: the question, its levels lowest first, and whether the
     right level is closer to the top level than to the bottom one, answered A (yes) or B (no)."""
-    top, bottom = option_text(question, question.k - 1, False), option_text(question, 0, False)
+    top, bottom = option_text(question, question.k - 1), option_text(question, 0)
     lines = ["", "", f"Question: {question.instructions}", "Levels, lowest first:"]
-    lines += [f"- {option_text(question, i, False)}" for i in range(question.k)]
+    lines += [f"- {option_text(question, i)}" for i in range(question.k)]
     lines += [f"Is the right level closer to '{top}' than to '{bottom}'?", "A. yes", "B. no"]
     lines.append("Answer with the letter only.")
     return "\n".join(lines)
 
 
-def per_option_suffix_text(question: Question, index: int, show_ids: bool, lean: bool) -> str:
-    """One option's continuation: its line, then (unless ``lean``: the prefix said it once) the answer format."""
-    name = "Level" if question.type == "score" else "Option"
-    line = f"{name}: {option_text(question, index, show_ids)}"
-    return "\n".join(["", line] if lean else ["", line, "A. yes", "B. no", "Answer with the letter only."])
-
-
-def answer_turn_text(question: Question, index: int, show_ids: bool, short: bool = False) -> str:
-    """One option's continuation in the ``answer`` form: inside the answer turn (the prefix ends with the chat
-    template's tail), the option's line and a line break, where A (yes) or B (no) is read. The line starts
-    "Option: " or "Level: ", or with ``short`` wording is the option's text alone."""
-    if short:
-        return f"{option_text(question, index, show_ids)}\n"
-    name = "Level" if question.type == "score" else "Option"
-    return f"{name}: {option_text(question, index, show_ids)}\n"
-
-
-def question_text(
-    question: Question, order: Sequence[int], show_ids: bool = True, once: bool = False, short: bool = False
-) -> str:
+def question_text(question: Question, order: Sequence[int]) -> str:
     """A question read by letters: the question, what kind of answer it takes, its lettered options and the answer
-    format. With ``once`` the head says the format (:data:`HEAD_ANSWER_FORMATS`): the last line is left out, and so
-    are a yes / no question's option lines where neither option carries a description. With ``short`` wording such
-    a yes / no question says :data:`SHORT_YES_NO` in place of its kind, option lines and format (unless ``once``)."""
+    format; a yes / no question whose options carry no description says :data:`SHORT_YES_NO` in their place."""
+    if question.type == "noul" and not any(question.descriptions):
+        return "\n".join(["", "", f"Question: {question.instructions}", SHORT_YES_NO])
     kind = {
         "choice": "Choose one option.",
         "noul": "Answer yes or no.",
         "score": "Choose one level (levels are listed lowest first).",
         "set": "",
     }[question.type]
-    plain_yes_no = question.type == "noul" and not any(question.descriptions)
-    if short and plain_yes_no and not once:
-        return "\n".join(["", "", f"Question: {question.instructions}", SHORT_YES_NO])
-    lines = ["", "", f"Question: {question.instructions}", kind]
-    if not (once and plain_yes_no):
-        lines += option_lines(question, order, show_ids)
-    if not once:
-        lines.append("Answer with the letter only.")
+    lines = ["", "", f"Question: {question.instructions}", kind, *option_lines(question, order)]
+    lines.append("Answer with the letter only.")
     return "\n".join(lines)
 
 
@@ -246,44 +170,19 @@ class Renderer:
         self._state_cache: dict[str, tuple[tuple[int, ...], bool]] = {}
 
     # -- template ------------------------------------------------------------------------------------------------
-    @property
-    def once(self) -> bool:
-        """Whether the head says the answer formats (``prompt.answer_format: once``)."""
-        return self.config.answer_format == "once"
-
-    @property
-    def short(self) -> bool:
-        """Whether the default reads use the short wording (``prompt.wording: short``)."""
-        return self.config.wording == "short"
-
     def _template_parts(self) -> tuple[str, str, str]:
         """The chat template's text before the user's message (with the configured system prompt alone: what a
-        span question's prompt starts with), the text before the state, and the text after the question (which ends
-        at the answer slot).
-
-        Before the state: the template's text, the answer formats with ``answer_format: once``
-        (:data:`HEAD_ANSWER_FORMATS`: after the system prompt in its message, or without one at the start of the
-        user's), then "State:".
-        """
+        span question's prompt starts with), the text before the state (that and "State:") and the text after the
+        question (which ends at the answer slot)."""
         tok = self.tokenizer
-        system = self.config.system_prompt
-        formats = HEAD_ANSWER_FORMATS if self.once else ""
         if not getattr(tok, "chat_template", None):
-            return "", f"{formats}\n\n" if formats else "", "\nAnswer:"
-
-        def before_state(system: str | None, user: str) -> tuple[str, str]:
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": f"{user}{_STATE_SLOT}{_QUESTION_SLOT}"})
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
-            head, rest = text.split(_STATE_SLOT)
-            return head, rest.split(_QUESTION_SLOT)[1]
-
-        template_head, tail = before_state(system, "")
-        if formats:
-            head, _ = before_state(f"{system} {formats}", "") if system else before_state(None, f"{formats}\n\n")
-        else:
-            head = template_head
-        return template_head, head + "State:\n", tail
+            return "", "", "\nAnswer:"
+        system = self.config.system_prompt
+        messages = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": f"{_STATE_SLOT}{_QUESTION_SLOT}"})
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+        head, rest = text.split(_STATE_SLOT)
+        return head, head + "State:\n", rest.split(_QUESTION_SLOT)[1]
 
     def _encode(self, text: str) -> list[int]:
         """Token ids of the template's own text (head, tail, labels): its special tokens are real."""
@@ -316,11 +215,10 @@ class Renderer:
         return [t.id for piece in pieces for t in backend.model.tokenize(piece)] + self._encode(tail)
 
     def _label_tokens(self) -> tuple[str, tuple[int, ...]]:
-        """Pick the label form ("A" or " A") whose tokens continue the prompt as single tokens."""
+        """Pick the label form ("A" or " A", in that order) whose tokens continue the prompt as single tokens."""
         name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
-        forms = ["", " "] if self.config.label_form == "auto" else [self.config.label_form.replace("A", "")]
         probe = self._encode(self.tail)
-        for space in forms:
+        for space in LABEL_FORMS:
             ids = []
             for letter in LETTERS:
                 label = self._encode(space + letter)
@@ -332,7 +230,7 @@ class Renderer:
                 return space + "A", tuple(ids)
         raise LabelError(
             f"tokenizer {name!r}: the answer labels A–Z are not single tokens after the chat prompt "
-            f"(tried the forms {[f + 'A' for f in forms]}); this model cannot be used as a decision model"
+            f"(tried the forms {[f + 'A' for f in LABEL_FORMS]}); this model cannot be used as a decision model"
         )
 
     def encode_pieces(self, pieces: Sequence[str]) -> list[list[int]]:
@@ -381,37 +279,22 @@ class Renderer:
     def render_per_option(self, state: Any, question: Question, indices: Sequence[int] | None = None) -> list[Prompt]:
         """One yes / no prompt per option (``indices``: canonical indices, default all), read as A = yes, B = no.
 
-        Every prompt has the same prefix (head, state, question and, with ``list_options``, the options in an order
-        the client cannot change), so the state and question are computed once; the suffix names one option. No
-        prompt depends on where its option stood in the request: permuting the options permutes the prompts.
+        Every prompt has the same prefix (head, state, question), so the state and question are computed once; the
+        suffix names one option. No prompt depends on where its option stood in the request: permuting the options
+        permutes the prompts.
         """
         if question.type not in ("choice", "score"):
             raise ValueError(f"a {question.type} question has no per-option form")
-        show = self.config.show_option_ids
-        shared = per_option_question_text(
-            question, show, self.config.list_options, self.config.continuation, self.once, self.short
-        )
         indices = range(question.k) if indices is None else indices
-        return self._continuations(state, shared, question, indices, show, self.short)
+        lines = [option_text(question, i) for i in indices]
+        return self._continuations(state, per_option_question_text(question), lines)
 
-    def _continuations(
-        self, state: Any, shared: str, question: Question, indices: Sequence[int], show_ids: bool, short: bool = False
-    ) -> list[Prompt]:
-        """One yes / no prompt per option index after one prefix: the state, then ``shared`` (the stem); with
-        ``continuation: answer`` the stem ends with the template's tail and each continuation is the option's line
-        in the answer turn, otherwise each continuation is the option's line (and, ``full``, the answer format)
-        and then the tail."""
+    def _continuations(self, state: Any, shared: str, lines: Sequence[str]) -> list[Prompt]:
+        """One yes / no prompt per line after one prefix: the state, then ``shared`` (the stem) and the template's
+        tail; each continuation is its line in the answer turn and a line break, where A (yes) or B (no) is read."""
         state_ids, truncated = self.encode_state(state)
-        continuation = self.config.continuation
-        if continuation == "answer":
-            stem = tuple(self._encode_user(shared, self.tail))
-            suffixes = [self._encode_user(answer_turn_text(question, i, show_ids, short)) for i in indices]
-        else:
-            stem = tuple(self._encode_user(shared))
-            lean = continuation == "lean"
-            suffixes = [
-                self._encode_user(per_option_suffix_text(question, i, show_ids, lean), self.tail) for i in indices
-            ]
+        stem = tuple(self._encode_user(shared, self.tail))
+        suffixes = [self._encode_user(f"{line}\n") for line in lines]
         return [Prompt(state_ids + stem, tuple(suffix), (0, 1), truncated, len(stem)) for suffix in suffixes]
 
     def render_thresholds(self, state: Any, question: Question) -> list[Prompt]:
@@ -419,8 +302,8 @@ class Renderer:
         higher?", A = yes, B = no), all continuing one prefix that holds the state, the question and every level."""
         if question.type != "score":
             raise ValueError(f"a {question.type} question has no threshold form")
-        shared = threshold_question_text(question, self.config.continuation)
-        return self._continuations(state, shared, question, range(1, question.k), False)
+        lines = [f"Level: {option_text(question, i)}" for i in range(1, question.k)]
+        return self._continuations(state, threshold_question_text(question), lines)
 
     def render_binomial(self, state: Any, question: Question) -> Prompt:
         """The one read of a score question in the binomial form (A = yes, B = no: closer to the top level than to
@@ -443,7 +326,5 @@ class Renderer:
         if question.k > MAX_LETTER_OPTIONS:
             raise ValueError(f"question shows {question.k} options; at most {MAX_LETTER_OPTIONS} (A–Z) per prompt")
         prefix, truncated = self.encode_state(state)
-        suffix = self._encode_user(
-            question_text(question, order, self.config.show_option_ids, self.once, self.short), self.tail
-        )
+        suffix = self._encode_user(question_text(question, order), self.tail)
         return Prompt(prefix, tuple(suffix), order, truncated)

@@ -1,19 +1,16 @@
 """The span head (``prompt.span.read: head``): a small trained layer that scores every word against every label.
 
-A span question's sequence lists its labels, one line each, before the text (``scoring.spans``). The head projects
-the last hidden state at each word's last token (``word``) and each label's read (``label``: the mean of the last
-hidden states over the label's line, name and description, ``scoring.spans.pooled``) to ``SPAN_HEAD_DIM``
-dimensions; a cell's log-odds is their scaled dot product plus the label's bias ``label_bias · k + bias`` (``k`` the
-label's projection): a bias conditioned on what the label says, so a rare label can learn a far lower bias than a
-common one, and a label never seen in training still gets one. It reads any label set, named at request time, without
-label-specific weights, and all labels from one sequence.
+A span question's sequence lists its labels, one line each, before the text (``scoring.span_layout``). The head
+projects the last hidden state at each word's read (``word``) and at each label line's last token (``label``) to
+``SPAN_HEAD_DIM`` dimensions; a cell's log-odds is their scaled dot product plus the label's bias
+``label_bias · k + bias`` (``k`` the label's projection): a bias conditioned on what the label says, so a rare label
+can learn a far lower bias than a common one, and a label never seen in training still gets one. It reads any label
+set, named at request time, without label-specific weights, and all labels from one sequence.
 
 ``word`` and ``label_bias`` start at zero, so an untrained head answers ``bias`` everywhere and sends no gradient into
 the model until it has learnt something; ``bias`` starts at the log-odds of the training split's share of span cells.
-A head saved before ``label_bias`` existed loads with it as a zero buffer (``label_bias=False``: not a weight,
-neither trained nor saved), so it scores exactly as it did. The head is saved with the adapter (peft's
-``modules_to_save``: ``adapter_model.safetensors`` holds it) and, in a merged model directory, as
-``span_head.safetensors`` (docs/spans.md).
+The head is saved with the adapter (peft's ``modules_to_save``: ``adapter_model.safetensors`` holds it) and, in a
+merged model directory, as ``span_head.safetensors`` (docs/spans.md).
 """
 
 from __future__ import annotations
@@ -32,16 +29,12 @@ MERGED_FILE = "span_head.safetensors"
 class SpanHead(torch.nn.Module):
     """(M, H) word states × (N, L, H) label states → (M, L) log-odds; ``index`` (M,) names each word's sequence."""
 
-    def __init__(self, hidden_size: int, dim: int = SPAN_HEAD_DIM, bias: float = 0.0, label_bias: bool = True) -> None:
+    def __init__(self, hidden_size: int, dim: int = SPAN_HEAD_DIM, bias: float = 0.0) -> None:
         super().__init__()
         self.word = torch.nn.Linear(hidden_size, dim, bias=False)
         self.label = torch.nn.Linear(hidden_size, dim, bias=False)
         self.bias = torch.nn.Parameter(torch.tensor(float(bias)))
-        self.label_bias: torch.Tensor  # u of the label's bias u · k + bias
-        if label_bias:
-            self.label_bias = torch.nn.Parameter(torch.zeros(dim))
-        else:  # a head saved before u existed: u = 0, not a weight (peft loads exactly the weights a head saved)
-            self.register_buffer("label_bias", torch.zeros(dim), persistent=False)
+        self.label_bias = torch.nn.Parameter(torch.zeros(dim))  # u of the label's bias u · k + bias
         torch.nn.init.zeros_(self.word.weight)
 
     def forward(self, words: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -61,11 +54,10 @@ def span_head_of(lm: Any) -> Any:
     return getattr(base_of(lm), HEAD_NAME, None)
 
 
-def attach_span_head(lm: Any, bias: float = 0.0, label_bias: bool = True) -> SpanHead:
-    """A new span head on ``lm`` (before peft wraps it), on the device of its output head; ``label_bias=False``: the
-    head of a model saved before the label-conditioned bias existed (u = 0, a buffer)."""
+def attach_span_head(lm: Any, bias: float = 0.0) -> SpanHead:
+    """A new span head on ``lm`` (before peft wraps it), on the device of its output head."""
     weight = base_of(lm).get_output_embeddings().weight
-    head = SpanHead(weight.shape[1], bias=bias, label_bias=label_bias).to(device=weight.device)
+    head = SpanHead(weight.shape[1], bias=bias).to(device=weight.device)
     setattr(base_of(lm), HEAD_NAME, head)
     return head
 
@@ -79,20 +71,6 @@ def adapter_has_head(adapter: Path) -> bool:
         return False
     config = json.loads(path.read_text())
     return HEAD_NAME in (config.get("modules_to_save") or [])
-
-
-def adapter_head_has_label_bias(adapter: Path) -> bool:
-    """Whether an adapter's saved span head has the label-conditioned bias (one saved before it existed has not)."""
-    from safetensors import safe_open
-
-    if (adapter / "adapter_model.safetensors").is_file():
-        with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as weights:
-            keys = list(weights.keys())
-    elif (adapter / "adapter_model.bin").is_file():  # peft's pickled format
-        keys = list(torch.load(adapter / "adapter_model.bin", map_location="cpu", weights_only=True))
-    else:  # no weights: loading the adapter says so
-        return True
-    return any(key.endswith(f"{HEAD_NAME}.label_bias") for key in keys)
 
 
 def save_merged_head(lm: Any, folder: Path) -> None:
@@ -114,7 +92,7 @@ def load_merged_head(lm: Any, folder: Path) -> bool:
     if not path.is_file():
         return False
     state = load_file(str(path))
-    head = attach_span_head(lm, label_bias="label_bias" in state)
+    head = attach_span_head(lm)
     head.load_state_dict(state)
     head.to(dtype=torch.float32)
     return True

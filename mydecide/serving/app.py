@@ -253,6 +253,30 @@ async def log_requests(request: Request, call_next: Callable[[Request], Any]) ->
         )
 
 
+async def health(request: Request) -> dict[str, Any]:
+    """GET /health: the model, the queue, the engine and the question types it serves."""
+    scorer: Scorer = request.app.state.scorer
+    return {
+        "status": "ok",
+        "model": public_name(scorer.model_name),
+        "pending": scorer.pending,
+        "packed": scorer.packed,
+        "batching": scorer.options.batching,
+        "engine": scorer.engine.name,
+        "question_types": served_types(scorer.engine, scorer.model.renderer),
+        "stats": scorer.stats.as_dict(),
+    }
+
+
+async def models(request: Request) -> JSONResponse:
+    """GET /v1/models: the one served model, in the OpenAI list shape (the API key is asked for when one is set)."""
+    if request.app.state.api_key:
+        check_bearer(request.headers.getlist("authorization"), request.app.state.api_key)
+    scorer: Scorer = request.app.state.scorer
+    model = {"id": public_name(scorer.model_name), "object": "model", "created": request.app.state.started}
+    return JSONResponse({"object": "list", "data": [model | {"owned_by": "mydecide"}]})
+
+
 def create_app(
     model: LoadedModel | Callable[[], LoadedModel],
     *,
@@ -326,22 +350,9 @@ def create_app(
     app.add_exception_handler(Exception, internal_error)
     app.middleware("http")(log_requests)
 
-    started = int(time.time())
-
-    @app.get("/health")
-    @app.get("/health/", include_in_schema=False)
-    async def health(request: Request) -> dict[str, Any]:
-        scorer: Scorer = request.app.state.scorer
-        return {
-            "status": "ok",
-            "model": public_name(scorer.model_name),
-            "pending": scorer.pending,
-            "packed": scorer.packed,
-            "batching": scorer.options.batching,
-            "engine": scorer.engine.name,
-            "question_types": served_types(scorer.engine, scorer.model.renderer),
-            "stats": scorer.stats.as_dict(),
-        }
+    app.state.api_key, app.state.started = api_key, int(time.time())
+    app.get("/health")(health)
+    app.get("/health/", include_in_schema=False)(health)
 
     async def scored(request: Request, decisions: bool) -> dict[str, Any]:
         """The System One answer to a request's body (a Decisions body translated first): every check, then the
@@ -396,25 +407,8 @@ def create_app(
         answer = await scored(request, decisions=True)
         return JSONResponse(decisions_response(request.state.decisions, answer))
 
-    @app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})
-    @app.get("/v1/models/", include_in_schema=False)
-    async def models(request: Request) -> JSONResponse:
-        if api_key:
-            check_bearer(request.headers.getlist("authorization"), api_key)
-        scorer: Scorer = request.app.state.scorer
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": public_name(scorer.model_name),
-                        "object": "model",
-                        "created": started,
-                        "owned_by": "mydecide",
-                    }
-                ],
-            }
-        )
+    app.get("/v1/models", responses={200: {"model": ModelList}, 401: {"model": ErrorBody}})(models)
+    app.get("/v1/models/", include_in_schema=False)(models)
 
     def published_schema() -> dict[str, Any]:  # built once, on the first GET /openapi.json
         if app.openapi_schema is None:

@@ -314,27 +314,26 @@ def check_span_floor(request: Request, span: SpanWindows, limits: Limits) -> Non
     """Refuse span questions whose text alone cannot fit in ``max_input_tokens``, without tokenising anything.
 
     The span layout tokenises a span question's text word by word, each word on its own, and puts every word in at
-    least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``), twice
-    with ``echo``. Span reading relies on each word being at least one token there (its read is at its last token),
+    least one sequence per label (``read: letters``; one sequence holds every label with ``read: head``).
+    Span reading relies on each word being at least one token there (its read is at one of its tokens),
     so words × sequences is the fewest tokens :func:`check_span_limits` can count, whatever the tokenizer and however
     many characters a token holds; windows, overlaps, the question and the labels only add to it. A request over the
     limit on that count would be refused by the exact check anyway, after tokenising the whole text (a second or more
     of the scorer's time for 100,000 characters); one under it is left to the exact check.
     """
-    per_word = 2 if span.echo else 1
     counts = {
         name: (len(words(state_part(request.state, q.over))), 1 if span.read == "head" else q.k)
         for name, q in request.questions.items()
         if q.type == "span"
     }
-    floor = sum(n_words * sequences * per_word for n_words, sequences in counts.values())
+    floor = sum(n_words * sequences for n_words, sequences in counts.values())
     if floor > limits.max_input_tokens:
         name = max(counts, key=lambda n: counts[n][0] * counts[n][1])
         n_words, sequences = counts[name]
         raise RequestError(
             f"the request's span questions hold at least {floor} tokens, over the limit of {limits.max_input_tokens} "
             f"input tokens (every word of a span question's text is at least one token in each sequence that reads "
-            f"it: question {name!r} has {n_words} words, read in {sequences * per_word} sequence(s) each)"
+            f"it: question {name!r} has {n_words} words, read in {sequences} sequence(s) each)"
         )
 
 

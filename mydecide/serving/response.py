@@ -20,7 +20,8 @@ from mydecide.records import Question
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
-from mydecide.scoring.spans import SpanLayout, read_sequences, span_layout
+from mydecide.scoring.span_layout import SpanLayout, span_layout
+from mydecide.scoring.span_reads import read_sequences
 from mydecide.serving.request import Request, RequestError, check_span_floor, check_span_limits
 from mydecide.spans import SpanDecisions, merge_spans, state_part
 

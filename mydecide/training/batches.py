@@ -15,9 +15,9 @@ batch computes each state's prefix once, unless the batch fills up among them) a
 together (so little compute is spent on padding). A recipe's ``task_weights`` show a task's records more (or less)
 often per epoch.
 
-A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.spans``) run beside the
-batch's prompts in the same forward call, and its target is the word × label grid in the order of their reads. With
-``prompt.span.layout: shared`` a packed batch lays its sequences as blocks in the rows of their states
+A span question is one :class:`SpanUnit`: its sequences (one per label and window, ``scoring.span_layout``) run
+beside the batch's prompts in the same forward call, and its target is the word × label grid in the order of their
+reads. With ``prompt.span.layout: shared`` a packed batch lays its sequences as blocks in the rows of their states
 (``SpanBatch.packed_from``), each one more question of its state.
 """
 
@@ -35,7 +35,7 @@ from mydecide.scoring.forward import Batch, collate
 from mydecide.scoring.packed import PackedBatch, pack
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
-from mydecide.scoring.spans import SpanSequence, span_layout
+from mydecide.scoring.span_layout import SpanSequence, span_layout
 
 if TYPE_CHECKING:
     import torch
@@ -219,35 +219,15 @@ def _rng(seed: int, epoch: int, key: str) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-def shown_order(record: Record, seed: int, epoch: int, shuffle: bool, fraction: float = 1.0) -> list[int]:
+def shown_order(record: Record, seed: int, epoch: int, shuffle: bool) -> list[int]:
     """The option order of one record in one epoch.
 
     Choice options are shuffled (so no answer letter carries a prior); yes / no and score levels keep their order.
     """
-    k = record.question.k
-    order = list(range(k))
+    order = list(range(record.question.k))
     if shuffle and record.question.type == "choice":
-        # ``fraction`` < 1 keeps the given order for the other records this epoch (a coin per record and epoch)
-        if fraction < 1.0 and _rng(seed, epoch, f"coin:{record.id}").random() >= fraction:
-            return order
         _rng(seed, epoch, record.id).shuffle(order)
     return order
-
-
-def rotated_orders(record: Record, order: Sequence[int], count: int, per_option: bool = False) -> list[list[int]]:
-    """``count`` rotations of ``order`` spread evenly over its positions (all of them when ``count`` ≥ K).
-
-    Shown together, the rotations put every option on ``count`` different letters with the same target, so a letter
-    on its own predicts nothing and only the options' text tells the answers apart. Choice questions only (yes / no
-    and score keep their one order), and not those with more than 26 options (sampled instead, one order each) or
-    scored in the per-option form (which sees no order).
-    """
-    q = record.question
-    if count <= 1 or q.type != "choice" or q.k > GROUP_SIZE or per_option:
-        return [list(order)]
-    count = min(count, q.k)
-    shifts = sorted({round(i * q.k / count) for i in range(count)})
-    return [list(order[s:]) + list(order[:s]) for s in shifts]
 
 
 def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int, size: int = GROUP_SIZE) -> list[int]:
@@ -310,23 +290,18 @@ def epoch_units(
     seed: int,
     epoch: int,
     shuffle_options: bool,
-    shuffle_fraction: float = 1.0,
-    orders_per_record: int = 1,
     task_weights: Mapping[str, float] | None = None,
 ) -> list[Unit]:
-    """Every record's units for one epoch; with ``orders_per_record`` > 1, a choice record yields one unit per
-    rotation of its shown order (:func:`rotated_orders`), kept together by :func:`plan_batches`; with
-    ``task_weights``, each record is shown as many times as :func:`showings` says (each showing its own order)."""
+    """Every record's units for one epoch, options in their :func:`shown_order`; with ``task_weights``, each record
+    is shown as many times as :func:`showings` says (each showing its own order)."""
     units: list[Unit] = []
     counts = showings(records, task_weights or {}, seed, epoch)
     for index, record in enumerate(records):
-        per_option = renderer.form(record.question) == "per_option"
         for copy in range(counts[index]):
             key = record if copy == 0 else replace(record, id=f"{record.id}\x1f{copy}")
-            order = shown_order(key, seed, epoch, shuffle_options, shuffle_fraction)
-            for rotated in rotated_orders(record, order, orders_per_record, per_option):
-                made = record_units(renderer, key, index, rotated, seed=seed, epoch=epoch)
-                units.extend(made if copy == 0 else [replace(u, copy=copy) for u in made])
+            order = shown_order(key, seed, epoch, shuffle_options)
+            made = record_units(renderer, key, index, order, seed=seed, epoch=epoch)
+            units.extend(made if copy == 0 else [replace(u, copy=copy) for u in made])
     return units
 
 
@@ -389,34 +364,6 @@ def plan_batches(
     batches = [flat[start : start + batch_size] for start in range(0, len(flat), batch_size)]
     rng.shuffle(batches)
     return batches
-
-
-@dataclass(frozen=True)
-class OrderSchedule:
-    """Where each micro-batch falls when training starts with options in their given order.
-
-    Phase 0 (micro-batches before ``switch``) shows every option in its given order, one order per record; phase 1
-    uses the recipe's shuffling and rotations. Phase 1 starts inside the epoch phase 0 stopped in, at the same share
-    of that epoch, so records are not repeated early. ``per_epoch`` is the number of micro-batches per epoch per
-    process in each phase (rotations change it). A pure function of the micro-batch number, so resuming replays it.
-    """
-
-    switch: int
-    per_epoch: tuple[int, int]
-
-    def locate(self, micro: int) -> tuple[int, int, int]:
-        """(phase, epoch, index of the micro-batch in that epoch's plan, per process)."""
-        n0, n1 = self.per_epoch
-        if micro < self.switch:
-            epoch, j = divmod(micro, n0)
-            return 0, epoch, j
-        epoch0, j0 = divmod(self.switch, n0)
-        epochs, j = divmod(micro - self.switch + j0 * n1 // n0, n1)
-        return 1, epoch0 + epochs, j
-
-    def epoch_float(self, micro: int) -> float:
-        phase, epoch, j = self.locate(micro)
-        return epoch + j / self.per_epoch[phase]
 
 
 def make_batch(units: Sequence[Unit], pad_id: int, shared_prefix: bool, packing: str | None = None) -> TrainBatch:

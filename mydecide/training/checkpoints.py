@@ -4,10 +4,11 @@ A checkpoint is the directory ``RUN/checkpoints/update-NNNNNN``: what ``accelera
 trainable LoRA weights in model.safetensors — the frozen base is left out —, optimizer.bin, scheduler.bin and
 random_states_<rank>.pkl for every process; under FSDP Accelerate's own sharded layout) and ``trainer_state.json``
 (the update reached, the best dev result, and the resolved recipe and data hashes the run was trained with: JSON,
-never a pickle). The data order needs no saved sampler: the batches of an update are a function of the seed, the
-epoch and the update number (training/batches.py). Because the recipe travels in the checkpoint, ``--resume``
-checks a changed recipe or changed data against what the checkpoint was trained with, whatever became of the run's
-``recipe.yaml`` (see :func:`check_resumable`).
+never a pickle, stamped with its format: one that another version of mydecide wrote is refused). The data order
+needs no saved sampler: the batches of an update are a function of the seed, the epoch and the update number
+(training/epochs.py). Because the recipe travels in the checkpoint, ``--resume`` checks a changed recipe or changed
+data against what the checkpoint was trained with, whatever became of the run's ``recipe.yaml`` (see
+:func:`check_resumable`).
 
 It is written under a hidden ``.update-NNNNNN.tmp`` name by every process and renamed by the main process once all
 of them have written their part, so a checkpoint is complete or absent. Resume loads the newest one that every
@@ -25,15 +26,21 @@ import shutil
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mydecide.config import TrainRecipe
 from mydecide.errors import UserError
+from mydecide.formats import check_format, stamped
 from mydecide.io import atomic_write_text
 from mydecide.recipe_parsing import RecipeError, read_yaml
 
+if TYPE_CHECKING:
+    from mydecide.training.dev import DevLoss
+
 CHECKPOINT = re.compile(r"update-\d+")  # a complete checkpoint; one being written is .update-N.tmp (never matches)
 STATE_FILE = "trainer_state.json"  # update, best, recipe, data_sha256: what the loop needs besides Accelerate's state
+STATE_FORMAT = 1  # trainer_state.json's format stamp (mydecide/formats.py): another is refused, never read
+NEW_RUN = "start a new run with another --out"  # what to do when a run cannot be resumed
 WEIGHTS_FILE = "model.safetensors"  # Accelerate's name for the first model's weights (LoRA only, see save_lora_only)
 
 
@@ -97,7 +104,7 @@ def save_checkpoint(
     try:
         accelerator.save_state(str(tmp))
         if accelerator.is_main_process:
-            state = {"update": update, "best": best, **training}
+            state = stamped({"update": update, "best": best, **training}, STATE_FORMAT)
             atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2) + "\n")
     except (RuntimeError, OSError) as err:  # torch's word for a full disk or a file-size limit: "file write failed"
         failure = " ".join(str(err).split())[-120:] or type(err).__name__
@@ -118,9 +125,11 @@ def save_checkpoint(
 
 
 def read_trainer_state(path: Path) -> dict[str, Any]:
-    """trainer_state.json of a checkpoint; KeyError / ValueError when it is not a complete one."""
+    """trainer_state.json of a checkpoint; KeyError / ValueError when it is not a complete one, a UserError in one
+    line when another version of mydecide wrote it (its format stamp is not this version's)."""
     state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
-    missing = [key for key in ("update", "best") if not isinstance(state, dict) or key not in state]
+    check_format(state, path / STATE_FILE, version=STATE_FORMAT, remedy=NEW_RUN)
+    missing = [key for key in ("update", "best", "recipe", "data_sha256") if key not in state]
     if missing:
         raise KeyError(f"no {', '.join(missing)} in {STATE_FILE}")
     return state
@@ -164,10 +173,7 @@ def resume_newest(accelerator: Any, run: Path, model: Any) -> tuple[Path, dict[s
         log(f"checkpoint {path.name} is damaged or unreadable ({reason or 'on another process'}); skipped")
         damaged.append(path.name)
     if damaged:
-        raise UserError(
-            f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); "
-            "start a new run with another --out"
-        )
+        raise UserError(f"--resume {run}: no checkpoint could be read ({', '.join(damaged)} are damaged); {NEW_RUN}")
     return None
 
 
@@ -193,6 +199,46 @@ def save_adapter(accelerator: Any, module: Any, target: Path, finish: Callable[[
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
     accelerator.wait_for_everyone()
+
+
+def forget_updates_after(run: Path, update: int, best: DevLoss) -> None:
+    """Before a run resumed from update N trains N + 1, N + 2 … again: metrics.jsonl loses its lines of later
+    updates, and a half-written line a killed run left (rewritten atomically), so that each (kind, update) is there
+    once. A best adapter saved at one of those updates is named: it stays RUN/adapter until a dev evaluation
+    replaces the checkpoint's best."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return
+    kept, dropped, replaced = [], [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("update"), int):
+            dropped.append(line)  # not a line this loop wrote whole
+        elif row["update"] > update:
+            dropped.append(line)
+            if row.get("kind") == "dev" and row.get("kept") is True:  # it became RUN/adapter
+                replaced.append(row["update"])
+        else:
+            kept.append(line + "\n")
+    if not dropped:
+        return
+    atomic_write_text(path, "".join(kept))
+    log(f"{path}: {len(dropped)} line(s) of updates after {update} dropped; they are trained again")
+    saved_at = max(replaced, default=None)  # the last that became RUN/adapter is the one there
+    if saved_at is not None and (run / "adapter").is_dir():
+        until = (
+            f"a dev evaluation replaces update {best.update}'s (the best up to update {update}, dev log loss "
+            f"{best.log_loss:.4f})"
+            if best.update is not None
+            else "the next dev evaluation"
+        )
+        log(
+            f"WARNING: {run / 'adapter'} is the best adapter of update {saved_at}, after update {update} that this "
+            f"run resumes from; it stays until {until}"
+        )
 
 
 # ---------------------------------------------------------------------------------- may the run be resumed?
@@ -225,8 +271,8 @@ def saved_training(run: Path) -> tuple[dict[str, Any], dict[str, str], str]:
     trainer state reads (a damaged newer one is passed over, as :func:`resume_newest` skips it).
 
     No such directory, no checkpoint in it, or no checkpoint whose trainer state reads is an error naming what is
-    missing: ``--resume`` never starts a fresh run. A checkpoint saved before checkpoints carried their recipe is
-    checked against the run's ``recipe.yaml`` as before, and refused when that file or its data hashes are gone."""
+    missing: ``--resume`` never starts a fresh run. A checkpoint that another version of mydecide saved is refused
+    in one line: this version does not resume it."""
     if not run.is_dir():
         what = "is not a directory" if run.exists() else "no such run directory"
         raise FileNotFoundError(f"--resume {run}: {what}; give the --out of the run to continue")
@@ -240,19 +286,17 @@ def saved_training(run: Path) -> tuple[dict[str, Any], dict[str, str], str]:
     for path in reversed(found):
         try:
             state = read_trainer_state(path)
-        except (OSError, ValueError, KeyError) as err:  # not JSON, not UTF-8, cut short, no update or best
+        except UserError:  # saved by another version of mydecide
+            raise
+        except (OSError, ValueError, KeyError) as err:  # not JSON, not UTF-8, cut short, a key missing
             unreadable.append(f"{path / STATE_FILE} ({' '.join(str(err).split())[:120] or type(err).__name__})")
             continue
-        if "recipe" not in state and "data_sha256" not in state:
-            return legacy_training(run, path)
         recipe, data = state.get("recipe"), state.get("data_sha256")
         if not isinstance(recipe, dict) or not isinstance(data, dict):
             unreadable.append(f"{path / STATE_FILE} (its recipe or data_sha256 is not a mapping)")
             continue
         return recipe, data, f"checkpoint {path.name}"
-    raise UserError(
-        f"--resume {run}: no checkpoint could be read: {'; '.join(unreadable)}; start a new run with another --out"
-    )
+    raise UserError(f"--resume {run}: no checkpoint could be read: {'; '.join(unreadable)}; {NEW_RUN}")
 
 
 def recipe_file_problem(run: Path) -> str | None:
@@ -269,30 +313,6 @@ def recipe_file_problem(run: Path) -> str | None:
     except (OSError, UnicodeDecodeError) as err:
         return f"{path} is unreadable ({getattr(err, 'reason', None) or getattr(err, 'strerror', None) or err})"
     return None
-
-
-def legacy_training(run: Path, checkpoint: Path) -> tuple[dict[str, Any], dict[str, str], str]:
-    """What a checkpoint saved before checkpoints carried their recipe was trained with: the run's recipe.yaml and
-    its ``_provenance.data_sha256``. Without either nothing can be checked, and resuming is refused."""
-    saved_file = run / "recipe.yaml"
-    cannot = f"--resume {run}: checkpoint {checkpoint.name} was saved by an older mydecide and records no recipe"
-    if not saved_file.is_file():
-        raise FileNotFoundError(
-            f"{cannot}, and {saved_file} is missing: the recipe and data cannot be checked; "
-            "start a new run with another --out"
-        )
-    try:
-        saved = read_yaml(saved_file)
-    except UnicodeDecodeError as err:
-        raise RecipeError(f"{saved_file}: not a text file ({err.reason})") from None
-    provenance = saved.pop("_provenance", None)
-    data = provenance.get("data_sha256") if isinstance(provenance, dict) else None
-    if not isinstance(data, dict):
-        raise UserError(
-            f"{cannot}, and {saved_file} records no data hashes (_provenance.data_sha256): the data cannot be "
-            "checked; start a new run with another --out"
-        )
-    return saved, data, str(saved_file)
 
 
 def recipe_changes(
@@ -322,7 +342,7 @@ def recipe_changes(
 def check_resumable(run: Path, recipe: TrainRecipe, data_sha256: dict[str, str], allow_change: Collection[str]) -> str:
     """Refuse to resume a run that has no checkpoint, or with another recipe or other data than its newest readable
     checkpoint was trained with, listing every difference; the keys in ``allow_change`` (only ``SAFE_CHANGES``) may
-    differ. Returns what the recipe was checked against (``checkpoint update-N``, or a legacy run's recipe.yaml)."""
+    differ. Returns what the recipe was checked against (``checkpoint update-N``)."""
     unsafe = sorted(set(allow_change) - set(SAFE_CHANGES))
     if unsafe:
         raise UserError(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
 import time
 from collections import Counter
@@ -30,8 +29,7 @@ from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, spli
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
 from mydecide.training.checkpoints import check_resumable
-from mydecide.training.dev import dev_line, dev_metrics, kept_record, lowest_so_far, replaces_best
-from mydecide.training.diagnostics import span_prior_note
+from mydecide.training.dev import KeptAdapter, collapsed_warning, dev_line, dev_metrics, replaces_best
 from mydecide.training.epochs import EpochPlan
 from mydecide.training.model_card import record_base_model, write_model_card
 from mydecide.training.objectives import training_loss
@@ -163,14 +161,12 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     if is_main and kept:
         log(f"tasks {recipe.tasks}: {kept}" if recipe.tasks else kept)
     majority = LabelPrior.from_records(train_records, "training split")
-    if is_main and (note := span_prior_note(train_records, recipe.prompt.span.prior)):
-        log(note)
     model = trainable_model(recipe, span, train_records, device=str(accelerator.device), precision=precision, log=log)
     renderer = model.renderer
 
     # ---- schedule
     world, rank = accelerator.num_processes, accelerator.process_index
-    plan = EpochPlan(recipe, renderer, train_records, world, rank, log if is_main else None)
+    plan = EpochPlan(recipe, renderer, train_records, world, rank)
     accum, total_updates = plan.accum, plan.total_updates
     optimizer, scheduler = make_optimiser(model.lm, recipe, total_updates)
     module, optimizer, scheduler = accelerator.prepare(model.module, optimizer, scheduler)
@@ -187,14 +183,13 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
     # ---- resume
     checkpoints.save_lora_only(accelerator)
     training = checkpoints.trained_with(recipe, data_sha256)  # every checkpoint carries it: the resume guard
-    update = 0
-    best: dict[str, Any] = {"log_loss": math.inf, "update": None}  # and dev_losses, once a dev evaluation ran
+    update, best = 0, KeptAdapter()
     found = checkpoints.resume_newest(accelerator, run, module) if resume else None
     if found is not None:
-        update, best = found[1]["update"], found[1]["best"]
+        update, best = found[1]["update"], KeptAdapter.from_json(found[1]["best"])
         log(f"resumed from {found[0].name} at update {update}/{total_updates}")
         if is_main:
-            forget_updates_after(run, update, best)
+            checkpoints.forget_updates_after(run, update, best)
 
     def save_adapter(name: str) -> None:
         def beside_the_weights(folder: Path) -> None:
@@ -207,10 +202,10 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
 
         checkpoints.save_adapter(accelerator, module, run / name, beside_the_weights)
 
-    def evaluate_dev(epoch: float) -> None:
+    def evaluate_dev(epoch: float, best: KeptAdapter) -> KeptAdapter:
         """Dev metrics on the main process (on every process when the weights are sharded: each forward pass
-        gathers them), written by the main process; all processes then agree on the best update and save it."""
-        nonlocal best
+        gathers them), written by the main process; all processes then agree on the best update, save it and
+        return its record."""
         if is_main or checkpoints.is_sharded(accelerator):
             module.eval()
             started = time.perf_counter()
@@ -227,24 +222,20 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
             if update >= recipe.collapse_after * total_updates:
                 for warning in metrics["warnings"]:
                     log(f"WARNING: {warning}")
-            lowest = lowest_so_far(best)
-            if kept and lowest["update"] is not None and metrics["log_loss"] >= lowest["log_loss"]:
-                log(
-                    f"update {update} is kept as the best adapter: its dev log loss is within {recipe.best_margin:g} "
-                    f"standard error(s) of update {lowest['update']}'s {lowest['log_loss']:.4f}, the lowest so far "
-                    "(best_margin)"
-                )
             if kept:
-                best = kept_record(best, metrics, losses, update)
+                if note := best.within_margin_note(metrics["log_loss"], update, recipe.best_margin):
+                    log(note)
+                best = best.after(metrics, losses, update)
         best = broadcast_object_list([best])[0]
-        if best["update"] == update:
+        if best.update == update:
             save_adapter("adapter")
+        return best
 
     # ---- train
     module.train()
     started, last_log, start_update = time.perf_counter(), time.perf_counter(), update
     if update == 0 and recipe.eval_at_start:
-        evaluate_dev(0.0)
+        best = evaluate_dev(0.0, best)
     while update < total_updates:
         losses = []
         update_started, questions = time.perf_counter(), 0
@@ -278,12 +269,12 @@ def _train(recipe: TrainRecipe, resume: bool, allow_change: Collection[str], hel
                 )
                 last_log = time.perf_counter()
         if update % recipe.eval_every == 0 or plan.epoch_ends(update) or update == total_updates:
-            evaluate_dev(plan.epoch(update))
+            best = evaluate_dev(plan.epoch(update), best)
         if update % recipe.save_every == 0 or update == total_updates:
-            checkpoints.save_checkpoint(accelerator, run, update, best, recipe.keep_checkpoints, training)
+            checkpoints.save_checkpoint(accelerator, run, update, best.to_json(), recipe.keep_checkpoints, training)
 
     save_adapter("last")
-    if best["update"] is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
+    if best.update is None:  # dev log loss never improved on infinity (NaN): the last adapter is the best
         save_adapter("adapter")
     close_run(accelerator, run, update, best)
     return run
@@ -307,15 +298,13 @@ def train_row(
     }
 
 
-def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) -> None:
+def close_run(accelerator: Any, run: Path, update: int, best: KeptAdapter) -> None:
     """summary.json and the last line (main process), the trackers flushed and closed, every process done."""
     if accelerator.is_main_process:
-        best = {k: v for k, v in best.items() if k != "dev_losses"}
-        if isinstance(best.get("lowest"), dict):
-            best["lowest"] = {k: v for k, v in best["lowest"].items() if k != "dev_losses"}
-        atomic_write_text(run / "summary.json", json.dumps({"updates": update, "best": best}, indent=2) + "\n")
+        summary = {"updates": update, "best": best.to_json(terms=False)}
+        atomic_write_text(run / "summary.json", json.dumps(summary, indent=2) + "\n")
         log(
-            f"done: best on dev: update {best['update']} (dev log loss {best['log_loss']:.4f}) → {run / 'adapter'}; "
+            f"done: best on dev: update {best.update} (dev log loss {best.log_loss:.4f}) → {run / 'adapter'}; "
             f"last → {run / 'last'}"
         )
         if (warning := collapsed_warning(best)) is not None:
@@ -326,19 +315,6 @@ def close_run(accelerator: Any, run: Path, update: int, best: dict[str, Any]) ->
 
 
 # ------------------------------------------------------------------------------------------------- set-up steps
-
-
-def collapsed_warning(best: dict[str, Any]) -> str | None:
-    """What to say when the kept adapter's dev accuracy does not beat always answering the majority class (a run
-    whose kept adapter has no such figure, or no accuracy: None)."""
-    accuracy, majority = best.get("accuracy"), best.get("majority_accuracy")
-    if accuracy is None or majority is None or accuracy > majority:
-        return None
-    return (
-        f"the kept adapter's dev accuracy {accuracy:.3f} does not beat always answering the majority class "
-        f"({majority:.3f}): training collapsed onto the class prior. A lower peak learning rate (optim.lr) or "
-        "another seed may get past it (docs/training-small-models.md#when-training-collapses)"
-    )
 
 
 def selected_records(
@@ -417,6 +393,10 @@ def open_run(
         accelerator.init_trackers("mydecide", config=tracker_config(recipe), init_kwargs=names)
 
 
+ADAM_BETAS = (0.9, 0.999)
+"""AdamW's decay rates (a lower β₂ lost on the demo, docs/LOG.md: not a recipe key)."""
+
+
 def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[Any, Any]:
     """AdamW over the trainable parameters, and the recipe's learning-rate schedule over ``total_updates``."""
     import torch
@@ -426,7 +406,7 @@ def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[An
     optimizer = torch.optim.AdamW(
         [p for p in lm.parameters() if p.requires_grad],
         lr=optim.lr,
-        betas=(optim.beta1, optim.beta2),
+        betas=ADAM_BETAS,
         weight_decay=optim.weight_decay,
     )
     scheduler = get_scheduler(
@@ -436,51 +416,6 @@ def make_optimiser(lm: Any, recipe: TrainRecipe, total_updates: int) -> tuple[An
         num_training_steps=total_updates,
     )
     return optimizer, scheduler
-
-
-def forget_updates_after(run: Path, update: int, best: dict[str, Any]) -> None:
-    """Before a run resumed from update N trains N + 1, N + 2 … again: metrics.jsonl loses its lines of later
-    updates, and a half-written line a killed run left (rewritten atomically), so that each (kind, update) is there
-    once. A best adapter saved at one of those updates is named: it stays RUN/adapter until a dev evaluation
-    replaces the checkpoint's best."""
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        return
-    kept, dropped, later_dev = [], [], []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or not isinstance(row.get("update"), int):
-            dropped.append(line)  # not a line this loop wrote whole
-        elif row["update"] > update:
-            dropped.append(line)
-            if row.get("kind") == "dev" and isinstance(row.get("log_loss"), (int, float)):
-                later_dev.append(row)
-        else:
-            kept.append(line + "\n")
-    if not dropped:
-        return
-    atomic_write_text(path, "".join(kept))
-    log(f"{path}: {len(dropped)} line(s) of updates after {update} dropped; they are trained again")
-    if any("kept" in row for row in later_dev):  # each dev row says whether it became RUN/adapter: the last did
-        replaced = [row for row in later_dev if row.get("kept")]
-        saved_at = max((row["update"] for row in replaced), default=None)
-    else:  # a run from before: the lowest log loss below the checkpoint's best became RUN/adapter
-        replaced = [row for row in later_dev if row["log_loss"] < best["log_loss"]]
-        saved_at = min(replaced, key=lambda row: row["log_loss"])["update"] if replaced else None
-    if saved_at is not None and (run / "adapter").is_dir():
-        until = (
-            f"a dev evaluation replaces update {best['update']}'s (the best up to update {update}, dev log loss "
-            f"{best['log_loss']:.4f})"
-            if best["update"] is not None
-            else "the next dev evaluation"
-        )
-        log(
-            f"WARNING: {run / 'adapter'} is the best adapter of update {saved_at}, after update {update} that this "
-            f"run resumes from; it stays until {until}"
-        )
 
 
 def write_metrics(run: Path, row: dict[str, Any]) -> None:

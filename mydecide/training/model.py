@@ -4,6 +4,7 @@ state's questions share it in a batch (packed, KV cache, none)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from mydecide.errors import UserError
 from mydecide.records import Record
 from mydecide.scoring.packed import batch_packing, packing_mode
 from mydecide.training.batches import TrainBatch, Unit, make_batch
-from mydecide.training.diagnostics import span_log_odds
 
 if TYPE_CHECKING:
     from mydecide.prompt import SpanWindows
@@ -146,12 +146,12 @@ def lean_lora_dropout(lm: Any) -> int:
     return replaced
 
 
-def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
+def build_module(lm: Any, label_ids: Any) -> Any:
     """An nn.Module whose forward returns (B, K) option logits (and span reads), so DDP sees one forward call."""
     import torch
 
     from mydecide.scoring.forward import forward_option_logits
-    from mydecide.scoring.spans import packed_block_reads, span_read_logits
+    from mydecide.scoring.span_reads import packed_block_reads, span_read_logits
 
     class DecisionModule(torch.nn.Module):
         def __init__(self) -> None:
@@ -162,11 +162,11 @@ def build_module(lm: Any, label_ids: Any, span_offset: float = 0.0) -> Any:
         def forward(self, batch: Any, spans: Any = None) -> Any:
             label_ids: torch.Tensor = self.label_ids  # type: ignore[assignment]
             if spans is not None and spans.packed_from is not None:  # span blocks in the batch's packed rows
-                return packed_block_reads(self.lm, batch, spans.sequences, spans.packed_from, label_ids, span_offset)
+                return packed_block_reads(self.lm, batch, spans.sequences, spans.packed_from, label_ids)
             logits = forward_option_logits(self.lm, batch, label_ids) if batch is not None else None
-            if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.spans)
+            if spans is None:  # (B, K); with span questions also their (M,) reads (scoring.span_reads)
                 return logits
-            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id, offset=span_offset)
+            return logits, span_read_logits(self.lm, spans.sequences, label_ids, spans.pad_id)
 
     return DecisionModule()
 
@@ -191,6 +191,14 @@ class TrainableModel:
         """One micro-batch on ``device``, packed where packing pays (:func:`~mydecide.scoring.packed.batch_packing`)."""
         layout = batch_packing(units, self.packing, self.cache_fails)
         return make_batch(units, self.base.tokenizer.pad_token_id, self.shared_prefix, layout).to(device)
+
+
+def span_log_odds(records: Sequence[Record]) -> float:
+    """The span head's initial bias: the log-odds of the share of span questions' word × label cells inside a gold
+    span (0 without any)."""
+    cells = [y for r in records if r.question.type == "span" for y in r.target]
+    share = min(max(sum(cells) / len(cells), 1e-4), 1 - 1e-4) if cells else 0.5
+    return math.log(share / (1 - share))
 
 
 def trainable_model(
@@ -219,7 +227,7 @@ def trainable_model(
         dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
     )
     base_weights = weights_fingerprint(base.lm)  # saved beside each adapter: loading it checks the base (modeling)
-    head_module = attach_span_head(base.lm, bias=span_log_odds(train_records) - span.offset) if head else None
+    head_module = attach_span_head(base.lm, bias=span_log_odds(train_records)) if head else None
     targets = lora_targets(base.lm, recipe.lora.target_modules, recipe.lora.last_layers)
     lora = LoraConfig(
         r=recipe.lora.r,
@@ -253,5 +261,5 @@ def trainable_model(
     if packing and not cache_fails:
         route += ", KV cache for batches with one question per state"
     log(f"state sharing: {route}")
-    module = build_module(lm, base.renderer.label_ids, base.renderer.config.span.offset)
+    module = build_module(lm, base.renderer.label_ids)
     return TrainableModel(base, lm, module, base_weights, packing, cache_fails, shared_prefix)

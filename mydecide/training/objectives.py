@@ -1,7 +1,7 @@
 """Training objectives over option logits.
 
-``OBJECTIVES`` maps every ``objective.kind`` of a training recipe to the loss its settings give at a point of
-training (:func:`loss_for`); every loss has the same signature::
+``OBJECTIVES`` maps every ``objective.kind`` of a training recipe to the loss its settings give (:func:`loss_for`);
+every loss has the same signature::
 
     fn(logits, targets, mask, is_score, *, progress, generator=None) -> scalar loss
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from mydecide.config import CeThenProperObjective, Objective, RlcdObjective
+    from mydecide.config import Objective, RlcdObjective
     from mydecide.training.batches import TrainBatch
 
 Loss = Callable[..., "Tensor"]
@@ -179,30 +179,24 @@ def rlcd_loss(
     return -(advantage * log_density).mean()
 
 
-def _rlcd(objective: RlcdObjective, progress: float) -> Loss:
-    del progress  # rlcd_loss takes it at each call, for its noise schedule
+def _rlcd(objective: RlcdObjective) -> Loss:
     return partial(
         rlcd_loss, group_size=objective.group_size, sigma_start=objective.sigma_start, sigma_end=objective.sigma_end
     )
 
 
-def _ce_then_proper(objective: CeThenProperObjective, progress: float) -> Loss:
-    return cross_entropy_loss if progress < objective.ce_fraction else proper_loss
-
-
-OBJECTIVES: dict[str, Callable[[Any, float], Loss]] = {
-    "proper": lambda objective, progress: proper_loss,
-    "ce": lambda objective, progress: cross_entropy_loss,
+OBJECTIVES: dict[str, Callable[[Any], Loss]] = {
+    "proper": lambda objective: proper_loss,
+    "ce": lambda objective: cross_entropy_loss,
     "rlcd": _rlcd,
-    "ce_then_proper": _ce_then_proper,
 }
 """The one mapping from a training recipe's ``objective.kind`` to its loss: each entry takes the recipe's objective
-settings (``config.Objective``, one model per kind) and the fraction of training done."""
+settings (``config.Objective``, one model per kind)."""
 
 
-def loss_for(objective: Objective, progress: float) -> Loss:
-    """The loss that the recipe's ``objective`` trains with at ``progress`` (the fraction of training done)."""
-    return OBJECTIVES[objective.kind](objective, progress)
+def loss_for(objective: Objective) -> Loss:
+    """The loss that the recipe's ``objective`` trains with."""
+    return OBJECTIVES[objective.kind](objective)
 
 
 def batch_loss(
@@ -238,10 +232,11 @@ def batch_loss(
 
 def training_loss(objective: Objective) -> Callable[..., Tensor]:
     """The recipe's ``objective`` as one function, built once for the loop: ``(module, tb, progress, generator)`` →
-    the batch's loss (:func:`batch_loss`) with the loss it trains with at ``progress`` (:func:`loss_for`: it changes
-    with progress under ``ce_then_proper``, and rlcd's σ follows it)."""
+    the batch's loss (:func:`batch_loss`) with the loss it trains with (:func:`loss_for`), which takes ``progress``,
+    the fraction of training done (rlcd's σ follows it)."""
+    loss = loss_for(objective)
 
     def step_loss(module: Any, tb: TrainBatch, progress: float, generator: torch.Generator | None = None) -> Tensor:
-        return batch_loss(module, tb, loss_for(objective, progress), progress=progress, generator=generator)
+        return batch_loss(module, tb, loss, progress=progress, generator=generator)
 
     return step_loss

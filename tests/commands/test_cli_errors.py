@@ -404,14 +404,16 @@ def test_loading_an_adapter_prints_no_peft_future_warning(tiny_llama_dir: Path, 
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import load_model, peft_warnings_silenced
+    from mydecide.training.model_card import record_base_model
 
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir)
+    fingerprint = weights_fingerprint(base)
     with peft_warnings_silenced():
-        lm = get_peft_model(
-            AutoModelForCausalLM.from_pretrained(tiny_llama_dir),
-            LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"),
-        )
+        lm = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
     lm.save_pretrained(tmp_path / "adapter")
+    record_base_model(tmp_path / "adapter", str(tiny_llama_dir), fingerprint)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_model(str(tiny_llama_dir), tmp_path / "adapter")

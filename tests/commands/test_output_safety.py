@@ -124,7 +124,16 @@ def test_resuming_a_hard_linked_copy_never_appends_to_the_original(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    "case", ["a prepare output", "an adapter", "your own files", "holds the data", "the working directory", "a file"]
+    "case",
+    [
+        "a prepare output",
+        "an adapter",
+        "your own files",
+        "an unstamped report",
+        "holds the data",
+        "the working directory",
+        "a file",
+    ],
 )
 def test_evaluate_refuses_an_out_it_did_not_write_before_loading_any_model(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -141,12 +150,16 @@ def test_evaluate_refuses_an_out_it_did_not_write_before_loading_any_model(
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "recipe.yaml").write_text("my: notes\n")
+    unstamped = tmp_path / "old-eval"  # a report.json without evaluate's format, as versions before it wrote
+    unstamped.mkdir()
+    (unstamped / "report.json").write_text('{"thresholds": {}, "baselines": {}, "provenance": {}}')
     (tmp_path / "report.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     out, message = {
         "a prepare output": (data, "holds --data"),
         "an adapter": (adapter, "no report.json of an earlier evaluate"),
         "your own files": (mine, "holds recipe.yaml but no report.json of an earlier evaluate"),
+        "an unstamped report": (unstamped, "holds report.json but no report.json of an earlier evaluate"),
         "holds the data": (tmp_path, "is the working directory or above it"),
         "the working directory": (Path("."), "is the working directory or above it"),
         "a file": (tmp_path / "report.json", "exists and is not a directory"),

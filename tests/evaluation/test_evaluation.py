@@ -84,12 +84,17 @@ def make_adapter(model_dir: Path, out: Path) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from mydecide.adapters import weights_fingerprint
+    from mydecide.training.model_card import record_base_model
+
     torch.manual_seed(0)
     lm = AutoModelForCausalLM.from_pretrained(model_dir)
+    fingerprint = weights_fingerprint(lm)
     peft = get_peft_model(
         lm, LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
     )
     peft.save_pretrained(out)
+    record_base_model(out, str(model_dir), fingerprint)
     return out
 
 

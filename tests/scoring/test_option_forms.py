@@ -16,7 +16,7 @@ import pytest
 
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.render import HEAD_ANSWER_FORMATS, SHORT_YES_NO, Renderer
+from mydecide.scoring.render import SHORT_YES_NO, Renderer
 
 STATE = "ticket 7: the invoice was charged twice and the customer wants a refund"
 CRITERIA = {
@@ -53,126 +53,38 @@ def renderer(tiny_tokenizer_dir: Path) -> Renderer:
 
 def per_option_model_dir(model_dir: Path, out: Path, **config: object) -> Path:
     """A copy of a tiny model directory that carries a per-option render config (as ``mydecide merge`` writes)."""
-    from mydecide.modeling import RENDER_CONFIG_FILE
+    from mydecide.modeling import save_render_config
 
     shutil.copytree(model_dir, out)
-    (out / RENDER_CONFIG_FILE).write_text(PER_OPTION.model_copy(update=config).model_dump_json())
+    save_render_config(out, PER_OPTION.model_copy(update=config))
     return out
 
 
 # ------------------------------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize("answer_format", ["each_question", "once"])
-@pytest.mark.parametrize("continuation", ["lean", "full", "answer"])
-def test_per_option_prompts_share_one_prefix_and_name_one_option_each(
-    tiny_tokenizer_dir: Path, continuation: str, answer_format: str
-) -> None:
-    from transformers import AutoTokenizer
-
-    renderer = Renderer(
-        AutoTokenizer.from_pretrained(tiny_tokenizer_dir),
-        PER_OPTION.model_copy(update={"continuation": continuation, "answer_format": answer_format, "wording": "full"}),
-    )
+def test_per_option_prompts_share_one_prefix_and_name_one_option_each(renderer: Renderer) -> None:
+    """The shared prefix ends the user's turn (the question and its one line of answer format, then the chat
+    template's tail); each option's continuation is its text alone inside the answer turn, read at its line break."""
+    tok = renderer.tokenizer
     q = choice(CRITERIA)
     prompts = renderer.render_per_option(STATE, q)
     assert len(prompts) == 4 and len({p.prefix for p in prompts}) == 1 and all(p.k == 2 for p in prompts)
-    prefix = renderer.tokenizer.decode(list(prompts[0].prefix))
+    prefix = tok.decode(list(prompts[0].prefix))
     assert "Which team should handle this ticket?" in prefix and STATE in prefix
-    tail = renderer.tokenizer.decode(renderer._encode(renderer.tail))
+    assert prefix.endswith(tok.decode(renderer._encode(renderer.tail)))
+    stem = tok.decode(list(prompts[0].prefix[len(prompts[0].root) :]))
+    assert stem.startswith("\n\nQuestion: Which team should handle this ticket?\n")
+    assert "Write an option, then A if it is right, B if not." in stem and "Exactly one" not in stem
     for prompt, (option, description) in zip(prompts, CRITERIA.items(), strict=True):
-        suffix = renderer.tokenizer.decode(list(prompt.suffix))
-        assert f"Option: {option} — {description}" in suffix
-        if continuation == "lean":  # the option's line and the template's tail, nothing the prefix already says
-            assert suffix == f"\nOption: {option} — {description}{tail}"
-        elif continuation == "answer":  # the option's line inside the answer turn: the prefix ended the user's turn
-            assert suffix == f"Option: {option} — {description}\n" and prefix.endswith(tail)
-        else:
-            assert "A. yes" in suffix and "B. no" in suffix and "letter only" in suffix
-        assert not any(other in suffix for other in CRITERIA if other != option)  # no other option, no position
-        assert prefix.count(option) == 0  # the options are not listed unless asked
-    assert ("A for yes or B for no" in prefix) == (continuation == "lean")  # the answer format, said once
-    # the answer turn's format: after the question, or (answer_format: once) in the head before the state
-    said_after_question = "then A if it is the right one or B if not" in prefix
-    assert said_after_question == (continuation == "answer" and answer_format == "each_question")
-    head = renderer.tokenizer.decode(renderer._encode(renderer.head))
-    assert ("A after the right one, B after any other" in head) == (answer_format == "once")
-    assert ("Exactly one option is right." in prefix) == (continuation != "answer" or answer_format != "once")
+        assert tok.decode(list(prompt.suffix)) == f"{option} — {description}\n"
+        assert prefix.count(option) == 0  # the options are not listed: no other option, no position
 
 
-def test_lean_continuations_cost_fewer_tokens_and_old_adapters_keep_the_full_one(
-    tiny_tokenizer_dir: Path, tmp_path: Path
-) -> None:
-    from transformers import AutoTokenizer
-
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
-
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
-    cost = {}
-    for continuation in ("lean", "full", "answer"):
-        prompts = Renderer(tok, PER_OPTION.model_copy(update={"continuation": continuation})).render_per_option(
-            STATE, choice(CRITERIA)
-        )
-        cost[continuation] = len(prompts[0].prefix) + sum(len(p.suffix) for p in prompts)
-    assert cost["lean"] < cost["full"] - 3 * 4  # the answer format is paid once, not once per option
-    assert cost["answer"] < cost["lean"] - 3  # and the template's tail too
-    saved = json.loads(PER_OPTION.model_dump_json())
-    del saved["continuation"]  # a render config saved before prompt.continuation existed
-    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
-    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).continuation == "full"  # read as it was trained
-    assert RenderConfig().continuation == "answer"  # the default since it held the demo (docs/scoring-forms.md)
-
-
-def test_answer_formats_said_once_cost_fewer_tokens_and_old_adapters_keep_them_per_question(
-    tiny_tokenizer_dir: Path, tmp_path: Path
-) -> None:
-    """answer_format: once moves the formats every question repeated into the head, which every question and every
-    request shares (so serving computes it once); a yes / no question whose options carry criteria keeps them."""
-    from transformers import AutoTokenizer
-
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
-
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
-    noul = parse_question({"type": "noul", "instructions": "Is it urgent?"}, "n")
-    graded = parse_question(
-        {
-            "type": "noul",
-            "instructions": "Is it urgent?",
-            "criteria": {"true": "needs work today", "false": "can wait"},
-        },
-        "g",
-    )
-    cost: dict[str, tuple[int, int]] = {}
-    for fmt in ("each_question", "once"):
-        renderer = Renderer(tok, PER_OPTION.model_copy(update={"answer_format": fmt}))
-        prompts = renderer.render_per_option(STATE, choice(CRITERIA))
-        asked = len(prompts[0].prefix) - len(prompts[0].root) + len(renderer.render(STATE, noul).suffix)
-        cost[fmt] = (len(prompts[0].root), asked)
-        kept = tok.decode(list(renderer.render(STATE, graded).suffix))
-        assert "A. yes — needs work today" in kept and "B. no — can wait" in kept
-    assert cost["once"][0] > cost["each_question"][0]  # a longer head, shared by everything ...
-    assert cost["once"][1] < cost["each_question"][1] - 20  # ... and shorter questions
-    without = Renderer(tok, PER_OPTION.model_copy(update={"system_prompt": None, "answer_format": "once"}))
-    assert without.head.endswith(f"{HEAD_ANSWER_FORMATS}\n\nState:\n")  # no system message: first in the user's
-    assert without.template_head in without.head and HEAD_ANSWER_FORMATS not in without.template_head
-    saved = json.loads(PER_OPTION.model_dump_json())
-    del saved["answer_format"]  # a render config saved before prompt.answer_format existed
-    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
-    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).answer_format == "each_question"
-    assert RenderConfig().answer_format == "each_question"  # once lost accuracy on the demo (docs/scoring-forms.md)
-
-
-def test_short_wording_says_each_format_in_fewer_tokens_and_old_adapters_keep_the_full_one(
-    tiny_tokenizer_dir: Path, tmp_path: Path
-) -> None:
-    """wording: short says a per-option question's answer format in one line, puts the option's text alone on its
-    answer line and a plain yes / no question's format in one sentence; a yes / no question whose options carry
-    criteria keeps its lettered lines, and the reads are the same yes / no reads (A = yes) of the same structure."""
-    from transformers import AutoTokenizer
-
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
-
-    tok = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+def test_score_levels_and_yes_no_questions_say_their_answer_format_in_one_line(renderer: Renderer) -> None:
+    """A score question's per-option reads name each level's text alone; a plain yes / no question says
+    :data:`SHORT_YES_NO` in place of lettered lines, and one whose options carry criteria keeps its lines."""
+    tok = renderer.tokenizer
     level = parse_question(
         {"type": "score", "instructions": "How urgent is it?", "criteria": ["not urgent", "today", "now"]}, "u"
     )
@@ -181,48 +93,13 @@ def test_short_wording_says_each_format_in_fewer_tokens_and_old_adapters_keep_th
         {"type": "noul", "instructions": "Is it urgent?", "criteria": {"true": "needs work today", "false": "later"}},
         "g",
     )
-    cost = {}
-    for wording in ("full", "short"):
-        renderer = Renderer(tok, PER_OPTION.model_copy(update={"wording": wording}))
-        team, urgency = renderer.render_per_option(STATE, choice(CRITERIA)), renderer.render_per_option(STATE, level)
-        plain, kept = renderer.render(STATE, noul), renderer.render(STATE, graded)
-        cost[wording] = sum(len(p.prefix) - len(p.root) for p in (team[0], urgency[0]))
-        cost[wording] += sum(len(p.suffix) for p in [*team, *urgency, plain, kept])
-        stem = tok.decode(list(team[0].prefix[len(team[0].root) :]))
-        said = tok.decode(list(plain.suffix))
-        assert "A. yes — needs work today" in tok.decode(list(kept.suffix))  # criteria keep their lines
-        if wording == "short":
-            assert "Write an option, then A if it is right, B if not." in stem and "Exactly one" not in stem
-            assert "Write a level, then A" in tok.decode(list(urgency[0].prefix[len(urgency[0].root) :]))
-            for prompt, (option, description) in zip(team, CRITERIA.items(), strict=True):
-                assert tok.decode(list(prompt.suffix)) == f"{option} — {description}\n"
-            assert [tok.decode(list(p.suffix)) for p in urgency] == ["not urgent\n", "today\n", "now\n"]
-            assert SHORT_YES_NO in said and "A. yes" not in said and "letter only" not in said
-        else:
-            assert "Exactly one option is right." in stem and "then A if it is the right one or B if not" in stem
-            assert tok.decode(list(team[0].suffix)).startswith("Option: billing")
-            assert "A. yes" in said and "Answer with the letter only." in said
-        assert all(p.k == 2 for p in [*team, *urgency]) and plain.k == 2
-    assert cost["short"] < cost["full"] - 30
-    saved = json.loads(PER_OPTION.model_dump_json())
-    del saved["wording"]  # a render config saved before prompt.wording existed
-    (tmp_path / RENDER_CONFIG_FILE).write_text(json.dumps(saved))
-    assert read_render_config(tmp_path / RENDER_CONFIG_FILE).wording == "full"  # read as it was trained
-    assert RenderConfig().wording == "short"  # the default since it held the demo (docs/scoring-forms.md)
-
-
-def test_listed_options_are_in_an_order_the_client_cannot_change(tiny_tokenizer_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    listing = Renderer(
-        AutoTokenizer.from_pretrained(tiny_tokenizer_dir), PER_OPTION.model_copy(update={"list_options": True})
-    )
-    given = listing.render_per_option(STATE, choice(CRITERIA))
-    reordered = listing.render_per_option(STATE, choice(permuted(CRITERIA, [3, 1, 0, 2])))
-    assert given[0].prefix == reordered[0].prefix  # the list is sorted by option id
-    assert [given[i].suffix for i in [3, 1, 0, 2]] == [p.suffix for p in reordered]
-    prefix = listing.tokenizer.decode(list(given[0].prefix))
-    assert [prefix.index(f"- {o}") for o in sorted(CRITERIA)] == sorted(prefix.index(f"- {o}") for o in CRITERIA)
+    urgency = renderer.render_per_option(STATE, level)
+    assert "Write a level, then A" in tok.decode(list(urgency[0].prefix[len(urgency[0].root) :]))
+    assert [tok.decode(list(p.suffix)) for p in urgency] == ["not urgent\n", "today\n", "now\n"]
+    said = tok.decode(list(renderer.render(STATE, noul).suffix))
+    assert said.startswith(f"\n\nQuestion: Is it urgent?\n{SHORT_YES_NO}") and "A. yes" not in said
+    kept = tok.decode(list(renderer.render(STATE, graded).suffix))
+    assert "A. yes — needs work today\nB. no — later\nAnswer with the letter only." in kept
 
 
 def test_forms_follow_the_question_type(renderer: Renderer) -> None:
@@ -246,16 +123,13 @@ def test_an_unknown_form_is_an_error_naming_the_allowed_ones(tmp_path: Path) -> 
 # -------------------------------------------------------------------------------------- scoring (inference)
 
 
-@pytest.mark.parametrize(
-    ("k", "continuation"), [(4, "full"), (40, "full"), (4, "lean"), (40, "lean"), (4, "answer"), (40, "answer")]
-)
-def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int, continuation: str) -> None:
+@pytest.mark.parametrize("k", [4, 40])
+def test_permuting_options_permutes_probabilities_exactly(tiny_model_dir: Path, k: int) -> None:
     from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.probabilities import to_probabilities
 
-    render = PER_OPTION.model_copy(update={"continuation": continuation})
-    model = load_model(str(tiny_model_dir), render=render, device="cpu")
+    model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     criteria = CRITERIA if k == 4 else {f"team_{i}": f"Team number {i}" for i in range(k)}
     rng = np.random.default_rng(k)
     orders = [list(range(k))[::-1], *(list(rng.permutation(k)) for _ in range(2))]
@@ -301,8 +175,7 @@ def test_set_and_score_questions_work_in_the_per_option_form(tiny_llama_dir: Pat
 # --------------------------------------------------------------------------------------------------- training
 
 
-@pytest.mark.parametrize("continuation", ["full", "answer"])
-def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_dir: Path, continuation: str) -> None:
+def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_dir: Path) -> None:
     import torch
 
     from mydecide.modeling import load_model
@@ -310,8 +183,7 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
 
-    render = PER_OPTION.model_copy(update={"continuation": continuation})
-    model = load_model(str(tiny_model_dir), render=render, device="cpu")
+    model = load_model(str(tiny_model_dir), render=PER_OPTION, device="cpu")
     order = [2, 0, 3, 1]
     records = [
         parse_record(
@@ -336,8 +208,8 @@ def test_training_forward_is_order_invariant_and_matches_inference(tiny_model_di
             }
         )[0],
     ]
-    units = epoch_units(model.renderer, records, seed=0, epoch=0, shuffle_options=True, orders_per_record=3)
-    assert [len(u.prompts) for u in units] == [4, 4, 1]  # one unit per record: rotations mean nothing here
+    units = epoch_units(model.renderer, records, seed=0, epoch=0, shuffle_options=True)
+    assert [len(u.prompts) for u in units] == [4, 4, 1]  # one unit per record
     assert units[0].target == (1.0, 0.0, 0.0, 0.0) and units[1].target == (0.0, 1.0, 0.0, 0.0)
     module = build_module(model.lm, model.renderer.label_ids).eval()
     for shared in (True, False):
@@ -527,19 +399,24 @@ def test_a_form_the_model_was_not_trained_with_and_an_unknown_form_are_one_line_
     assert result.exit_code != 0 and "option_form=per_option" in result.output, result.output
 
 
-def test_a_render_config_saved_before_the_forms_existed_scores_with_letters(
-    tiny_llama_dir: Path, tmp_path: Path
+@pytest.mark.parametrize(("saved", "found"), [({}, "no format stamp"), ({"format": 0}, "format 0")])
+def test_a_render_config_of_another_format_is_refused_in_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, saved: dict, found: str
 ) -> None:
+    """A render config without this version's stamp (hand-written, or saved before the stamp) is refused, never read
+    through a guess of what its missing keys meant."""
+    from mydecide.errors import UserError
     from mydecide.modeling import RENDER_CONFIG_FILE, load_model
 
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_llama_dir, model_dir)
-    (model_dir / RENDER_CONFIG_FILE).write_text(
-        json.dumps({"system_prompt": None, "show_option_ids": True, "max_state_tokens": 64, "label_form": "auto"})
+    (model_dir / RENDER_CONFIG_FILE).write_text(json.dumps({**saved, **PER_OPTION.model_dump()}))
+    with pytest.raises(UserError) as err:
+        load_model(str(model_dir), device="cpu")
+    assert str(err.value) == (
+        f"{model_dir / RENDER_CONFIG_FILE}: saved by another version of mydecide ({found}; this version reads "
+        "format 1); retrain the adapter with this version"
     )
-    model = load_model(str(model_dir), device="cpu")
-    assert model.renderer.config.option_form == "letters" and model.renderer.config.max_state_tokens == 64
-    assert load_model(str(model_dir), device="cpu", option_form="letters").renderer.form(choice(CRITERIA)) == "letters"
 
 
 def test_serve_counts_per_option_prompts_and_answers_a_255_option_choice(tiny_llama_dir: Path) -> None:

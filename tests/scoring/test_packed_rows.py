@@ -177,12 +177,12 @@ def per_option(tiny_llama_dir: Path):
 
 @pytest.mark.parametrize("score_form", ["per_option", "thresholds"])
 def test_answer_turn_reads_equal_each_prompt_scored_alone(tiny_llama_dir: Path, score_form: str) -> None:
-    """``continuation: answer``: the stem ends with the template's tail, each read is one option's line in the answer
-    turn; a packed row still gives every read as if its prompt were scored alone."""
+    """The stem ends with the template's tail, each read is one option's line in the answer turn; a packed row still
+    gives every read as if its prompt were scored alone."""
     from mydecide.modeling import load_model
     from mydecide.scoring.forward import score_packed, score_prompts
 
-    render = RenderConfig(option_form="per_option", score_form=score_form, continuation="answer")
+    render = RenderConfig(option_form="per_option", score_form=score_form)
     model = load_model(str(tiny_llama_dir), render=render, device="cpu")
     prompts = prompts_of(model)
     tail = model.renderer._encode(model.renderer.tail)

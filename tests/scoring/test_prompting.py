@@ -225,17 +225,8 @@ def test_option_order_shows_permuted_letters_and_returns_canonical_logits(model:
     levels = model.tokenizer.decode(list(model.renderer.render(SHORT, URGENCY).suffix))
     assert "A. not urgent\nB. soon\nC. today\nD. this hour\nE. blocking" in levels
     yes_no = model.tokenizer.decode(list(model.renderer.render(SHORT, OUTAGE).suffix))
-    assert "Answer A for yes or B for no." in yes_no and "A. yes" not in yes_no  # the default, short wording
-    full = Renderer(model.tokenizer, model.renderer.config.model_copy(update={"wording": "full"}))
-    assert "A. yes\nB. no\nAnswer with the letter only." in model.tokenizer.decode(
-        list(full.render(SHORT, OUTAGE).suffix)
-    )
-    assert "A (yes)" not in model.tokenizer.decode(model.renderer.head_ids())
-    # answer_format: once: a plain yes / no question lists no options, the head says A is yes and B is no
-    once = Renderer(model.tokenizer, model.renderer.config.model_copy(update={"answer_format": "once"}))
-    said = model.tokenizer.decode(list(once.render(SHORT, OUTAGE).suffix))
-    assert "Answer yes or no." in said and "A. yes" not in said and "letter only" not in said
-    assert "A (yes) or B (no)" in model.tokenizer.decode(once.head_ids())
+    assert "Answer A for yes or B for no." in yes_no and "A. yes" not in yes_no  # a plain yes / no question
+    assert model.tokenizer.decode(model.renderer.head_ids()).endswith("State:\n")  # the head says no format
 
 
 def test_render_rejects_bad_orders_and_set_questions(model: LoadedModel) -> None:
@@ -280,9 +271,7 @@ def test_a_tokenizer_without_single_letter_labels_fails_naming_the_tokenizer(tmp
     with pytest.raises(LabelError) as info:
         Renderer(tokenizer)
     assert f"tokenizer {str(tmp_path)!r}" in str(info.value)
-    assert "not single tokens" in str(info.value) and "['A', ' A']" in str(info.value)
-    with pytest.raises(LabelError, match=r"tried the forms \[' A'\]"):
-        Renderer(tokenizer, RenderConfig(label_form=" A"))
+    assert "not single tokens" in str(info.value) and "(tried the forms ['A', ' A'])" in str(info.value)
 
 
 def test_read_option_logits_multiplies_only_the_label_rows(model: LoadedModel) -> None:

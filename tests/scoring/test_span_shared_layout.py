@@ -28,7 +28,7 @@ CHOICE = {"type": "choice", "instructions": "Which team?", "criteria": ["billing
 def shared_config(max_state_tokens: int = 3000, **span: object) -> RenderConfig:
     return RenderConfig(
         max_state_tokens=max_state_tokens,
-        span={"read": "head", "layout": "shared", "label_read": "line", **span},
+        span={"read": "head", "layout": "shared", **span},
     )
 
 
@@ -45,8 +45,8 @@ def loaded(model_dir: Path, render: RenderConfig) -> Any:
 
 
 def alone(model: Any, layout: Any) -> np.ndarray:
-    """The grid with every sequence of ``layout`` (state prefix + block) run alone through the decoder, each word's
-    and each label line's tokens pooled by hand: q·k/√d + u·k + b0."""
+    """The grid with every sequence of ``layout`` (state prefix + block) run alone through the decoder, each word and
+    each label line read by hand: q·k/√d + u·k + b0."""
     from mydecide.scoring.span_head import span_head_of
 
     grid = span_grid_by_hand(model, span_head_of(model.lm), layout)
@@ -62,19 +62,16 @@ CASES = {  # (state, span question, max_state_tokens, window_tokens): what the p
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("word_read", ["last", "mean", "core"])
-def test_echo_reads_on_the_shared_prefix_equal_the_block_read_alone(
-    tiny_llama_dir: Path, case: str, word_read: str, monkeypatch: pytest.MonkeyPatch
+def test_reads_on_the_shared_prefix_equal_the_block_read_alone(
+    tiny_llama_dir: Path, case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mydecide.scoring import spans
+    from mydecide.scoring import span_reads
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.plan import ScoringPlan
-    from mydecide.scoring.spans import WINDOW_TEXT, span_layout
+    from mydecide.scoring.span_layout import WINDOW_TEXT, span_layout
 
     state, span, max_state, window = CASES[case]
-    model = loaded(
-        tiny_llama_dir, shared_config(max_state, word_read=word_read, window_tokens=window, overlap_tokens=4)
-    )
+    model = loaded(tiny_llama_dir, shared_config(max_state, window_tokens=window, overlap_tokens=4))
     question = parse_question(span)
     layout = span_layout(model.renderer, state, question)
     root, truncated = model.renderer.encode_state(state)
@@ -88,23 +85,24 @@ def test_echo_reads_on_the_shared_prefix_equal_the_block_read_alone(
         assert seq.root == len(root) and seq.ids[: seq.root] == root
         block = decode(list(seq.ids[seq.root :]))
         assert block.startswith(WINDOW_TEXT if truncated else "\n\nQuestion: Which pieces of text are personal data?")
-        assert [decode(list(seq.ids[a:b])) for a, b in seq.label_lines] == [  # label lines in the order of names
+        lines = [decode(list(seq.ids[: r + 1])).rsplit("\n", 1)[1] for r in seq.label_reads]
+        assert lines == [  # each label read at its line's last token, in the order of names
             "EMAIL — an e-mail address",
             "PERSON — a person's name",
             "PHONE — a phone number",
         ]
-        assert min(seq.reads) > max(b for _, b in seq.label_lines)  # every word is read after all labels
+        assert min(seq.reads) > max(seq.label_reads)  # every word is read after all labels
     assert sorted(w for s in layout.sequences for w in s.words) == list(range(layout.n_words))
 
     rows = []  # the packed rows of each forward pass: the span blocks ride in their state's row
-    pack = spans.pack
+    pack = span_reads.pack
 
     def counting(prompts: Any, pad_id: int, **kwargs: Any) -> Any:
         batch = pack(prompts, pad_id, **kwargs)
         rows.append((len(prompts), batch.input_ids.shape[0]))
         return batch
 
-    monkeypatch.setattr(spans, "pack", counting)
+    monkeypatch.setattr(span_reads, "pack", counting)
     items = [(state, parse_question(NOUL)), (state, question), (state, parse_question(CHOICE))]
     items.append(("Another state about an invoice.", parse_question(NOUL)))
     scored = score_questions(model, items)
@@ -127,7 +125,7 @@ def test_a_hybrid_model_reads_the_shared_layout_too(tiny_qwen_dir: Path) -> None
     prefix and block, the same tokens as the packed rows of a model that packs."""
     from mydecide.scoring.engine import score_questions
     from mydecide.scoring.packed import packing_mode
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
 
     model = loaded(tiny_qwen_dir, shared_config(24, window_tokens=16, overlap_tokens=4))
     assert packing_mode(model.lm) == "hybrid"
@@ -157,7 +155,7 @@ def test_training_reads_the_shared_layout_as_scoring_does(tiny_llama_dir: Path) 
     import torch
 
     from mydecide.scoring.engine import score_questions
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
 
@@ -189,7 +187,7 @@ def test_training_packs_span_blocks_with_their_states_other_questions(
     from mydecide.config import ProperObjective
     from mydecide.scoring.packed import PackedBatch, packing_mode
     from mydecide.scoring.span_head import span_head_of
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
     from mydecide.training.objectives import batch_loss, loss_for
@@ -224,7 +222,7 @@ def test_training_packs_span_blocks_with_their_states_other_questions(
     got = tb.logits(logits)
     assert got.shape == expected_logits.shape
     torch.testing.assert_close(got, expected_logits, atol=1e-5, rtol=0)
-    loss = batch_loss(module.train(), tb, loss_for(ProperObjective(), 0.0), progress=0.0)
+    loss = batch_loss(module.train(), tb, loss_for(ProperObjective()), progress=0.0)
     loss.backward()
     assert float(span_head_of(model.lm).word.weight.grad.abs().max()) > 0
 
@@ -234,16 +232,14 @@ def saved_model_dir(model_dir: Path, out: Path, layout: str) -> Path:
     them (span_head.safetensors, mydecide_render.json)."""
     from safetensors.torch import save_file
 
-    from mydecide.modeling import RENDER_CONFIG_FILE, load_model
+    from mydecide.modeling import load_model, save_render_config
     from mydecide.scoring.span_head import MERGED_FILE, span_head_of
 
     shutil.copytree(model_dir, out)
     head = span_head_of(with_head(load_model(str(model_dir), render=RenderConfig(), device="cpu")).lm)
     save_file({k: v.detach().contiguous() for k, v in head.state_dict().items()}, str(out / MERGED_FILE))
-    render = RenderConfig(
-        span={"read": "head", "layout": layout, "label_read": "line", "window_tokens": 16, "overlap_tokens": 4}
-    )
-    (out / RENDER_CONFIG_FILE).write_text(render.model_dump_json())
+    render = RenderConfig(span={"read": "head", "layout": layout, "window_tokens": 16, "overlap_tokens": 4})
+    save_render_config(out, render)
     return out
 
 
@@ -256,7 +252,7 @@ def test_a_model_saved_with_the_shared_layout_scores_with_it_in_evaluate_predict
     from mydecide.cli import app
     from mydecide.modeling import load_model
     from mydecide.scoring.engine import score_questions
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
     from mydecide.serving.app import create_app
 
     shared = saved_model_dir(tiny_llama_dir, tmp_path / "shared", "shared")
@@ -297,7 +293,6 @@ def test_a_model_saved_with_the_shared_layout_scores_with_it_in_evaluate_predict
     ("span", "message"),
     [
         ({"layout": "shared", "read": "letters"}, "layout: shared is a layout of the span head's read"),
-        ({"layout": "shared", "echo": True}, "layout: shared already reads a second copy of the text"),
         ({"layout": "together"}, "prompt.span.layout: Input should be 'own' or 'shared'"),
     ],
 )
@@ -312,16 +307,3 @@ def test_a_bad_layout_is_a_one_line_recipe_error(span: dict, message: str) -> No
     with pytest.raises(UserError) as err:
         load_recipe(smoke, overrides, model=TrainRecipe)
     assert message in str(err.value) and "\n" not in str(err.value).strip(), str(err.value)
-
-
-def test_a_render_config_saved_before_the_layout_existed_reads_its_own_sequences(tmp_path: Path) -> None:
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config
-
-    path = tmp_path / RENDER_CONFIG_FILE
-    path.write_text(json.dumps({"span": {"read": "head"}}))
-    assert read_render_config(path).span.layout == "own"
-    path.write_text(RenderConfig(span={"read": "head", "layout": "shared"}).model_dump_json())
-    assert read_render_config(path).span.layout == "shared"
-    path.write_text(json.dumps({"span": {"read": "letters", "layout": "shared"}}))
-    with pytest.raises(UserError, match="layout: shared is a layout of the span head's read"):
-        read_render_config(path)

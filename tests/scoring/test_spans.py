@@ -15,13 +15,14 @@ import pytest
 
 from mydecide.prompt import RenderConfig, SpanWindows
 from mydecide.records import parse_question, parse_record
-from mydecide.scoring.spans import owners, score_span_questions, span_layout, windows
+from mydecide.scoring.span_layout import owners, span_layout, windows
+from mydecide.scoring.span_reads import score_span_questions
 from mydecide.spans import merge_spans, words
 
 FILLER = ["the", "checkout", "page", "returns", "an", "error", "for", "every", "customer", "since", "this", "morning"]
 
 
-def marked_model(directory: Path, window: int = 512, overlap: int = 128, echo: bool = False):
+def marked_model(directory: Path, window: int = 512, overlap: int = 128):
     """The tiny Llama read through its embeddings only; words ending in the token "q" read yes, all others no."""
     import torch
 
@@ -29,7 +30,7 @@ def marked_model(directory: Path, window: int = 512, overlap: int = 128, echo: b
 
     model = load_model(
         str(directory),
-        render=RenderConfig(span=SpanWindows(window_tokens=window, overlap_tokens=overlap, echo=echo)),
+        render=RenderConfig(span=SpanWindows(window_tokens=window, overlap_tokens=overlap)),
         device="cpu",
     )
     lm, tok = model.lm, model.tokenizer
@@ -62,7 +63,7 @@ def test_windows_cover_every_word_and_each_word_is_read_once() -> None:
     assert all(cuts[w][0] <= i < cuts[w][1] for i, w in enumerate(owner))
     # a word in an overlap is read where it has the most context before it: the earlier window
     assert owner == [next(w for w, (a, b) in enumerate(cuts) if a <= i < b) for i in range(len(lengths))]
-    # with echo the read has seen the whole window: a word is read where it is farthest from either cut edge
+    # with layout: shared the read has seen the whole window: a word is read where it is farthest from either cut edge
 
     def distance(i: int, a: int, b: int) -> float:
         ends = list(itertools.accumulate(lengths[a:b]))
@@ -76,9 +77,8 @@ def test_windows_cover_every_word_and_each_word_is_read_once() -> None:
     assert windows([20], 8, 3) == [(0, 1)] and windows([], 8, 3) == []
 
 
-@pytest.mark.parametrize("echo", [False, True])
-def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path, echo: bool) -> None:
-    model = marked_model(tiny_llama_dir, echo=echo)
+def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path) -> None:
+    model = marked_model(tiny_llama_dir)
     text = "Hej 😀 Åsaq Öbergq, och 李小龙q skrev från zoë@exämple.se 🇸🇪 idag."
     (grid,) = score_span_questions(model, [(text, QUESTION)])
     assert grid.shape == (len(words(text)),)
@@ -92,10 +92,9 @@ def test_offsets_round_trip_on_multibyte_text(tiny_llama_dir: Path, echo: bool) 
     assert len(record.target) == grid.shape[0]
 
 
-@pytest.mark.parametrize("echo", [False, True])
 @pytest.mark.parametrize("before", range(4, 16))
-def test_a_span_crossing_a_window_boundary_is_found_once(tiny_llama_dir: Path, before: int, echo: bool) -> None:
-    model = marked_model(tiny_llama_dir, window=16, overlap=4, echo=echo)
+def test_a_span_crossing_a_window_boundary_is_found_once(tiny_llama_dir: Path, before: int) -> None:
+    model = marked_model(tiny_llama_dir, window=16, overlap=4)
     text = " ".join(FILLER[i % len(FILLER)] for i in range(before)) + " Zoq Xoq " + " ".join(FILLER * 3)
     layout = span_layout(model.renderer, text, QUESTION)
     assert sorted(i for s in layout.sequences for i in s.words) == list(range(len(words(text))))  # each word once

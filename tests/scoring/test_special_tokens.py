@@ -61,7 +61,7 @@ def build_tokenizer(out: Path, template: str, specials: list[str], plain_added: 
 
 FORMS = {
     "letters": RenderConfig(option_form="letters", score_form="letters"),
-    "per_option": RenderConfig(option_form="per_option", score_form="per_option", list_options=True),
+    "per_option": RenderConfig(option_form="per_option", score_form="per_option"),
 }
 
 
@@ -134,7 +134,7 @@ def test_control_tokens_in_a_state_question_or_option_are_plain_text(renderer: R
                 # the only special tokens are the template's own, in the same places: the head's, then the tail's
                 assert specials_in(renderer, b.prefix) == specials_in(renderer, o.prefix), (state_bad, q_bad)
                 assert specials_in(renderer, b.suffix) == specials_in(renderer, o.suffix), (state_bad, q_bad)
-                # the template's tail ends the prompt, or (prompt.continuation: answer, per-option reads) the shared
+                # the template's tail ends the prompt, or (per-option reads) the shared
                 # prefix, after which each read is written in the answer turn
                 assert tail_at(renderer, b) == tail_at(renderer, o) is not None, (state_bad, q_bad)
                 # and the typed characters are all there, as text
@@ -170,7 +170,7 @@ def test_ordinary_text_tokenises_exactly_as_before(renderer: Renderer) -> None:
                 continue
             prompt = renderer.render(state, question)
             assert list(prompt.prefix) == encode(renderer.head) + encode(render_state(state))
-            text = question_text(question, range(question.k), once=renderer.once)
+            text = question_text(question, range(question.k))
             assert list(prompt.suffix) == encode(text + renderer.tail)
 
 

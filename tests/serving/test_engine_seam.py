@@ -501,11 +501,14 @@ def lora_adapter(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import save_render_config
     from mydecide.scoring.span_head import HEAD_NAME, attach_span_head
+    from mydecide.training.model_card import record_base_model
 
     out = tmp_path_factory.mktemp("lora")
     base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    fingerprint = weights_fingerprint(base)
     attach_span_head(base)
     config = LoraConfig(
         r=4,
@@ -522,6 +525,7 @@ def lora_adapter(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory)
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(out)
     save_render_config(out, RenderConfig(option_form="per_option", score_form="per_option"))
+    record_base_model(out, str(tiny_llama_dir), fingerprint)
     return out
 
 

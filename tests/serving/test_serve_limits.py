@@ -206,8 +206,9 @@ def test_span_questions_that_cannot_fit_are_refused_before_anything_is_tokenised
 SPAN_READS = [
     SpanWindows(window_tokens=16, overlap_tokens=4, read="letters"),
     SpanWindows(window_tokens=16, overlap_tokens=4, read="head"),
-    SpanWindows(window_tokens=16, overlap_tokens=8, read="letters", echo=True),
-    SpanWindows(read="head", echo=True),
+    SpanWindows(window_tokens=16, overlap_tokens=8, read="letters"),
+    SpanWindows(read="head"),
+    SpanWindows(window_tokens=16, overlap_tokens=4, read="head", layout="shared"),
 ]
 SPAN_TEXTS = [
     SPAN_TEXT * 5,
@@ -217,14 +218,14 @@ SPAN_TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("span", SPAN_READS, ids=lambda s: f"{s.read}-echo={s.echo}-{s.window_tokens}")
+@pytest.mark.parametrize("span", SPAN_READS, ids=lambda s: f"{s.read}-{s.layout}-{s.window_tokens}")
 @pytest.mark.parametrize("text", SPAN_TEXTS, ids=range(len(SPAN_TEXTS)))
 def test_the_span_floor_never_refuses_what_the_token_count_accepts(model, span: SpanWindows, text: str) -> None:
     """The floor is at most the exact count (the tokens of every sequence): with the limit at the exact count it
     passes, so it only ever refuses a request the exact check refuses too."""
     from mydecide.prompt import RenderConfig
     from mydecide.scoring.render import Renderer
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
     from mydecide.serving.request import check_span_floor
 
     renderer = Renderer(model.tokenizer, RenderConfig(span=span))

@@ -10,7 +10,7 @@ import pytest
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_record
 from mydecide.scoring.render import Renderer
-from mydecide.training.batches import OrderSchedule, epoch_units, make_batch, plan_batches, shown_order
+from mydecide.training.batches import epoch_units, make_batch, plan_batches, shown_order
 
 CHOICE = {
     "id": "c1",
@@ -102,44 +102,6 @@ def test_length_buckets_reduce_padding(renderer: Renderer) -> None:
     assert padding(True) < 0.5 * padding(False)
 
 
-def test_shuffle_fraction_keeps_the_given_order_for_the_rest() -> None:
-    records = [parse_record({**CHOICE, "id": f"c{i}"})[0] for i in range(400)]
-    kept = sum(shown_order(r, 5, 0, True, fraction=0.5) == [0, 1, 2, 3] for r in records)
-    # half keep the given order, plus the shuffled ones that land on the identity by chance (1/24 of the rest)
-    assert 0.4 < kept / 400 < 0.62
-    assert all(shown_order(r, 5, 0, True, fraction=0.0) == [0, 1, 2, 3] for r in records)
-    assert shown_order(records[0], 5, 0, True, fraction=1.0) == shown_order(records[0], 5, 0, True)
-
-
-def test_orders_per_record_puts_every_option_on_every_letter_once(renderer: Renderer) -> None:
-    choice, score = parse_record(CHOICE)[0], parse_record(SCORE)[0]
-    units = epoch_units(renderer, [choice, score], seed=2, epoch=0, shuffle_options=True, orders_per_record=4)
-    rotations = [u for u in units if u.record_index == 0]
-    assert len(rotations) == 4 and len([u for u in units if u.record_index == 1]) == 1  # score levels keep one order
-    assert len({u.prompt.prefix for u in rotations}) == 1  # one state: computed once in a batch
-    for option in range(4):  # each option shown once at each letter, its target following it
-        letters = sorted(u.prompt.order.index(option) for u in rotations)
-        assert letters == [0, 1, 2, 3]
-        assert all(u.target[u.prompt.order.index(option)] == choice.target[option] for u in rotations)
-    # the summed target mass per letter is the same: no letter is favoured
-    per_letter = [sum(u.target[i] for u in rotations) for i in range(4)]
-    assert per_letter == pytest.approx([1.0] * 4)
-    two = epoch_units(renderer, [choice], seed=2, epoch=0, shuffle_options=True, orders_per_record=2)
-    assert [u.prompt.order for u in two] == [rotations[0].prompt.order, rotations[2].prompt.order]
-
-
-def test_order_schedule_switches_phase_once_and_carries_on_in_the_same_epoch() -> None:
-    plain = OrderSchedule(0, (10, 20))
-    assert [plain.locate(m) for m in (0, 19, 20, 45)] == [(1, 0, 0), (1, 0, 19), (1, 1, 0), (1, 2, 5)]
-    warm = OrderSchedule(15, (10, 20))  # 15 ordered micro-batches: epoch 1 is half done when shuffling starts
-    assert warm.locate(14) == (0, 1, 4)
-    assert warm.locate(15) == (1, 1, 10)  # half of the phase-1 epoch (20 batches) is skipped, not repeated
-    assert warm.locate(24) == (1, 1, 19) and warm.locate(25) == (1, 2, 0)
-    assert warm.epoch_float(15) == pytest.approx(1.5) and warm.epoch_float(14) == pytest.approx(1.4)
-    # every micro-batch maps to a batch that exists in its epoch's plan
-    assert all(j < warm.per_epoch[phase] for phase, _, j in map(warm.locate, range(200)))
-
-
 def test_task_weights_show_a_small_task_more_often_and_keep_every_epoch_the_same_size(renderer: Renderer) -> None:
     small = [parse_record({**CHOICE, "id": f"s{i}", "task": "small"})[0] for i in range(10)]
     big = [parse_record({**SCORE, "id": f"b{i}", "task": "big", "state": f"review {i}"})[0] for i in range(40)]
@@ -182,3 +144,5 @@ def test_the_epoch_plan_counts_weighted_showings(renderer: Renderer) -> None:
     assert (plain.micro_per_epoch, plan.micro_per_epoch, plan.total_updates) == (10, 15, 30)
     shown = Counter(u.record_index for m in range(15, 30) for u in plan.units(m))  # the second epoch
     assert [shown[i] for i in range(40)] == [3] * 10 + [1] * 30
+    assert [plan.epoch(u) for u in (0, 14, 15, 30)] == [0.0, 14 / 15, 1.0, 2.0]
+    assert [u for u in range(1, 31) if plan.epoch_ends(u)] == [15, 30]

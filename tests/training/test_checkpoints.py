@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import recipe_for, write_task
+from helpers import recipe_for, write_task
 
 # a linear decay, dropout and shuffled options: the scheduler, the RNGs and the data order all have to come back
 ARGS = (
@@ -17,7 +17,6 @@ ARGS = (
     "eval_every=100",
     "optim.schedule=linear",
     "lora.dropout=0.1",
-    "shuffle_start=0.25",
 )
 
 

@@ -8,18 +8,12 @@ file tests is DDP (README, "Distributed training: what is tested")."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from test_loop import SMOKE, TWO_CPU_PROCESSES, write_task
+from helpers import launch, train_rows, write_task
 
 pytestmark = pytest.mark.slow  # three two-process runs: about 3 minutes on two cores
-
-ARGS = ["optim.max_steps=6", "save_every=3", "eval_every=100", "optim.schedule=linear", "lora.dropout=0.1"]
 
 # runs mydecide's CLI with save_checkpoint wrapped so that every process dies right after the checkpoint of update 3
 KILL_AFTER_CHECKPOINT_3 = """
@@ -40,31 +34,6 @@ from mydecide.cli import main
 sys.argv = ["mydecide", *sys.argv[1:]]
 main()
 """
-
-
-def launch(tmp_path: Path, model: Path, data: Path, out: Path, *extra: str, script: Path | None = None) -> Any:
-    program = [str(script)] if script else ["-m", "mydecide.cli"]
-    cmd = [
-        *TWO_CPU_PROCESSES,
-        *program,
-        "train",
-        str(SMOKE),
-        "--model",
-        str(model),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        *ARGS,
-        *extra,
-    ]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
-
-
-def train_rows(run: Path) -> dict[int, dict[str, Any]]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["update"]: r for r in rows if r["kind"] == "train"}
 
 
 def test_two_process_run_schedule_checkpoints_and_resume(tiny_llama_dir: Path, tmp_path: Path) -> None:

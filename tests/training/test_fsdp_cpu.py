@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_loop import REPO, SMOKE, TWO_CPU_PROCESSES, write_task
+from helpers import REPO, SMOKE, TWO_CPU_PROCESSES, write_task
 
 pytestmark = pytest.mark.slow  # three two-process launches on the tiny model: about 2 minutes on two cores
 

@@ -4,66 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import SMOKE, TWO_CPU_PROCESSES, recipe_for, write_task
 
 from mydecide.config import TrainRecipe
 from mydecide.recipe_loading import load_recipe
-
-REPO = Path(__file__).resolve().parents[2]
-SMOKE = REPO / "recipes" / "train" / "smoke.yaml"
-
-# `accelerate launch` as two real CPU processes (DDP over gloo, with CUDA_VISIBLE_DEVICES="" in the environment)
-TWO_CPU_PROCESSES = [
-    str(Path(sys.executable).parent / "accelerate"),
-    "launch",
-    "--multi_gpu",
-    "--num_processes",
-    "2",
-    "--num_machines",
-    "1",
-    "--mixed_precision",
-    "no",
-    "--dynamo_backend",
-    "no",
-    "--main_process_port",
-    "0",
-]
-KEYWORDS = {"billing": "invoice", "engineering": "outage", "support": "password"}
-
-
-def write_task(out: Path, n_train: int = 96, n_dev: int = 24) -> Path:
-    """A learnable task for a tiny random model: the team is "engineering" 80% of the time (a prior to learn)."""
-    rng = random.Random(0)
-    rows = []
-    for i in range(n_train + n_dev):
-        team = "engineering" if rng.random() < 0.8 else rng.choice(["billing", "support"])
-        state = f"ticket {i}: {KEYWORDS[team]} {KEYWORDS[team]}"
-        rows.append(
-            {
-                "id": f"c{i}",
-                "task": "route",
-                "state": state,
-                "question": {
-                    "type": "choice",
-                    "instructions": "Which team?",
-                    "criteria": {"billing": "money", "engineering": "bugs", "support": "help"},
-                },
-                "answer": team,
-            }
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
-        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
-    return out
-
-
-def recipe_for(model_dir: Path, data: Path, out: Path, *overrides: str) -> TrainRecipe:
-    return load_recipe(SMOKE, [f"model={model_dir}", f"data={data}", f"out={out}", *overrides], model=TrainRecipe)
 
 
 def dev_rows(run: Path) -> list[dict]:
@@ -169,15 +117,8 @@ def test_killed_run_resumes_to_the_same_weights(
     from mydecide.training import loop
 
     data = write_task(tmp_path / "data", 64, 8)
-    # resumed at update 4, before options start being shuffled and rotated (update 5): both phases are replayed
-    args = (
-        "optim.max_steps=10",
-        "save_every=4",
-        "eval_every=100",
-        "lora.dropout=0.1",
-        "shuffle_start=0.5",
-        "orders_per_record=2",
-    )
+    # resumed at update 4 of epoch 0 (8 updates an epoch): epoch 1's shuffled options are planned again
+    args = ("optim.max_steps=10", "save_every=4", "eval_every=100", "lora.dropout=0.1")
     straight = loop.train(recipe_for(tiny_llama_dir, data, tmp_path / "straight", *args))
 
     real_write = loop.write_metrics
@@ -211,6 +152,7 @@ def test_existing_run_needs_resume(tiny_llama_dir: Path, tmp_path: Path) -> None
         train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 16, 4), tmp_path / "run"))
 
 
+@pytest.mark.slow  # two DDP processes: about a minute on two cores (make test-slow)
 def test_accelerate_launch_two_cpu_processes(tiny_llama_dir: Path, tmp_path: Path) -> None:
     data = write_task(tmp_path / "data", 64, 8)
     out = tmp_path / "run"
@@ -282,16 +224,13 @@ def test_task_weights_name_a_task_with_no_training_records_and_refuse_bad_weight
             TrainRecipe(task_weights={"route": bad})
 
 
-def test_the_recipe_sets_adamw_decay_rates_and_refuses_one_outside_0_1() -> None:
+def test_adamw_keeps_its_decay_rates_and_beta_keys_are_gone() -> None:
     import torch
 
     from mydecide.recipe_parsing import RecipeError
     from mydecide.training.loop import make_optimiser
 
-    recipe = load_recipe(None, ["optim.beta2=0.95", "optim.warmup_ratio=0.0"], model=TrainRecipe)
-    optimizer, _ = make_optimiser(torch.nn.Linear(3, 2), recipe, total_updates=10)
-    assert optimizer.param_groups[0]["betas"] == (0.9, 0.95)
     default, _ = make_optimiser(torch.nn.Linear(3, 2), TrainRecipe(), total_updates=10)
     assert default.param_groups[0]["betas"] == (0.9, 0.999)
-    with pytest.raises(RecipeError, match=r"optim\.beta2"):
-        load_recipe(None, ["optim.beta2=1.0"], model=TrainRecipe)
+    with pytest.raises(RecipeError, match=r"optim\.beta2"):  # a lower beta2 lost on the demo (docs/LOG.md)
+        load_recipe(None, ["optim.beta2=0.95"], model=TrainRecipe)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_shared_state import loss_and_grads, records
+from helpers import loss_and_grads, shared_state_records
 
 from mydecide.modeling import load_model
 from mydecide.training.batches import epoch_units
@@ -61,7 +61,7 @@ def test_checkpointing_recomputes_the_same_masks(model: str, request: pytest.Fix
     equal the gradients without it; another seed gives other masks, so other gradients."""
     base, lm, module = peft_model(request.getfixturevalue(model), 0.3)
     lean_lora_dropout(lm)
-    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=False)
+    units = epoch_units(base.renderer, shared_state_records(), seed=0, epoch=0, shuffle_options=False)
     pad_id = base.tokenizer.pad_token_id
 
     def grads(seed: int, checkpointing: bool) -> torch.Tensor:

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mydecide.config import CeObjective, CeThenProperObjective, Objective, ProperObjective, RlcdObjective
+from mydecide.commands.train import OBJECTIVE_KINDS
+from mydecide.config import CeObjective, Objective, ProperObjective, RlcdObjective
 from mydecide.training.objectives import (
     OBJECTIVES,
     centred_noise,
@@ -25,17 +26,16 @@ RLCD_SETTINGS = {"group_size": RLCD.group_size, "sigma_start": RLCD.sigma_start,
 
 def test_the_mapping_covers_every_objective_kind_a_recipe_can_name() -> None:
     kinds = {model.model_fields["kind"].default for model in get_args(Objective)}
-    assert set(OBJECTIVES) == kinds == {"proper", "ce", "rlcd", "ce_then_proper"}
-    assert loss_for(ProperObjective(), 0.3) is proper_loss
-    assert loss_for(CeObjective(), 0.3) is cross_entropy_loss
-    warm = CeThenProperObjective(ce_fraction=0.25)
-    assert [loss_for(warm, p) for p in (0.0, 0.24, 0.25, 0.9)] == [cross_entropy_loss] * 2 + [proper_loss] * 2
+    assert set(OBJECTIVES) == kinds == {"proper", "ce", "rlcd"}
+    assert OBJECTIVE_KINDS == "proper | ce | rlcd"  # `mydecide train --objective`'s help, from the same union
+    assert loss_for(ProperObjective()) is proper_loss
+    assert loss_for(CeObjective()) is cross_entropy_loss
 
 
 def test_rlcd_from_the_mapping_uses_the_recipe_settings() -> None:
     logits, targets, mask, is_score = _rows()
     settings = RlcdObjective(group_size=3, sigma_start=2.0, sigma_end=0.5)
-    mapped = loss_for(settings, 0.4)(
+    mapped = loss_for(settings)(
         logits, targets, mask, is_score, progress=0.4, generator=torch.Generator().manual_seed(3)
     )
     direct = rlcd_loss(
@@ -211,9 +211,9 @@ def test_rlcd_gradient_vanishes_at_the_truthful_report_and_not_elsewhere() -> No
     assert grads[1][0].item() > 0.3 and grads[1][1].item() < -0.3
 
 
-@pytest.mark.parametrize("objective", [ProperObjective(), RLCD, CeObjective(), CeThenProperObjective()])
+@pytest.mark.parametrize("objective", [ProperObjective(), RLCD, CeObjective()])
 def test_bf16_logits_give_a_float32_loss_and_a_bf16_gradient(objective: Objective) -> None:
-    loss_fn = loss_for(objective, 0.5)
+    loss_fn = loss_for(objective)
     logits, targets, mask, is_score = _rows()
     z16 = logits.to(torch.bfloat16).requires_grad_()
     gen = torch.Generator().manual_seed(0)

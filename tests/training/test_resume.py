@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import recipe_for, write_task
+from helpers import crash_after, recipe_for, write_task
 
 from mydecide.training.checkpoints import CHECKPOINT
 
@@ -32,19 +32,6 @@ def straight_weights(model: Path, data: Path, tmp: Path) -> dict[str, Any]:
 
         _STRAIGHT["weights"] = last_weights(loop.train(recipe_for(model, data, tmp / "straight", *ARGS)))
     return _STRAIGHT["weights"]
-
-
-def crash_after(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
-    from mydecide.training import loop
-
-    real_write = loop.write_metrics
-
-    def write_then_crash(run: Path, row: dict) -> None:
-        real_write(run, row)
-        if row["kind"] == "train" and row["update"] == n:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(loop, "write_metrics", write_then_crash)
 
 
 class RunsCode:
@@ -132,7 +119,8 @@ def test_resume_falls_back_past_a_bad_newest_checkpoint(
 def test_resuming_forgets_the_metrics_of_later_updates_and_names_a_later_best_adapter(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mydecide.training.loop import forget_updates_after
+    from mydecide.training.checkpoints import forget_updates_after
+    from mydecide.training.dev import DevLoss
 
     run = tmp_path / "run"
     (run / "adapter").mkdir(parents=True)
@@ -141,13 +129,14 @@ def test_resuming_forgets_the_metrics_of_later_updates_and_names_a_later_best_ad
         return json.dumps({"kind": kind, "update": update, **more})
 
     kept = [
-        line("dev", 0, log_loss=0.9),
+        line("dev", 0, log_loss=0.9, kept=True),
         *(line("train", u, loss=1.0) for u in range(1, 5)),
-        line("dev", 4, log_loss=0.8),
+        line("dev", 4, log_loss=0.8, kept=True),
     ]
-    later = [line("train", 5, loss=1.0), line("dev", 6, log_loss=0.7), line("dev", 8, log_loss=0.75)]
+    later = [line("train", 5), line("dev", 6, log_loss=0.7, kept=True), line("dev", 8, log_loss=0.9, kept=False)]
     (run / "metrics.jsonl").write_text("\n".join([*kept, *later]) + '\n{"kind": "train", "upd')  # killed mid-line
-    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    best = DevLoss(0.8, 4)
+    forget_updates_after(run, 4, best)
     assert (run / "metrics.jsonl").read_text() == "".join(f"{row}\n" for row in kept)
     err = capsys.readouterr().err.splitlines()
     assert err == [
@@ -155,18 +144,18 @@ def test_resuming_forgets_the_metrics_of_later_updates_and_names_a_later_best_ad
         f"[train] WARNING: {run / 'adapter'} is the best adapter of update 6, after update 4 that this run resumes "
         "from; it stays until a dev evaluation replaces update 4's (the best up to update 4, dev log loss 0.8000)",
     ]
-    # dev rows that say whether they were kept (best_margin): the last kept one is RUN/adapter, whatever its loss
+    # each dev row says whether it was kept (best_margin): the last kept one is RUN/adapter, whatever its loss
     flagged = [line("dev", 6, log_loss=0.7, kept=True), line("dev", 8, log_loss=0.75, kept=True)]
     (run / "metrics.jsonl").write_text("\n".join([*kept, *flagged, line("dev", 10, log_loss=0.9, kept=False)]) + "\n")
-    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    forget_updates_after(run, 4, best)
     assert f"{run / 'adapter'} is the best adapter of update 8, after update 4" in capsys.readouterr().err
     (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.7, kept=False)]) + "\n")
-    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    forget_updates_after(run, 4, best)
     assert "WARNING" not in capsys.readouterr().err
     # nothing after the checkpoint: the file is left as it is, and so is an adapter no later dev row beat
-    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
-    (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.85)]) + "\n")
-    forget_updates_after(run, 4, {"log_loss": 0.8, "update": 4})
+    forget_updates_after(run, 4, best)
+    (run / "metrics.jsonl").write_text("\n".join([*kept, line("dev", 6, log_loss=0.85, kept=False)]) + "\n")
+    forget_updates_after(run, 4, best)
     assert capsys.readouterr().err.splitlines() == [
         f"[train] {run / 'metrics.jsonl'}: 1 line(s) of updates after 4 dropped; they are trained again"
     ]
@@ -422,30 +411,28 @@ def test_resume_without_a_checkpoint_is_an_error_and_creates_nothing(
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
-@pytest.mark.parametrize("state", ["a good recipe.yaml", "a broken recipe.yaml", "no recipe.yaml"])
-def test_a_checkpoint_from_before_it_carried_its_recipe_is_checked_against_recipe_yaml(
-    state: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("saved", ["no format stamp", "format 2"])
+def test_a_checkpoint_another_version_saved_is_refused_in_one_line(
+    saved: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mydecide.training.checkpoints import STATE_FILE
 
     data = write_task(tmp_path.parent / "guard-data", 32, 8)
     run = killed_run(tiny_llama_dir, data, tmp_path.parent, monkeypatch)
     trainer_state = run / "checkpoints" / "update-000004" / STATE_FILE
-    old = json.loads(trainer_state.read_text())
-    trainer_state.write_text(json.dumps({"update": old["update"], "best": old["best"]}))  # what older versions wrote
-    if state == "a broken recipe.yaml":
-        (run / "recipe.yaml").write_text("lora: {r: 4\n")
-    elif state == "no recipe.yaml":
-        (run / "recipe.yaml").unlink()
-    code, output = cli_train(tiny_llama_dir, data, run, "--resume", "optim.lr=1e-3")
-    line = one_error_line(output)
-    assert code == 2
-    if state == "a good recipe.yaml":
-        assert f"differs from what {run / 'recipe.yaml'} was trained with: optim.lr: 0.005 → 0.001" in line
-    elif state == "a broken recipe.yaml":
-        assert line.startswith(f"error: {run / 'recipe.yaml'}:"), line
+    state = json.loads(trainer_state.read_text())
+    assert state["format"] == 1
+    if saved == "no format stamp":  # what versions before the stamp wrote
+        old = {"update": state["update"], "best": state["best"]}
     else:
-        assert "records no recipe" in line and f"{run / 'recipe.yaml'} is missing" in line
+        old = {**state, "format": 2}
+    trainer_state.write_text(json.dumps(old))
+    code, output = cli_train(tiny_llama_dir, data, run, "--resume")
+    assert code == 2
+    assert one_error_line(output) == (
+        f"error: {trainer_state}: saved by another version of mydecide ({saved}; this version reads format 1); "
+        "start a new run with another --out"
+    )
 
 
 def test_unreadable_trainer_states_are_passed_over_and_named(tmp_path: Path) -> None:
@@ -457,7 +444,7 @@ def test_unreadable_trainer_states_are_passed_over_and_named(tmp_path: Path) -> 
     for folder in (older, newer):
         folder.mkdir(parents=True)
     trained = {"recipe": recipe.model_dump(mode="json"), "data_sha256": {"train.jsonl": "a" * 64}}
-    (older / STATE_FILE).write_text(json.dumps({"update": 4, "best": {}, **trained}))
+    (older / STATE_FILE).write_text(json.dumps({"format": 1, "update": 4, "best": {}, **trained}))
     (newer / STATE_FILE).write_text('{"update": 8, "be')  # cut short
     check_resumable(tmp_path / "run", recipe, {"train.jsonl": "a" * 64}, ())  # the older one vouches
     with pytest.raises(ValueError, match=r"from what checkpoint update-000004 was trained with: lora\.r: 32 → 8"):

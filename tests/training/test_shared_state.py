@@ -7,33 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import ANSWERS, QUESTIONS, STATES, loss_and_grads, shared_state_records
 
 from mydecide.modeling import load_model
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_record
-from mydecide.scoring.packed import CHUNK, CONV_HISTORY, PackedBatch, batch_packing, pack, packing_mode
-from mydecide.training.batches import epoch_units, make_batch, plan_batches
-from mydecide.training.objectives import proper_loss
-
-QUESTIONS = [
-    {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "b", "engineering": "e", "support": "s"}},
-    {"type": "noul", "instructions": "Is it down?"},
-    {"type": "score", "instructions": "How urgent?", "criteria": ["low", "medium", "high"]},
-    {"type": "set", "instructions": "Which apply?", "criteria": {"refund": "", "outage": ""}},
-]
-ANSWERS = ["billing", True, 1, ["refund"]]
-# states of 1, ~40 and ~150 tokens: the Gated DeltaNet layers' 64-token chunks fall inside prefixes and questions
-STATES = ["x", "The checkout page returns an error " * 3, "invoice charged twice, refund asked " * 12]
-
-
-def records() -> list:
-    out = []
-    for i, state in enumerate(STATES):
-        for j, (question, answer) in enumerate(zip(QUESTIONS, ANSWERS, strict=True)):
-            out += parse_record(
-                {"id": f"{i}-{j}", "task": f"t{j}", "state": state, "question": question, "answer": answer}
-            )
-    return out
+from mydecide.scoring.packed import CHUNK, CONV_HISTORY, batch_packing, pack, packing_mode
+from mydecide.training.batches import epoch_units, plan_batches
 
 
 def lora_module(model_dir: Path, render: RenderConfig | None = None):
@@ -50,31 +30,6 @@ def lora_module(model_dir: Path, render: RenderConfig | None = None):
     return base, lm, module
 
 
-def loss_and_grads(lm, module, units, pad_id: int, packing: str | None, checkpointing: bool):
-    """Packed (``packing``) or one forward per unit, each prompt alone in its row; the loop's objective."""
-    from mydecide.training.model import set_checkpointing
-
-    set_checkpointing(lm, checkpointing)
-    module.zero_grad()
-    whole = make_batch(units, pad_id, shared_prefix=packing is not None, packing=packing)
-    if packing is not None:
-        assert isinstance(whole.batch, PackedBatch)
-        assert whole.batch.input_ids.shape[0] == len({u.state_ids for u in units})  # each state once, per option too
-        logits = whole.logits(module(whole.batch))
-    else:
-        rows = []
-        for unit in units:
-            alone = make_batch([unit], pad_id, shared_prefix=False)
-            assert alone.batch.input_ids is not None and alone.batch.input_ids.shape[0] == len(unit.prompts)
-            rows.append(alone.logits(module(alone.batch)))
-        width = max(r.shape[1] for r in rows)
-        logits = torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1]), value=float("-inf")) for r in rows])
-    loss = proper_loss(logits, whole.targets, whole.mask, whole.is_score, progress=0.0)
-    loss.backward()
-    grads = torch.cat([p.grad.flatten() for p in lm.parameters() if p.requires_grad])
-    return loss.detach(), grads
-
-
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
@@ -84,7 +39,7 @@ def test_packed_batches_equal_each_question_scored_alone(tiny_model_dir: Path, f
     base, lm, module = lora_module(tiny_model_dir, RenderConfig(option_form=form))
     mode = packing_mode(lm)
     assert mode == ("hybrid" if "qwen3_5" in tiny_model_dir.name else "attention")
-    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=True)
+    units = epoch_units(base.renderer, shared_state_records(), seed=0, epoch=0, shuffle_options=True)
     pad_id = base.tokenizer.pad_token_id
     loss, grads = loss_and_grads(lm, module, units, pad_id, None, checkpointing=False)
     assert grads.count_nonzero() == grads.numel()
@@ -102,7 +57,7 @@ def test_packed_batches_equal_each_question_scored_alone(tiny_model_dir: Path, f
 def test_checkpointing_recomputes_the_packed_forward(tiny_model_dir: Path) -> None:
     """The packed batch is one forward call, so non-reentrant checkpointing runs every layer again in backward."""
     base, lm, module = lora_module(tiny_model_dir)
-    units = epoch_units(base.renderer, records()[:8], seed=0, epoch=0, shuffle_options=False)
+    units = epoch_units(base.renderer, shared_state_records()[:8], seed=0, epoch=0, shuffle_options=False)
     mlp = lm.get_base_model().get_decoder().layers[0].mlp
     calls = []
     original = mlp.forward
@@ -120,7 +75,7 @@ def test_pack_lays_out_each_state_once_and_questions_apart(tiny_llama_dir: Path)
     base = load_model(
         str(tiny_llama_dir), render=RenderConfig(option_form="letters", score_form="letters"), device="cpu"
     )
-    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=False)
+    units = epoch_units(base.renderer, shared_state_records(), seed=0, epoch=0, shuffle_options=False)
     prompts = [p for u in units for p in u.prompts]
     batch = pack(prompts, base.tokenizer.pad_token_id, segments=True)
     assert batch.input_ids.shape[0] == len(STATES)  # one row per state
@@ -158,7 +113,7 @@ def test_packing_mode_refuses_what_a_block_mask_cannot_drive(tiny_llama_dir: Pat
 
 def test_a_batch_is_packed_where_it_shares_a_state_or_the_cache_cannot_serve(tiny_llama_dir: Path) -> None:
     base = load_model(str(tiny_llama_dir), device="cpu")
-    units = epoch_units(base.renderer, records(), seed=0, epoch=0, shuffle_options=False)
+    units = epoch_units(base.renderer, shared_state_records(), seed=0, epoch=0, shuffle_options=False)
     by_state: dict[tuple[int, ...], list] = {}
     for unit in units:
         by_state.setdefault(unit.state_ids, []).append(unit)

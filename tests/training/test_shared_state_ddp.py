@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_distributed import ARGS, launch, train_rows
+from helpers import DDP_ARGS, launch, train_rows
 
 from mydecide.config import TrainRecipe
 from mydecide.recipe_loading import load_recipe
@@ -45,7 +45,7 @@ def test_two_processes_train_packed_states_like_one(tiny_qwen_dir: Path, tmp_pat
     from mydecide.training.loop import train
 
     data = write_states(tmp_path / "data")
-    settings = ["optim.max_steps=3", "lora.dropout=0", "gradient_checkpointing=true"]  # after launch's ARGS
+    settings = ["optim.max_steps=3", "lora.dropout=0", "gradient_checkpointing=true"]  # after launch's DDP_ARGS
     result = launch(tmp_path, tiny_qwen_dir, data, tmp_path / "two", *settings, "optim.grad_accum=2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "× 2 process(es)" in result.stderr and "state sharing: packed (hybrid)" in result.stderr
@@ -57,7 +57,7 @@ def test_two_processes_train_packed_states_like_one(tiny_qwen_dir: Path, tmp_pat
                 f"model={tiny_qwen_dir}",
                 f"data={data}",
                 f"out={tmp_path / 'one'}",
-                *ARGS,
+                *DDP_ARGS,
                 *settings,
                 "optim.grad_accum=4",
             ],

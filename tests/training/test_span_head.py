@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
 import shutil
 from pathlib import Path
 
 import pytest
 from conftest import random_span_head, span_grid_by_hand
-from test_span_training import choice_row
+from helpers import SMOKE, TWO_CPU_PROCESSES, choice_row, crash_after, recipe_for, write_task
 
 from mydecide.records import parse_question, parse_record
 
@@ -19,7 +18,7 @@ FIRST = ["Anna", "Omar", "Sara", "Nils"]
 LAST = ["Berg", "Lind", "Holm", "Dahl"]
 FILLER = ["the", "invoice", "was", "sent", "to", "support", "about", "an", "error", "on", "our", "page"]
 PUNCTUATED = "Hi Anna Berg, call +33 83 79 52? or mail <bo@ek.se>. Thanks!!! ... see you"
-"""A text whose words end in the punctuation a span trims (``word_read: core`` reads them before it)."""
+"""A text whose words end in the punctuation a span trims (the head reads a word before it)."""
 QUESTION = {
     "type": "span",
     "instructions": "Where is personal data?",
@@ -63,19 +62,19 @@ def head_config(**span: object) -> object:
 
 def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tiny_llama_dir: Path) -> None:
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import span_layout
+    from mydecide.scoring.span_layout import span_layout
 
-    model = load_model(str(tiny_llama_dir), render=head_config(label_read="line"), device="cpu")
+    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
     question = parse_question(QUESTION)
     text = " ".join(f"word{i}" for i in range(30))  # several windows of 16 tokens
     layout = span_layout(model.renderer, text, question)
     assert len(layout.sequences) > 1 and {s.label for s in layout.sequences} == {-1}
     decode = model.tokenizer.decode
     for seq in layout.sequences:
-        assert len(seq.label_lines) == 2  # label_read: line reads each label over its whole line, exactly its tokens
-        lines = [decode(list(seq.ids[a:b])) for a, b in seq.label_lines]  # in order of their names
+        assert len(seq.label_reads) == 2  # each label is read at its line's last token, in the order of their names
+        lines = [decode(list(seq.ids[: r + 1])).rsplit("\n", 1)[1] for r in seq.label_reads]
         assert lines == ["EMAIL — an e-mail address", "PERSON — a person's name"]
-        assert [decode([seq.ids[a - 1]]) for a, _ in seq.label_lines] == ["\n", "\n"]
+        assert [decode([seq.ids[r + 1]])[0] for r in seq.label_reads] == ["\n", "\n"]
         assert seq.cells(2) == [w * 2 + j for w in seq.words for j in (1, 0)]
         assert seq.n_values == 2 * len(seq.reads)
     # every cell once: the letters layout reads the same words, one sequence per label
@@ -88,56 +87,39 @@ def test_the_head_layout_is_one_sequence_per_window_reading_every_label_line(tin
     assert len(letters.sequences) == 2 * len(layout.sequences)
 
 
-@pytest.mark.parametrize(
-    ("label_read", "word_read"), [("line", "last"), ("last", "last"), ("line", "mean"), ("last", "core")]
-)
-def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
-    tiny_llama_dir: Path, label_read: str, word_read: str
+@pytest.mark.parametrize("punctuated", [False, True])
+def test_a_label_is_read_at_its_lines_last_token_the_same_in_scoring_and_training(
+    tiny_llama_dir: Path, punctuated: bool
 ) -> None:
-    """label_read: line pools the label's whole line (name and description); last reads its last token, with the
-    ids an adapter trained before lines were pooled was trained on; word_read: mean pools a word's tokens. Training's
-    module reads what scoring reads."""
+    """The head reads each label at the last token of its line (the newline before it and the line encoded as one
+    piece) and each word at the last token of what a span keeps of it. Training's module reads what scoring reads."""
     import numpy as np
     import torch
 
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import head_prompt, label_order, score_span_questions, span_head, span_layout
+    from mydecide.scoring.span_layout import head_prompt, label_order, span_head, span_layout
+    from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
 
-    render = head_config(label_read=label_read, word_read=word_read)
-    model = load_model(str(tiny_llama_dir), render=render, device="cpu")
+    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
     head = random_span_head(model)
     row = span_row(3, random.Random(5))
-    if word_read == "core":  # words that end in punctuation, so the reads are not at their last tokens
+    if punctuated:  # words that end in punctuation, so the reads are not at their last tokens
         email = PUNCTUATED.index("bo@ek.se")
         answer = [{"label": "PERSON", "start": 3, "end": 12}, {"label": "EMAIL", "start": email, "end": email + 8}]
         row = {**row, "state": PUNCTUATED, "answer": answer}
     record = parse_record(row)[0]
     layout = span_layout(model.renderer, record.state, record.question)
-    if word_read == "core":
-        assert any(seq.reads[-1] < len(seq.ids) - 1 for seq in layout.sequences)
-    lengths = {b - a for seq in layout.sequences for a, b in seq.label_lines}
-    assert lengths == {1} if label_read == "last" else min(lengths) > 3
-    if word_read == "mean":  # each word's tokens, the whitespace before it included: exactly the text
-        read = {
-            word: model.tokenizer.decode(list(seq.ids[a : b + 1]))
-            for seq in layout.sequences
-            for word, a, b in zip(seq.words, seq.word_starts, seq.reads, strict=True)
-        }
-        assert "".join(read[w] for w in range(layout.n_words)) == record.state
-        assert any(b > a for seq in layout.sequences for a, b in zip(seq.word_starts, seq.reads, strict=True))
-    else:
-        assert all(seq.word_starts == () for seq in layout.sequences)
-    if label_read == "last":  # the sequence as it was before: each label's newline and line encoded as one piece
-        intro, lines, outro = head_prompt(record.state, record.question, label_order(model.renderer, record.question))
-        pieces = model.renderer.encode_pieces([intro, *("\n" + line for line in lines), outro])
-        before = model.tokenizer(span_head(model.renderer), add_special_tokens=False)["input_ids"]
-        before += [t for piece in pieces for t in piece]
-        assert all(seq.ids[: len(before)] == tuple(before) for seq in layout.sequences)
-        start = len(before) - sum(len(piece) for piece in pieces)  # the template's head
-        ends = [start + end for end in itertools.accumulate(len(piece) for piece in pieces)][1:-1]  # the label lines'
-        assert all([b for _, b in seq.label_lines] == ends for seq in layout.sequences)
+    assert any(seq.reads[-1] < len(seq.ids) - 1 for seq in layout.sequences) == punctuated
+    intro, lines, outro = head_prompt(record.state, record.question, label_order(record.question))
+    pieces = model.renderer.encode_pieces([intro, *("\n" + line for line in lines), outro])
+    before = model.tokenizer(span_head(model.renderer), add_special_tokens=False)["input_ids"]
+    before += [t for piece in pieces for t in piece]
+    assert all(seq.ids[: len(before)] == tuple(before) for seq in layout.sequences)
+    start = len(before) - sum(len(piece) for piece in pieces)  # the template's head
+    ends = [start + end - 1 for end in itertools.accumulate(len(piece) for piece in pieces)][1:-1]  # the label lines'
+    assert all(list(seq.label_reads) == ends for seq in layout.sequences)
     (grid,) = score_span_questions(model, [(record.state, record.question)])
     np.testing.assert_allclose(grid, span_grid_by_hand(model, head, layout), rtol=1e-5, atol=1e-5)
     (unit,) = epoch_units(model.renderer, [record], 0, 0, False)
@@ -149,13 +131,16 @@ def test_a_label_is_read_over_its_line_the_same_in_scoring_and_training(
 
 
 @pytest.mark.parametrize("read", ["head", "letters"])
-def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: Path, read: str) -> None:
-    """Labels are shown and read in the order of their names (prompt.span.label_order: sorted): the order a client
-    or a record lists them in changes no probability, in scoring and in the units training reads."""
+def test_permuting_a_span_questions_labels_moves_no_probability(
+    tiny_llama_dir: Path, read: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Labels are shown and read in the order of their names: the order a client or a record lists them in changes
+    no probability, in scoring and in the units training reads."""
     import numpy as np
 
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import score_span_questions
+    from mydecide.scoring import span_layout
+    from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.batches import span_unit
 
     criteria = {"PERSON": "a person's name", "EMAIL": "an e-mail address", "PHONE": "a phone number"}
@@ -165,8 +150,8 @@ def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: 
     def question(names: tuple[str, ...]) -> dict:
         return {**QUESTION, "criteria": {name: criteria[name] for name in names}}
 
-    def column_by_name(order: str) -> list[dict[str, np.ndarray]]:
-        model = load_model(str(tiny_llama_dir), render=head_config(read=read, label_order=order), device="cpu")
+    def column_by_name() -> list[dict[str, np.ndarray]]:
+        model = load_model(str(tiny_llama_dir), render=head_config(read=read), device="cpu")
         if read == "head":
             random_span_head(model)
         out = []
@@ -176,11 +161,13 @@ def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: 
             out.append({name: p[:, j] for j, name in enumerate(names)})
         return out
 
-    grids = column_by_name("sorted")
+    grids = column_by_name()
     worst = max(float(np.abs(g[n] - grids[0][n]).max()) for g in grids for n in criteria)
     assert worst <= 1e-6
-    if read == "head":  # the test can fail: in the question's order, a permutation does move probabilities
-        given = column_by_name("given")
+    if read == "head":  # the test can fail: in the question's own order, a permutation does move probabilities
+        with monkeypatch.context() as patched:
+            patched.setattr(span_layout, "label_order", lambda question: list(range(question.k)))
+            given = column_by_name()
         assert max(float(np.abs(g[n] - given[0][n]).max()) for g in given for n in criteria) > 1e-3
 
     model = load_model(str(tiny_llama_dir), render=head_config(read=read), device="cpu")
@@ -198,36 +185,18 @@ def test_permuting_a_span_questions_labels_moves_no_probability(tiny_llama_dir: 
     assert sum(units[0].target) > 0
 
 
-def test_a_render_config_saved_before_pooled_lines_reads_labels_at_their_last_token_in_given_order(
-    tmp_path: Path,
-) -> None:
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
-    from mydecide.prompt import RenderConfig
-
-    old = tmp_path / RENDER_CONFIG_FILE
-    for saved in ({"span": {"read": "head", "window_tokens": 64, "overlap_tokens": 8}}, {}):
-        old.write_text(json.dumps({"max_state_tokens": 64, **saved}))
-        config = read_render_config(old)
-        assert (config.span.label_read, config.span.label_order, config.span.word_read) == ("last", "given", "last")
-    defaults = RenderConfig().span
-    assert (defaults.label_read, defaults.label_order, defaults.word_read) == ("last", "sorted", "core")
-    line = RenderConfig.model_validate({"span": {"label_read": "line"}})
-    save_render_config(tmp_path, line)
-    config = read_render_config(old)
-    assert (config.span.label_read, config.span.label_order) == ("line", "sorted")  # what was saved, not the default
-
-
-def test_word_read_core_reads_a_word_at_the_end_of_what_a_span_keeps(tiny_llama_dir: Path) -> None:
-    """word_read: core encodes the punctuation a span trims from a word's end as its own piece and reads the word at
+def test_the_head_reads_a_word_at_the_end_of_what_a_span_keeps(tiny_llama_dir: Path) -> None:
+    """The head's read encodes the punctuation a span trims from a word's end as its own piece and reads the word at
     the last token before it; the words still encode the whole text, and a word that is all punctuation is read at
-    its last token. Only the reads at punctuated words move: the words before the first of them read as with last."""
+    its last token. The letters read reads every word at its last token."""
     import numpy as np
 
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import score_span_questions, span_layout, word_tokens
+    from mydecide.prompt import RenderConfig
+    from mydecide.scoring.span_layout import span_layout, word_tokens
     from mydecide.spans import trim_edges, words
 
-    model = load_model(str(tiny_llama_dir), render=head_config(word_read="core", window_tokens=512), device="cpu")
+    model = load_model(str(tiny_llama_dir), render=head_config(window_tokens=512), device="cpu")
     decode, offsets = model.tokenizer.decode, words(PUNCTUATED)
     tokens, tails = word_tokens(model.renderer, PUNCTUATED, offsets, core=True)
     assert decode([t for ids in tokens for t in ids]) == PUNCTUATED
@@ -247,31 +216,29 @@ def test_word_read_core_reads_a_word_at_the_end_of_what_a_span_keeps(tiny_llama_
     ends = np.cumsum([len(ids) for ids in tokens]) + start - 1
     assert list(seq.reads) == [int(end) - tail for end, tail in zip(ends, tails, strict=True)]
 
-    random_span_head(model)
-    (core,) = score_span_questions(model, [(PUNCTUATED, question)])
-    last_model = load_model(str(tiny_llama_dir), render=head_config(word_read="last", window_tokens=512), device="cpu")
-    random_span_head(last_model)
-    (last,) = score_span_questions(last_model, [(PUNCTUATED, question)])
-    core, last = core.reshape(len(offsets), 2), last.reshape(len(offsets), 2)
-    np.testing.assert_allclose(core[:2], last[:2], atol=1e-5)  # Hi Anna: the same tokens, read at the same place
-    assert np.abs(core[2] - last[2]).max() > 1e-3  # Berg, is read at Berg
+    letters = RenderConfig(span={"read": "letters", "window_tokens": 512})
+    renderer = load_model(str(tiny_llama_dir), render=letters, device="cpu").renderer
+    for seq in span_layout(renderer, PUNCTUATED, question).sequences:  # one per label
+        whole = word_tokens(renderer, PUNCTUATED, offsets)[0]
+        start = len(seq.ids) - sum(len(ids) for ids in whole)
+        assert list(seq.reads) == [int(end) for end in np.cumsum([len(ids) for ids in whole]) + start - 1]
 
 
 def test_an_untrained_head_answers_its_bias_and_a_model_without_one_is_a_clear_error(tiny_llama_dir: Path) -> None:
     from mydecide.modeling import load_model
     from mydecide.scoring.span_head import attach_span_head
-    from mydecide.scoring.spans import score_span_questions
+    from mydecide.scoring.span_reads import score_span_questions
 
     question = parse_question(QUESTION)
     text = "Call Anna Berg at anna@mail.se before Friday"
-    model = load_model(str(tiny_llama_dir), render=head_config(prior=0.1), device="cpu")
+    model = load_model(str(tiny_llama_dir), render=head_config(), device="cpu")
     with pytest.raises(ValueError, match=r"has no span head.*prompt.span.read=letters"):
         score_span_questions(model, [(text, question)])
     head = attach_span_head(model.lm, bias=-1.5)
     assert float(head.label_bias.abs().max()) == 0.0 and head.label_bias.requires_grad  # u · k starts at zero
     (grid,) = score_span_questions(model, [(text, question)])
     assert grid.shape == (7 * 2,)
-    assert grid == pytest.approx(-1.5 + math.log(0.1 / 0.9))  # word weights start at zero: bias + the prior's offset
+    assert grid == pytest.approx(-1.5)  # word weights start at zero: the bias everywhere
 
 
 def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir: Path, tmp_path: Path) -> None:
@@ -281,8 +248,8 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     from mydecide.merging import merge_adapter
     from mydecide.modeling import load_model
     from mydecide.recipe_loading import load_recipe
-    from mydecide.scoring.forward import decoder_of
-    from mydecide.scoring.spans import score_span_questions, span_layout
+    from mydecide.scoring.span_layout import span_layout
+    from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.loop import train
 
     data = tmp_path / "data"
@@ -323,7 +290,7 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
     for a, b in zip(grids, score_span_questions(merged, items), strict=True):
         assert b == pytest.approx(a, abs=1e-4)
     # the label-conditioned bias is trained, saved with the adapter and beside a merged model, and loaded back
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     from mydecide.scoring.span_head import span_head_of
 
@@ -345,40 +312,6 @@ def test_the_loop_trains_a_span_head_that_saves_loads_and_merges(tiny_llama_dir:
         atol=1e-5,
     )
 
-    # an adapter saved before the label bias (and pooled lines) existed: no label_bias among its weights, no
-    # label_read in its render config. It loads with u = 0 and reads its labels at their lines' last tokens, as the
-    # head's read was then: q·k/√d + b0
-    old = tmp_path / "old_adapter"
-    shutil.copytree(run / "adapter", old)
-    save_file({k: v for k, v in weights.items() if k != u_key}, old / "adapter_model.safetensors")
-    render = json.loads((old / "mydecide_render.json").read_text())
-    del render["span"]["label_read"], render["span"]["label_order"]
-    (old / "mydecide_render.json").write_text(json.dumps(render))
-    before = load_model(str(tiny_llama_dir), old, device="cpu")
-    head = span_head_of(before.lm)
-    assert before.renderer.config.span.label_read == "last" and float(head.label_bias.abs().max()) == 0.0
-    for (state, question), grid in zip(items, score_span_questions(before, items), strict=True):
-        layout = span_layout(before.renderer, state, question)
-        assert {b - a for s in layout.sequences for a, b in s.label_lines} == {1}
-        import torch
-
-        with torch.no_grad():  # the head's formula before label_bias, step by step
-            expected = np.full(grid.shape, np.nan)
-            for seq in layout.sequences:
-                h = decoder_of(before.lm)(input_ids=torch.tensor([seq.ids])).last_hidden_state[0]
-                q, k = head.word(h[list(seq.reads)]), head.label(h[[b - 1 for _, b in seq.label_lines]])
-                expected[seq.cells(2)] = (q @ k.T / 8.0 + head.bias).flatten().double().numpy()
-        np.testing.assert_allclose(grid, expected, rtol=1e-5, atol=1e-5)
-    # and so does a merged model's span_head.safetensors without label_bias
-    old_merged = tmp_path / "old_merged"
-    shutil.copytree(out, old_merged)
-    state = load_file(old_merged / "span_head.safetensors")
-    save_file({k: v for k, v in state.items() if k != "label_bias"}, old_merged / "span_head.safetensors")
-    (old_merged / "mydecide_render.json").write_text(json.dumps(render))
-    old_grids = score_span_questions(before, items)
-    for a, b in zip(old_grids, score_span_questions(load_model(str(old_merged), device="cpu"), items), strict=True):
-        assert b == pytest.approx(a, abs=1e-4)
-
 
 def test_a_span_record_trains_its_grid_cell_by_cell_in_head_order(tiny_llama_dir: Path) -> None:
     from mydecide.modeling import load_model
@@ -397,7 +330,6 @@ def test_a_killed_head_run_resumes_to_the_same_head_and_adapter(
 ) -> None:
     import torch
     from safetensors.torch import load_file
-    from test_resume import crash_after
 
     from mydecide.config import TrainRecipe
     from mydecide.recipe_loading import load_recipe
@@ -435,8 +367,6 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
     import os
     import subprocess
 
-    from test_loop import SMOKE, TWO_CPU_PROCESSES
-
     data = tmp_path / "data"
     write_data(data, 8, 40, 32, every=4)
     out = tmp_path / "run"
@@ -453,11 +383,10 @@ def test_two_processes_train_a_head_through_batches_without_span_questions(
 
 
 def test_auto_reads_with_the_letters_where_there_is_no_head(tiny_llama_dir: Path, tmp_path: Path) -> None:
-    """Data without span questions trains no head; an adapter from before the key existed reads with the letters."""
-    from test_loop import recipe_for, write_task
-
+    """Data without span questions trains no head; an adapter whose render config leaves read at auto reads with the
+    letters."""
     from mydecide.modeling import load_model
-    from mydecide.scoring.spans import score_span_questions
+    from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.loop import train
 
     run = train(recipe_for(tiny_llama_dir, write_task(tmp_path / "data", 16, 4), tmp_path / "run", "optim.max_steps=2"))
@@ -470,7 +399,7 @@ def test_auto_reads_with_the_letters_where_there_is_no_head(tiny_llama_dir: Path
     items = [("Anna Berg wrote", parse_question(QUESTION))]
     with pytest.raises(ValueError, match="has no span head"):  # no untrained head that answers a constant
         score_span_questions(load_model(str(tiny_llama_dir), bare, render=head_config(), device="cpu"), items)
-    del saved["span"]["read"]  # as an adapter saved before prompt.span.read existed
+    del saved["span"]["read"]  # read: auto, the default
     (run / "adapter" / "mydecide_render.json").write_text(json.dumps(saved))
     model = load_model(str(tiny_llama_dir), run / "adapter", device="cpu")
     assert model.renderer.config.span.read == "letters"

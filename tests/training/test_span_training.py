@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pytest
+from helpers import choice_row
 
 from mydecide.records import parse_record
 
@@ -32,17 +34,6 @@ def span_row(i: int, rng: random.Random) -> dict:
     }
 
 
-def choice_row(i: int, rng: random.Random) -> dict:
-    team = "engineering" if rng.random() < 0.8 else "billing"
-    return {
-        "id": f"c{i}",
-        "task": "route",
-        "state": f"ticket {i}: {'outage' if team == 'engineering' else 'invoice'}",
-        "question": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "engineering"]},
-        "answer": team,
-    }
-
-
 def records(n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
     return [r for i in range(n) for r in parse_record((span_row if i % 2 else choice_row)(i, rng))]
@@ -64,7 +55,7 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny
     span = next(u for u in units if isinstance(u, SpanUnit))
     assert len(span.target) == len(recs[1].target)  # every cell of the grid is read once
     module = build_module(model.lm, model.renderer.label_ids)
-    ce = loss_for(CeObjective(), 0.0)
+    ce = loss_for(CeObjective())
     pad = model.tokenizer.pad_token_id
 
     def loss_of(subset: list) -> torch.Tensor:
@@ -74,7 +65,7 @@ def test_a_batch_mixing_span_and_choice_questions_weighs_each_question_once(tiny
     alone = [loss_of([u]) for u in units]
     assert mixed.item() == pytest.approx(sum(a.item() for a in alone) / len(units), abs=1e-5)
     # a span question alone: the mean binary log loss of its cells, sigmoid(yes − no) against the gold grid
-    from mydecide.scoring.spans import span_read_logits
+    from mydecide.scoring.span_reads import span_read_logits
 
     reads = span_read_logits(model.lm, span.sequences, torch.tensor(model.renderer.label_ids), pad)
     y = torch.tensor(span.target)
@@ -108,9 +99,6 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
             "eval_every=12",
             "prompt.span.window_tokens=16",
             "prompt.span.overlap_tokens=4",
-            # no prior offset: the grid starts far from its base rate (about 0.2 here), so a falling dev loss shows
-            # that the span reads' gradients reach the adapter
-            "prompt.span.prior=null",
             "prompt.span.read=letters",  # the answer letters' read (by default span data trains a span head)
         ],
         model=TrainRecipe,
@@ -124,12 +112,7 @@ def test_the_loop_trains_span_questions_beside_choice_questions(tiny_llama_dir: 
     assert saved["span"] == {
         "window_tokens": 16,
         "overlap_tokens": 4,
-        "echo": False,
-        "prior": None,
         "read": "letters",
-        "label_read": "last",
-        "label_order": "sorted",
-        "word_read": "core",
         "layout": "own",
     }
 
@@ -164,61 +147,34 @@ def test_dev_log_loss_counts_a_span_question_once_as_the_mean_of_its_cells(monke
     assert out["n"] == 1  # accuracy and ECE: the choice question only
 
 
-def test_the_span_prior_shifts_every_read_by_its_log_odds_in_scoring_and_training(tiny_llama_dir: Path) -> None:
-    import numpy as np
+def test_the_training_module_reads_the_letters_grid_scoring_reads(tiny_llama_dir: Path) -> None:
     import torch
 
     from mydecide.modeling import load_model
     from mydecide.prompt import RenderConfig, SpanWindows
-    from mydecide.scoring.spans import score_span_questions
+    from mydecide.scoring.span_reads import score_span_questions
     from mydecide.training.batches import epoch_units, make_batch
     from mydecide.training.model import build_module
 
-    plain, shifted = (
-        load_model(str(tiny_llama_dir), render=RenderConfig(span=SpanWindows(prior=prior)), device="cpu")
-        for prior in (None, 0.05)
-    )
-    assert plain.renderer.config.span.offset == 0.0
-    assert shifted.renderer.config.span.offset == pytest.approx(np.log(0.05 / 0.95))
+    model = load_model(str(tiny_llama_dir), render=RenderConfig(span=SpanWindows(read="letters")), device="cpu")
     record = records(2)[1]
     assert record.question.type == "span"
-    item = [(record.state, record.question)]
-    (a,), (b,) = score_span_questions(plain, item), score_span_questions(shifted, item)
-    assert np.allclose(b - a, np.log(0.05 / 0.95), atol=1e-5)
+    (grid,) = score_span_questions(model, [(record.state, record.question)])
     # the training module reads the same grid as scoring does (sequence order: label, then window, as the target)
-    (unit,) = epoch_units(shifted.renderer, [record], 0, 0, False)
-    module = build_module(shifted.lm, shifted.renderer.label_ids, shifted.renderer.config.span.offset).eval()
+    (unit,) = epoch_units(model.renderer, [record], 0, 0, False)
+    module = build_module(model.lm, model.renderer.label_ids).eval()
     with torch.no_grad():
-        _, reads = module(None, make_batch([unit], shifted.tokenizer.pad_token_id, True).spans)
-    assert sorted(reads.tolist()) == pytest.approx(sorted(b.tolist()), abs=1e-4)
+        _, reads = module(None, make_batch([unit], model.tokenizer.pad_token_id, True).spans)
+    cells = [c for seq in unit.sequences for c in seq.cells(record.question.k)]
+    assert reads.tolist() == pytest.approx(grid[cells].tolist(), abs=1e-4)
 
 
-def test_train_reports_the_span_cells_share_and_warns_when_the_prior_is_far_from_it() -> None:
-    from mydecide.training.diagnostics import span_prior_note
+def test_the_span_head_starts_at_the_log_odds_of_the_span_cells_share() -> None:
+    from mydecide.training.model import span_log_odds
 
     recs = records(40)
     cells = [y for r in recs if r.question.type == "span" for y in r.target]
     share = sum(cells) / len(cells)
     assert 0.1 < share < 0.3
-    near = span_prior_note(recs, round(share, 2))
-    assert near is not None and f"{share:.1%} of {len(cells):,}" in near and "WARNING" not in near
-    far = span_prior_note(recs, 0.01)
-    assert far is not None and f"WARNING: set prompt.span.prior={share:.3g}" in far
-    assert "(no offset)" in (span_prior_note(recs, None) or "")
-    assert span_prior_note([r for r in recs if r.question.type != "span"], 0.05) is None
-
-
-def test_a_render_config_saved_before_the_span_prior_reads_spans_without_an_offset(tmp_path: Path) -> None:
-    from mydecide.modeling import RENDER_CONFIG_FILE, read_render_config, save_render_config
-    from mydecide.prompt import RenderConfig, SpanWindows
-
-    old = tmp_path / RENDER_CONFIG_FILE
-    for span in ({"window_tokens": 64, "overlap_tokens": 8, "echo": False}, None):
-        old.write_text(json.dumps({"max_state_tokens": 64, **({"span": span} if span else {})}))
-        config = read_render_config(old)
-        assert config.span.prior is None and config.span.offset == 0.0
-    assert span is None and config.span.window_tokens == 512
-    save_render_config(tmp_path, RenderConfig(span=SpanWindows(prior=0.02)))
-    assert read_render_config(old).span.prior == 0.02  # a saved prior is kept
-    save_render_config(tmp_path, RenderConfig())
-    assert read_render_config(old).span.prior is None  # the default: no offset
+    assert span_log_odds(recs) == pytest.approx(math.log(share / (1 - share)))
+    assert span_log_odds([r for r in recs if r.question.type != "span"]) == 0.0
