@@ -195,7 +195,8 @@ def register(app: typer.Typer) -> None:
         }
         if api_key is not None and os.environ.get("MYDECIDE_API_KEY") != api_key:
             typer.echo(
-                "warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead",
+                "[mydecide] warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY "
+                "instead",
                 err=True,
             )
         recipe = recipe_from_command_line(ServeRecipe, args, options)

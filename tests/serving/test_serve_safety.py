@@ -79,7 +79,7 @@ def test_serve_refuses_a_bad_temperatures_file_at_startup_in_one_line(tiny_llama
     assert len(lines) == 1 and "types.choice: temperature 5e-324 is outside" in lines[0]
 
 
-WARNING = "warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead"
+WARNING = "[mydecide] warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead"
 
 
 @pytest.mark.parametrize("given", ["flag", "environment"])
