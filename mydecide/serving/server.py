@@ -151,8 +151,11 @@ def serve(
     """
     check_exposure(recipe.host, api_key, no_auth)
     check_settings(recipe)
-    from mydecide.modeling import check_model
+    from mydecide.modeling import check_device, check_model
     from mydecide.serving.engines import require_engine
+
+    if recipe.device is not None:
+        check_device(recipe.device)  # now, in one line: the model loads after the server has started
 
     require_engine(recipe.engine)  # an engine that cannot run here fails now, in one line
     # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the

@@ -116,6 +116,13 @@ def test_a_key_no_client_can_send_is_refused_at_startup_without_showing_it(
     assert result.output.strip().splitlines() == ([expected] if key else [WARNING, expected])
 
 
+def test_serve_refuses_a_device_torch_lacks_before_it_starts(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    """The model loads in the server's startup, after 'serving on …' was printed: the device is checked first."""
+    result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--device", "bogus"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: device 'bogus': not a device torch knows (cpu, cuda, cuda:1, mps …)"
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
