@@ -628,3 +628,23 @@ def test_export_vllm_writes_a_plain_lora_and_replaces_only_its_own_export(tmp_pa
     inside = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(lora_adapter / "v")])
     assert inside.exit_code == 2 and "must not change" in inside.output
     assert not (lora_adapter / "v").exists()
+
+
+def test_a_full_disk_during_export_vllm_is_one_line_and_leaves_nothing(
+    tmp_path: Path, lora_adapter: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import SafetensorError
+    from typer.testing import CliRunner
+
+    import mydecide.serving.vllm_engine as vllm_engine
+    from mydecide.cli import app
+
+    def full(adapter: Path, stage: Path) -> dict:
+        (stage / "adapter_model.safetensors").write_bytes(b"half")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No" })')
+
+    monkeypatch.setattr(vllm_engine, "write_vllm_lora", full)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(out)])
+    assert result.exit_code == 2 and result.output.strip() == f"error: {out}: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no lock file
