@@ -6,6 +6,7 @@ question type: :func:`parse_answer`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -217,8 +218,14 @@ def _options(source: str, qtype: str, criteria: Any, key: str = "criteria") -> t
 
 
 def _text(value: Any, column: str) -> str:
+    """A cell as text: a string, or a number written out; bytes, a map, a list or NaN is no text to guess at."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise RowError(f"column {column!r} is empty")
+    if isinstance(value, (bytes, bytearray, dict, list, tuple)):
+        kind = {bytes: "bytes", bytearray: "bytes", dict: "a map", list: "a list", tuple: "a list"}[type(value)]
+        raise RowError(f"column {column!r} holds {kind}, not text")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RowError(f"column {column!r} holds {value} (NaN is a missing value), not text")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value).strip() if not isinstance(value, str) else value

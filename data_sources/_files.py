@@ -171,6 +171,9 @@ def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]
             raise ValueError(f"{path}:{reader.line_num}: unreadable CSV header ({err})") from None
         if header is None:
             return
+        repeated = sorted({column for column in header if header.count(column) > 1})
+        if repeated:  # the last one would win, silently
+            raise ValueError(f"{path}:1: the header names column(s) {repeated} more than once; rename them")
         end = reader.line_num
         while True:
             start = end + 1
@@ -223,7 +226,14 @@ def iter_parquet(path: str | Path) -> Iterator[Row]:
         except (OSError, ValueError) as err:  # pyarrow raises ArrowInvalid (a ValueError) on non-Parquet files
             raise ValueError(f"{part}: unreadable Parquet file ({err})") from None
         index = 0
-        for batch in table.iter_batches(batch_size=4096):
+        batches = table.iter_batches(batch_size=4096)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, ValueError) as err:  # a damaged page: pyarrow's OSError or ArrowInvalid
+                raise ValueError(f"{part}: unreadable Parquet file after row {index} ({err})") from None
+            if batch is None:
+                break
             for row in batch.to_pylist():
                 yield f"{part.name}:{index}", row, None
                 index += 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -419,8 +420,15 @@ class RowReader:
 
 
 def _text(value: Any, column: str) -> str:
+    """A cell as text: a string, or a number written out; bytes, a map, a list or NaN is no text to guess at (a
+    list or map state is taken as it is before this)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise RowError(f"column {column!r} is empty")
+    if isinstance(value, (bytes, bytearray, dict, list, tuple)):
+        kind = "bytes" if isinstance(value, (bytes, bytearray)) else "a map" if isinstance(value, dict) else "a list"
+        raise RowError(f"column {column!r} holds {kind}, not text")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RowError(f"column {column!r} holds {value} (NaN is a missing value), not text")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return value if isinstance(value, str) else str(json_safe(value))

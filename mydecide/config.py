@@ -26,7 +26,7 @@ from mydecide.data_recipe import (  # noqa: F401 (prepare's recipe: imported her
     SplitConfig,
 )
 from mydecide.prompt import OptionForm, RenderConfig, ScoreForm
-from mydecide.recipe_parsing import Strict
+from mydecide.recipe_parsing import Seed, Strict
 from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, MIN_CHOICE_OPTIONS, MIN_SCORE_LEVELS
 
 # ---------------------------------------------------------------------------------------------------- training
@@ -70,7 +70,7 @@ class OptimConfig(Strict):
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping
     batch_size: int = Field(4, ge=1)  # questions per micro-batch (per process)
     grad_accum: int = Field(8, ge=1)  # micro-batches per optimizer update
-    epochs: float = Field(2.0, gt=0)  # passes over the training split (fractions allowed)
+    epochs: float = Field(2.0, gt=0, le=1_000_000)  # passes over the training split (fractions allowed)
     max_steps: int | None = Field(None, ge=1)  # optimizer updates; overrides epochs when set
 
 
@@ -104,7 +104,7 @@ class ScoringModel(ModelChoice):
 class TrainRecipe(ModelChoice):
     data: str | None = None  # a prepare output directory (train.jsonl, dev.jsonl)
     out: str = "runs/train"  # run directory: adapter/ (best on dev), last/, checkpoints/, metrics.jsonl
-    seed: int = 13  # seeds model init, option shuffling and batching
+    seed: Seed = 13  # seeds model init, option shuffling and batching
     # proper: log + 0.5·spherical − RPS; rlcd: perturbed-logit policy gradient; ce: soft cross-entropy
     objective: Objective = Field(default_factory=ProperObjective, discriminator="kind")
     lora: LoraConfig = Field(default_factory=LoraConfig)  # the LoRA adapter
@@ -201,7 +201,7 @@ class EvalRecipe(ScoringModel):
     data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
     out: str = "runs/eval"  # report.json, report.md, reliability.png, predictions.jsonl
     permutations: int = Field(4, ge=0)  # random option orders per question, besides the reversed one
-    seed: int = 13  # of the option permutations
+    seed: Seed = 13  # of the option permutations
     costs: Costs = Field(default_factory=Costs)
     thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])  # auto-act table rows
     coherence: bool = False  # negation, option renaming and context-independence checks

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from mydecide.recipe_parsing import Strict
+from mydecide.recipe_parsing import Seed, Strict
 
 
 class SourceSpec(Strict):
@@ -22,7 +22,7 @@ class SourceSpec(Strict):
     path: str | None = None  # None: the converter's default (its bundled sample, or the hub when online)
     name: str | None = None  # label in the manifest and rejects.jsonl; default: kind (kind#i when repeated)
     limit: int | None = Field(None, ge=0)  # read at most this many rows of the source
-    seed: int = 13  # for converters that sample
+    seed: Seed = 13  # for converters that sample
     options: dict[str, Any] = Field(default_factory=dict)  # converter-specific keyword arguments
 
     @field_validator("limit")
@@ -44,7 +44,7 @@ class NearDedupConfig(Strict):
     shingle: Literal["char", "word"] = "char"  # n-grams of characters of the normalised text, or of words
     ngram: int = Field(5, ge=1, le=32)  # characters (shingle: char) or words (shingle: word) per shingle
     num_perm: int = Field(128, ge=16, le=1024)  # MinHash permutations
-    seed: int = 1  # of the MinHash permutations
+    seed: Seed = 1  # of the MinHash permutations
     keep_slot_changes: bool = True  # keep short look-alikes differing in a number, a name or a negation
 
 
@@ -74,7 +74,7 @@ class SplitConfig(Strict):
     dev_fraction: float = Field(0.05, ge=0.0, lt=1.0)
     # > 0 also writes test.jsonl (trained tasks only); a share > 0 that leaves test empty is an error
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    seed: int = 13  # of the stable hash that assigns rows to splits
+    seed: Seed = 13  # of the stable hash that assigns rows to splits
 
     @model_validator(mode="after")
     def _fractions(self) -> SplitConfig:
@@ -116,7 +116,7 @@ class AugmentConfig(Strict):
     negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
     rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
-    seed: int = 13  # which rows get augmented copies
+    seed: Seed = 13  # which rows get augmented copies
     # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;
     # dev, test and held-out rows keep the hard answer (docs/records.md#training-only-soft-targets)
     soft_targets: bool = False

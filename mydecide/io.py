@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers never see a half-written file."""
     path = Path(path)
+    refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
@@ -54,14 +56,44 @@ def _umask() -> int:
     return umask
 
 
+def refuse_link(path: str | Path) -> None:
+    """Refuse (one line) a symbolic link where an output goes: replacing it would drop the link, and writing through
+    it would change a file this command was never given."""
+    if Path(path).is_symlink():
+        raise UserError(
+            f"{path}: is a symbolic link; an output is written as a plain file: remove it or choose another"
+        )
+
+
+def _leftover(name: str, owned: Collection[str]) -> bool:
+    """Whether ``name`` is what an interrupted atomic write of an owned file leaves (``.NAME.XXXX.tmp``,
+    ``.NAME.tmp``); any other hidden file, ``.draft.tmp`` included, is the user's."""
+    return name.endswith(".tmp") and any(name.startswith(f".{own}.") for own in owned)
+
+
 def foreign_entries(directory: Path, owned: Collection[str] = ()) -> list[str]:
-    """The names in ``directory`` that are not ``owned``, sorted; hidden ``*.tmp`` leftovers of an interrupted atomic
-    write are never counted (``owned=()``: every entry but those)."""
-    return sorted(
-        p.name
-        for p in directory.iterdir()
-        if p.name not in owned and not (p.name.startswith(".") and p.name.endswith(".tmp"))
-    )
+    """The paths in ``directory`` (relative, sorted) that are not ``owned``, looked at all the way down: a folder
+    is owned whole when its name is, is looked into when an owned path lies inside it (``train/part-00000.jsonl``
+    owns ``train/`` and that file only), and is foreign otherwise; leftovers of an interrupted atomic write of an
+    owned file are not counted (``owned=()``: every entry)."""
+    found: list[str] = []
+    for p in directory.iterdir():
+        if p.name in owned or _leftover(p.name, owned):
+            continue
+        inside = [own.split("/", 1)[1] for own in owned if own.startswith(p.name + "/")]
+        if inside and p.is_dir() and not p.is_symlink():
+            found += [f"{p.name}/{name}" for name in foreign_entries(p, inside)]
+        else:
+            found.append(p.name)
+    return sorted(found)
+
+
+def unshare(path: str | Path) -> None:
+    """Give a file that this process appends to an inode of its own when another name shares it (a run copied with
+    ``cp -al``): appending would otherwise write into the other copy too."""
+    path = Path(path)
+    if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
+        atomic_write_bytes(path, path.read_bytes())
 
 
 @contextmanager
@@ -69,8 +101,9 @@ def staged_directory(target: str | Path, owned: Collection[str]) -> Iterator[Pat
     """A new directory beside ``target`` to fill; when the block ends without error it replaces ``target`` whole.
 
     An error or an interrupt (even kill -9) at any point leaves ``target`` as it was or, once swapped, complete:
-    never a mix of two runs. ``target`` may hold only the ``owned`` names (and hidden ``*.tmp`` leftovers), so
-    nothing else is ever deleted. Directories that a killed run left beside ``target`` are removed first.
+    never a mix of two runs. ``target`` may hold only the ``owned`` paths (and what their interrupted atomic writes
+    left), so nothing else is ever deleted (``train/part-00000.jsonl`` owns that file of ``train/`` only).
+    Directories that a killed run left beside ``target`` are removed first.
     """
     target = Path(os.path.realpath(target))  # a symlink's directory is replaced, not the link; "." gets a name
     if target.exists():
@@ -200,6 +233,22 @@ def directory_lock(directory: str | Path, command: str) -> Iterator[None]:
             pass
         finally:
             lock.release()  # even when an interrupt lands in the unlink: the lock never outlives the block
+
+
+@contextmanager
+def writing_tensors(path: str | Path) -> Iterator[None]:
+    """Tell a safetensors write that failed (its own error type, with the system's code in the text: a full disk)
+    as the ``OSError`` it was, naming ``path``, so that commands say it in one line."""
+    try:
+        yield
+    except Exception as err:
+        if type(err).__name__ != "SafetensorError":
+            raise
+        found = re.search(r"os error (\d+)|code: (\d+)", str(err))
+        if found is None:
+            raise UserError(f"{path}: could not be written ({' '.join(str(err).split())})") from None
+        code = int(found.group(1) or found.group(2))
+        raise OSError(code, os.strerror(code), str(path)) from None
 
 
 def sha256_file(path: str | Path) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mydecide.adapters import ADAPTER_CONFIG, read_json_file
 from mydecide.errors import UserError
-from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance
+from mydecide.io import atomic_write_json, directory_lock, foreign_entries, holds, provenance, writing_tensors
 from mydecide.modeling import check_model, load_model, resolve_model_path, save_render_config
 from mydecide.record_files import read_records
 from mydecide.records import Question, parse_question
@@ -245,30 +245,35 @@ def _merge(
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_merged_head(merged_lm, tmp)  # a span head (prompt.span.read: head) goes beside the weights
-    save_plain(merged_lm, tmp, dtype)
-    unmerged.tokenizer.save_pretrained(tmp)
-    save_render_config(tmp, unmerged.renderer.config)
-    del unmerged, merged_lm
+    try:  # a failure (a full disk, an interrupt) leaves no partial copy behind
+        with writing_tensors(out):
+            save_merged_head(merged_lm, tmp)  # a span head (prompt.span.read: head) goes beside the weights
+            save_plain(merged_lm, tmp, dtype)
+        unmerged.tokenizer.save_pretrained(tmp)
+        save_render_config(tmp, unmerged.renderer.config)
+        del unmerged, merged_lm
 
-    merged = load_model(str(tmp), device=device, dtype=torch.float32)
-    if hasattr(merged.lm, "peft_config") or any("lora_" in k for k in merged.lm.state_dict()):
-        raise RuntimeError(f"{tmp}: the saved model still carries LoRA weights")  # a bug, not the user's
-    gap, worst = max_probability_gap(reference, option_probabilities(merged, items))
-    report = MergeReport(
-        out=str(out),
-        base=model,
-        adapter=str(adapter),
-        dtype=dtype,
-        n_questions=len(items),
-        max_abs_diff=gap,
-        worst_question=items[worst][1].instructions,
-        tolerance=tolerance,
-        ok=gap <= tolerance,
-    )
-    atomic_write_json(tmp / REPORT_FILE, {**asdict(report), "provenance": provenance()})
-    final = out if report.ok else out.with_name(out.name + ".unverified")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+        merged = load_model(str(tmp), device=device, dtype=torch.float32)
+        if hasattr(merged.lm, "peft_config") or any("lora_" in k for k in merged.lm.state_dict()):
+            raise RuntimeError(f"{tmp}: the saved model still carries LoRA weights")  # a bug, not the user's
+        gap, worst = max_probability_gap(reference, option_probabilities(merged, items))
+        report = MergeReport(
+            out=str(out),
+            base=model,
+            adapter=str(adapter),
+            dtype=dtype,
+            n_questions=len(items),
+            max_abs_diff=gap,
+            worst_question=items[worst][1].instructions,
+            tolerance=tolerance,
+            ok=gap <= tolerance,
+        )
+        atomic_write_json(tmp / REPORT_FILE, {**asdict(report), "provenance": provenance()})
+        final = out if report.ok else out.with_name(out.name + ".unverified")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return report

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -257,12 +258,14 @@ def load_adapter(lm: Any, adapter: Path, name: str) -> Any:
     try:
         with peft_warnings_silenced():
             return PeftModel.from_pretrained(lm, str(adapter))
-    except (RuntimeError, ValueError, KeyError, TypeError, OSError) as err:  # size mismatch, bad config values
+    except (RuntimeError, ValueError, KeyError, TypeError, OSError, pickle.UnpicklingError) as err:  # size mismatch …
         raise UserError(f"{adapter}: the adapter cannot be loaded on {name} ({one_line(err)})") from None
 
 
 def one_line(err: BaseException, most: int = 200) -> str:
     """A library's error message in one line of at most ``most`` characters (its type's name when it has none)."""
+    if isinstance(err, pickle.UnpicklingError):  # torch's safe loader refused objects that could run code
+        return "a weights file holds pickled objects beyond tensors, which torch's safe loader refuses"
     return " ".join(str(err).split())[:most] or type(err).__name__
 
 
@@ -296,6 +299,29 @@ def check_model(
     saved, where = check_option_form(path, adapter, option_form, score_form)  # and forms it was not trained with
     adapter_dir = Path(adapter) if adapter is not None else None
     return CheckedModel(name, adapter_dir, path, kwargs, saved, where, option_form, score_form)
+
+
+def rendered_by(tokenizer: Any, render: RenderConfig | None, name: str) -> Renderer:
+    """The renderer; a UserError naming the model when its chat template cannot render (Jinja refuses it)."""
+    from jinja2 import TemplateError
+
+    try:
+        return Renderer(tokenizer, render)
+    except TemplateError as err:
+        raise UserError(f"{name}: its chat template cannot render a prompt ({one_line(err)})") from None
+
+
+def check_device(device: str) -> str:
+    """``device`` when torch has it here; a UserError in one line otherwise (a typo, or cuda on a CPU machine)."""
+    import torch
+
+    try:
+        kind = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UserError(f"device {device!r}: not a device torch knows (cpu, cuda, cuda:1, mps …)") from None
+    if kind.type == "cuda" and (kind.index or 0) >= (count := torch.cuda.device_count()):
+        raise UserError(f"device {device!r}: this machine has {count} CUDA device(s) torch can use; choose another")
+    return device
 
 
 def load_model(
@@ -333,7 +359,7 @@ def load_model(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
@@ -344,7 +370,7 @@ def load_model(
         tokenizer.pad_token = tokenizer.eos_token
     try:
         lm: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or default_dtype(device), **kwargs)
-    except ValueError as err:  # an unknown model_type, a config or GGUF file transformers cannot load
+    except (ValueError, pickle.UnpicklingError) as err:  # an unknown model_type, a config or GGUF file, a pickle
         raise UserError(f"{name}: not a causal language model transformers can load ({one_line(err)})") from err
     if adapter is not None:
         check_base(Path(adapter), name, lm, allow_other_base)  # before a span head joins the model
@@ -364,7 +390,7 @@ def load_model(
     if asked:
         render = (render or RenderConfig()).model_copy(update=asked)
     lm.to(device).eval()
-    renderer = Renderer(tokenizer, render)
+    renderer = rendered_by(tokenizer, render, name)
     print(
         f"[mydecide] loaded {name}{' + ' + str(adapter) if adapter else ''} on {device} "
         f"in {time.perf_counter() - started:.1f}s",

@@ -62,7 +62,7 @@ class RenderConfig(BaseModel):
         "You are a decision model. Read the state, then answer the question with the letter of one option."
     )
     # the state's tokens at most; a longer state is cut and marked "[… state truncated]"
-    max_state_tokens: int = 3000
+    max_state_tokens: int = Field(3000, ge=1)
     # How a choice question's options are scored: "letters" = one next-token read over the labels A, B, … (one pass
     # per question; needs a model that binds letters to options), "per_option" = every option its own yes / no
     # continuation of a prefix holding the state and the question, the K yes − no logits through one softmax

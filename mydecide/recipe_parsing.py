@@ -13,10 +13,10 @@ import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mydecide.errors import UserError
 
@@ -28,10 +28,11 @@ class RecipeError(UserError):
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
     """``["lora.r=16", "objective.kind=rlcd"]`` → nested dict."""
     nested: dict[str, Any] = {}
-    for item in overrides:
+    for given in overrides:
+        item = given if len(given) <= 80 else given[:79] + "…"  # as messages show it
         if "=" not in item:
             raise RecipeError(f"override {item!r} must look like KEY=VALUE (for example lora.r=16)")
-        key, raw = item.split("=", 1)
+        key, raw = given.split("=", 1)
         parts = key.strip().split(".")
         if not all(parts):
             raise RecipeError(f"override {item!r}: empty key segment")
@@ -86,8 +87,14 @@ UniqueKeyLoader.add_implicit_resolver(
 
 
 def load_yaml(text: str) -> Any:
-    """Safe YAML (no tags that build objects) with duplicate keys refused."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+    """Safe YAML (no tags that build objects) with duplicate keys refused; text that Python cannot hold (an integer
+    of thousands of digits, nesting past the recursion limit) is a ``yaml.YAMLError`` like any other bad YAML."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: builds no objects
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None
+    except ValueError as err:  # int("9" * 5000): "Exceeds the limit (4300 digits) for integer string conversion…"
+        raise yaml.YAMLError(f"a value too large to read ({str(err).split(':')[0]})") from None
 
 
 def yaml_problem(err: yaml.YAMLError, invalid: str = "not valid YAML") -> str:
@@ -205,6 +212,11 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 
 class Strict(BaseModel):
     """Every recipe section: an unknown key is an error, and so is a value of another type than the key's, with no
-    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2)."""
+    conversion (``true`` is not the integer 1, ``"5"`` not the number 5, ``2.0`` not the integer 2); ``.inf`` and
+    ``.nan`` are no numbers either."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+"""A seed numpy, torch and datasketch all take: 0 to 2³²−1."""

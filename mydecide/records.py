@@ -283,9 +283,11 @@ def soft_target(q: Question, target: Any) -> tuple[float, ...]:
     if not isinstance(target, dict) or not target:
         raise RecordError(f"{q.type} target must be a non-empty map option → probability")
     values = [0.0] * q.k
+    named: dict[int, Any] = {}  # a score level by its text and by its index: one would overwrite the other
     for key, value in target.items():
-        index = _option_key(q, str(key))
-        values[index] = _probability(value, f"target[{key!r}]")
+        if (index := _option_key(q, str(key))) in named:
+            raise RecordError(f"target names level {index} twice ({named[index]!r} and {key!r})")
+        named[index], values[index] = key, _probability(value, f"target[{key!r}]")
     if q.type == "set":
         missing = [label for label in q.options if label not in target]
         if missing:

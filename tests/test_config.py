@@ -210,3 +210,44 @@ def test_a_data_recipe_that_still_sets_augment_shuffle_options_gets_one_line_say
     assert "\n" not in message and "training recipe's shuffle_options" in message
     with pytest.raises(RecipeError, match=r"^command-line override augment\.shuffle_options=false: augment: "):
         load_recipe(None, ["sources=[{kind: jsonl}]", "augment.shuffle_options=false"], model=DataRecipe)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("seed=-1", "seed: Input should be greater than or equal to 0"),
+        ("seed=4294967296", "seed: Input should be less than or equal to 4294967295"),
+        ("optim.lr=.inf", "optim.lr: Input should be a finite number"),
+        ("optim.lr=.nan", "optim.lr: Input should be a finite number"),
+        ("optim.epochs=.inf", "optim.epochs: Input should be a finite number"),
+        ("optim.epochs=1e300", "optim.epochs: Input should be less than or equal to 1000000"),
+        ("prompt.max_state_tokens=0", "prompt.max_state_tokens: Input should be greater than or equal to 1"),
+    ],
+)
+def test_values_no_library_can_use_are_refused_before_use(override: str, message: str) -> None:
+    """Seeds numpy and datasketch refuse, infinite numbers, a step count past any run, an empty state (issue 64)."""
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, [override], model=TrainRecipe)
+    assert str(info.value) == f"command-line override {override}: {message}"
+    assert load_recipe(None, ["seed=4294967295"], model=TrainRecipe).seed == 2**32 - 1
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("seed: " + "9" * 5000, "a value too large to read (Exceeds the limit (4300 digits) for integer string "),
+        ("a: " + "[" * 100_000, "nested too deeply to read"),
+    ],
+    ids=["huge integer", "recursion bomb"],
+)
+def test_yaml_python_cannot_hold_is_one_line(tmp_path: Path, text: str, problem: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, model=TrainRecipe)
+    assert str(info.value).startswith(f"{path}: not valid YAML ({problem}")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, ["seed=" + "9" * 5000], model=TrainRecipe)
+    assert str(info.value) == (
+        f"override 'seed={'9' * 74}…': value is not valid YAML (a value too large to read (Exceeds the limit "
+        "(4300 digits) for integer string conversion))"
+    )

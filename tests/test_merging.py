@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,34 @@ def test_a_merge_that_changes_the_answers_fails_and_leaves_out_unwritten(
     assert not out.exists()
     report = json.loads((tmp_path / "merged.unverified" / merging.REPORT_FILE).read_text())
     assert report["ok"] is False and report["max_abs_diff"] > 1e-3
+
+
+@pytest.mark.parametrize("error", ["oserror", "safetensors"])
+def test_a_full_disk_during_merge_is_one_line_and_leaves_no_partial_copy(
+    error: str, tiny_llama_dir: Path, adapter_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from safetensors import SafetensorError
+
+    import mydecide.merging as merging
+
+    def full(lm, out, dtype):
+        (out / "model.safetensors").write_bytes(b"half")
+        if error == "oserror":
+            raise OSError(errno.ENOSPC, "No space left on device", str(out / "model.safetensors"))
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No" })')
+
+    monkeypatch.setattr(merging, "save_plain", full)
+    out = tmp_path / "merged"
+    command = ["merge", "--model", str(tiny_llama_dir), "--adapter", str(adapter_dir), "--out", str(out)]
+    result = CliRunner().invoke(app, [*command, "--device", "cpu"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    partial = tmp_path / f".merged.partial-{os.getpid()}" / "model.safetensors"
+    named = partial if error == "oserror" else out
+    assert errors == [f"error: {named}: No space left on device"] and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no partial copy, no lock file
 
 
 def test_merge_refuses_a_non_empty_out_and_a_missing_adapter(

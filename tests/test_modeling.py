@@ -16,6 +16,7 @@ import pytest
 
 import mydecide.modeling as modeling
 from mydecide.adapters import weights_fingerprint
+from mydecide.errors import UserError
 from mydecide.modeling import convert_gguf, load_model, resolve_model_path, save_render_config
 from mydecide.prompt import RenderConfig
 from mydecide.records import parse_question
@@ -290,3 +291,80 @@ def test_to_probabilities_is_stable_and_keeps_the_argmax() -> None:
     # a higher temperature flattens: the top probability falls
     assert to_probabilities("choice", z, 4.0).max() < to_probabilities("choice", z, 1.0).max()
     assert np.isfinite(to_probabilities("set", np.array([1000.0, -1000.0]))).all()
+
+
+def test_a_device_torch_lacks_here_is_one_line_before_loading(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`device: bogus` and `cuda` on a machine without one were torch tracebacks (issue 64)."""
+    import torch
+    from typer.testing import CliRunner
+
+    from mydecide.cli import app
+    from mydecide.modeling import check_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    request = tmp_path / "r.json"
+    request.write_text('{"state": "s", "questions": {"q": {"type": "noul", "instructions": "Up?"}}}')
+    for device, message in (
+        ("bogus", "device 'bogus': not a device torch knows (cpu, cuda, cuda:1, mps …)"),
+        ("cuda", "device 'cuda': this machine has 0 CUDA device(s) torch can use; choose another"),
+    ):
+        result = CliRunner().invoke(app, ["predict", str(request), "--model", str(tiny_llama_dir), "--device", device])
+        assert result.exit_code == 2 and result.output.strip() == f"error: {message}"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert check_device("cuda:0") == "cuda:0" and check_device("cpu") == "cpu"
+    with pytest.raises(UserError, match=r"device 'cuda:1': this machine has 1 CUDA device\(s\)"):
+        check_device("cuda:1")
+
+
+@pytest.mark.parametrize(
+    ("template", "problem"),
+    [
+        ("{% if %}", "Expected an expression, got 'end of statement block'"),
+        ("{{ raise_exception('System role not supported') }}", "System role not supported"),
+        (
+            "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+            "access to attribute '__class__' of 'str' object is unsafe.",
+        ),
+    ],
+    ids=["does not parse", "raises", "sandbox refuses"],
+)
+def test_a_chat_template_that_cannot_render_is_one_line(
+    tiny_llama_dir: Path, tmp_path: Path, template: str, problem: str
+) -> None:
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / "chat_template.jinja").write_text(template)
+    with pytest.raises(UserError) as err:
+        load_model(str(model), device="cpu")
+    assert str(err.value) == f"{model}: its chat template cannot render a prompt ({problem})"
+
+
+def test_a_pickled_payload_in_the_weights_is_refused_in_one_line_and_never_run(
+    tiny_llama_dir: Path, tmp_path: Path
+) -> None:
+    import os
+    import shutil
+
+    import torch
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama_dir, model)
+    (model / "model.safetensors").unlink()
+    torch.save({"model.embed_tokens.weight": Payload()}, model / "pytorch_model.bin")
+    with pytest.raises(UserError) as err:
+        load_model(str(model), device="cpu")
+    assert str(err.value) == (
+        f"{model}: not a causal language model transformers can load (a weights file holds pickled objects beyond "
+        "tensors, which torch's safe loader refuses)"
+    )
+    assert not marker.exists()

@@ -243,6 +243,13 @@ def test_soft_targets() -> None:
     assert labels.target == (0.9, 0.0, 0.5)  # independent per label: no sum rule
 
 
+def test_a_soft_target_may_name_a_level_once() -> None:
+    """ "today" is level 2 of SCORE: naming it by text and by index would let one overwrite the other (issue 64)."""
+    with pytest.raises(RecordError) as err:
+        parse_record(rec(SCORE, answer=..., target={"today": 0.25, "2": 0.75}))
+    assert err.value.rule == "target names level 2 twice ('today' and '2')"
+
+
 def test_ids_are_kept_or_stable_hashes() -> None:
     assert parse_record(rec(id=7))[0].id == "7" == parse_record(rec(id="7"))[0].id  # one id, however written
     assert parse_record(rec(id=0))[0].id == "0"

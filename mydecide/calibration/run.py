@@ -22,7 +22,7 @@ from mydecide.calibration.temperatures import (
 from mydecide.config import dump_recipe
 from mydecide.data.split import protected_split
 from mydecide.errors import UserError
-from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance
+from mydecide.io import atomic_write_json, atomic_write_text, holds, provenance, refuse_link
 from mydecide.manifest import MANIFEST, split_digest
 from mydecide.modeling import load_model
 from mydecide.record_files import load_records
@@ -114,11 +114,14 @@ def calibrate(
 def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
     """Refuse, before any scoring, an ``--out`` that would replace what calibrate did not write (ValueError, one
     line naming it): the dev data itself, a file inside a prepare output (a directory with a manifest.json) or inside
-    an adapter directory, an existing file that is not a temperatures.json, or a stray ``.recipe.yaml`` beside it."""
+    an adapter directory, an existing file that is not a temperatures.json, a stray ``.recipe.yaml`` beside it, or a
+    symbolic link in the place of either (the write would replace the link, or reach what it points to)."""
+    for path in (Path(out), Path(out).with_suffix(".recipe.yaml")):
+        refuse_link(path)
     target = Path(os.path.realpath(out))
     side = target.with_suffix(".recipe.yaml")
-    # the recipe beside it: a dev directory that holds it holds the target too; a link in its place is replaced by
-    # the write, not followed, so the side file is compared as it is named (holds would follow a link)
+    # the recipe beside it: a dev directory that holds it holds the target too; it is no link (refused above), so
+    # it is compared as it is named
     if holds(data, target) or side == Path(os.path.realpath(data)):
         raise UserError(f"{out}: would overwrite the dev data {data}; choose another --out")
     if adapter is not None and holds(adapter, target.parent):

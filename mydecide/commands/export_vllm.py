@@ -42,7 +42,7 @@ def export(adapter: Path, out: Path, temperatures: Path | None = None, overwrite
 
     from mydecide.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BASE_FILE, check_adapter
     from mydecide.errors import UserError
-    from mydecide.io import atomic_write_json, holds, provenance, staged_directory
+    from mydecide.io import atomic_write_json, foreign_entries, holds, provenance, staged_directory, writing_tensors
     from mydecide.modeling import RENDER_CONFIG_FILE
     from mydecide.scoring.span_head import MERGED_FILE
     from mydecide.serving.vllm_engine import lora_rank_setting, write_vllm_lora
@@ -65,10 +65,17 @@ def export(adapter: Path, out: Path, temperatures: Path | None = None, overwrite
         TEMPERATURES_FILE,
         EXPORT_FILE,
     }
-    if out.is_dir() and (out / EXPORT_FILE).is_file() and not overwrite:
+    present = foreign_entries(out) if out.is_dir() else []
+    if present and not (out / EXPORT_FILE).is_file():  # another adapter, say: only an earlier export is replaced
+        raise UserError(
+            f"{out}: holds {', '.join(present[:5])} but no {EXPORT_FILE} of an earlier export: not export-vllm's to "
+            "replace; choose an empty or new --out"
+        )
+    if present and not overwrite:
         raise UserError(f"{out}: holds an earlier export; pass --overwrite to replace it, or choose another --out")
     with staged_directory(out, owned) as stage:
-        written = write_vllm_lora(adapter, stage)
+        with writing_tensors(out):
+            written = write_vllm_lora(adapter, stage)
         for name in (RENDER_CONFIG_FILE, BASE_FILE):
             if (adapter / name).is_file():
                 shutil.copyfile(adapter / name, stage / name)

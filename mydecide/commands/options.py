@@ -72,18 +72,27 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 Device = Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:1 … (default: cuda when available).")]
 
 
+def _exists(arg: str) -> bool:
+    """Whether ``arg`` names something (False for a name the system cannot look up: a long ``KEY=VALUE``)."""
+    try:
+        return Path(arg).exists()
+    except OSError:
+        return False
+
+
 def split_args(args: list[str] | None, *, data_files: bool = False) -> tuple[str | None, list[str], list[str]]:
     """Positional arguments → (recipe path, dotted overrides, data files).
 
-    ``KEY=VALUE`` (not an existing file) is an override; a ``.yaml`` / ``.yml`` file is the recipe; with
-    ``data_files``, anything else is one more data file (so ``--data a.jsonl b.jsonl`` reads both: the shell passes
-    b.jsonl positionally); without, the first other argument is the recipe whatever its suffix.
+    ``KEY=VALUE`` (not an existing file; one too long to be a file name is none) is an override; a ``.yaml`` /
+    ``.yml`` file is the recipe; with ``data_files``, anything else is one more data file (so ``--data a.jsonl
+    b.jsonl`` reads both: the shell passes b.jsonl positionally); without, the first other argument is the recipe
+    whatever its suffix.
     """
     recipe: str | None = None
     overrides: list[str] = []
     files: list[str] = []
     for arg in args or []:
-        if "=" in arg and not Path(arg).exists():
+        if "=" in arg and not _exists(arg):
             overrides.append(arg)
         elif recipe is None and (arg.endswith((".yaml", ".yml")) or not data_files):
             recipe = arg

@@ -61,9 +61,16 @@ def register(app: typer.Typer) -> None:
             raise IsADirectoryError(f"{request} is a directory; give a JSON file holding one /v1/systemone request")
         if not request.is_file():
             raise FileNotFoundError(f"{request}: no such request file")
-        try:  # the server's checks, without its body-size limit
-            limits = recipe.limits.model_copy(update={"max_body_bytes": 2**62})
-            parsed = parse_request(decode_body(request.read_bytes()), limits)
+        limit = recipe.limits.max_body_bytes  # the server's limit (limits.max_body_bytes=N raises it)
+        with open(request, "rb") as handle:
+            raw = handle.read(limit + 1)  # never more: the file may be huge, or endless (a device, a pipe)
+        if len(raw) > limit:
+            raise UserError(
+                f"{request}: larger than the limit of {limit} bytes a request body may have; raise it with "
+                "limits.max_body_bytes=N"
+            )
+        try:  # the server's checks
+            parsed = parse_request(decode_body(raw), recipe.limits)
         except RequestError as err:
             raise UserError(f"{request}: {err}") from None
         temperature = None

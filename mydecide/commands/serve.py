@@ -5,6 +5,7 @@ startup and uvicorn's configuration."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
@@ -75,6 +76,12 @@ def register(app: typer.Typer) -> None:
             help="Require 'Authorization: Bearer KEY' on /v1/systemone.",
         ),
         no_auth: bool = typer.Option(False, "--no-auth", help="Allow a non-loopback --host without an API key."),
+        allow_origin: list[str] | None = typer.Option(
+            None,
+            "--allow-origin",
+            help="A browser origin (https://app.example, or * for any) whose web pages may call the server; "
+            "repeat for more. Requests from other pages are refused (403).",
+        ),
         name: str | None = typer.Option(
             None,
             help="Model name reported when a request names none (default: --model, a local path cut to its last part).",
@@ -186,6 +193,12 @@ def register(app: typer.Typer) -> None:
             "device": device,
             "log_level": log_level.lower() if log_level else None,
         }
+        if api_key is not None and os.environ.get("MYDECIDE_API_KEY") != api_key:
+            typer.echo(
+                "[mydecide] warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY "
+                "instead",
+                err=True,
+            )
         recipe = recipe_from_command_line(ServeRecipe, args, options)
         from mydecide.serving.server import serve as run_server
 
@@ -193,6 +206,7 @@ def register(app: typer.Typer) -> None:
             recipe,
             api_key=api_key,
             no_auth=no_auth,
+            allowed_origins=allow_origin or (),
             baseline=baseline,
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,

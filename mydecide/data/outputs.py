@@ -88,24 +88,14 @@ def check_conservation(manifest: dict[str, Any], ledger: Ledger) -> None:
         )
 
 
-# what prepare writes; an existing --out may hold only these (anything else is the user's and stays untouched)
-OUTPUT_FILES = (
-    *SPLIT_FILES.values(),
-    *(split_dir(name) for name in SPLIT_FILES),
-    "rejects.jsonl",
-    "near_pairs.jsonl",
-    "recipe.yaml",
-    MANIFEST,
-)
-
-
 def check_output_dir(out: Path, recipe: DataRecipe) -> None:
     """Refuse, before any work, an ``out`` that prepare would replace but did not write (ValueError, one line):
 
     * the working directory or a directory above it;
     * a directory that holds files but no readable manifest.json of an earlier prepare (a user's own
       ``train.jsonl`` is not an output to replace);
-    * one that holds a file prepare does not write (checked again when the outputs are swapped in);
+    * one that holds a file or folder, at any depth, that its manifest does not list (checked again when the
+      outputs are swapped in): a user's ``test/`` or ``train/NOTES.md`` stays theirs;
     * one that holds a source or a ``decontaminate_against`` file of the recipe."""
     target = Path(os.path.realpath(out))
     if holds(out, Path.cwd()):
@@ -138,7 +128,7 @@ def check_output_dir(out: Path, recipe: DataRecipe) -> None:
             f"{out}: holds {', '.join(present[:5])} but no manifest.json of an earlier prepare: these are not its "
             "outputs to replace; choose an empty or new output directory"
         )
-    foreign = foreign_entries(target, {*OUTPUT_FILES, *earlier_outputs(target)})
+    foreign = foreign_entries(target, earlier_outputs(target))
     if foreign:
         raise UserError(
             f"{out}: holds {', '.join(foreign[:5])}, which this command did not write; choose an empty or new "
@@ -153,17 +143,18 @@ def write_outputs(
     re-run leaves the previous outputs or the new ones, never a mix; readers check files against the manifest.
     ``out`` is checked again (:func:`check_output_dir`): it may have changed while prepare ran."""
     check_output_dir(out, recipe)
-    with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
+    with staged_directory(out, earlier_outputs(out)) as staging:
         write_files(staging, splits, ledger, manifest, recipe)
 
 
 def earlier_outputs(out: Path) -> list[str]:
-    """The files that an earlier run's manifest in ``out`` lists (a newer version may have written more)."""
+    """What prepare may replace in ``out``: the files an earlier run's manifest lists (``train/part-00000.jsonl``
+    included) and the manifest itself; nothing when it is unreadable, since it then vouches for nothing."""
     try:
         outputs = listed_outputs(out)
-    except ValueError:  # an unreadable manifest vouches for nothing: only prepare's own names may be replaced
+    except ValueError:
         return []
-    return [name for name in outputs if "/" not in name]
+    return [MANIFEST, *outputs] if outputs else []
 
 
 def write_files(

@@ -6,12 +6,15 @@ a trailing slash (never a redirect).
 torch forward pass). A request goes through, in order:
 
 0. the Host header must be one of ``allowed_hosts`` (when given; against DNS rebinding) → 400, on every path;
-1. bearer-token check (when an API key is set; exactly one Authorization header; constant-time compare) → 401;
-2. body size: the Content-Length header, then the bytes actually received → 413; a compressed body or a charset
-   other than UTF-8 → 415;
+1. a browser's Origin header that is not one of ``allowed_origins`` → 403 (a web page cannot spend the server's
+   CPU through its visitors); bearer-token check (when an API key is set; exactly one Authorization header;
+   constant-time compare) → 401;
+2. body size: the Content-Length header, then the bytes actually received → 413; a Content-Type other than
+   ``application/json``, a compressed body or a charset other than UTF-8 → 415;
 3. strict JSON decoding (UTF-8 only) → 400; the wire-format rules and limits → 422 naming the question and the rule;
    a question type the engine does not serve (span questions without a span path) → 422 naming it;
-4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``).
+4. the scorer queue (503 when it is full or an answer takes longer than ``request_timeout_s``); a request whose
+   client closes the connection meanwhile is taken off the queue (499) unless it is already being scored.
 
 Every error answer is ``{"error": "<message>"}``. Each request is logged (method, path, status, latency,
 number of questions), never the state or the questions' text. Before any of it,
@@ -26,6 +29,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -117,14 +121,51 @@ def check_bearer(headers: list[str], api_key: str) -> None:
         raise ApiError(401, "invalid API key", challenge)
 
 
+def check_origin(origin: str | None, allowed: Sequence[str]) -> None:
+    """Refuse (403) a request a browser sends for a web page of another origin, unless ``allowed`` names it (``*``:
+    any); clients other than browsers send no Origin header."""
+    if origin is not None and origin not in allowed and "*" not in allowed:
+        shown = origin if len(origin) <= 80 else origin[:79] + "…"
+        raise ApiError(403, f"requests from the web page origin {shown!r} are not allowed (serve --allow-origin)")
+
+
 def check_charset(content_type: str | None) -> None:
-    """Refuse (415) a ``Content-Type`` whose charset is not UTF-8: the body is read as UTF-8 whatever the header says,
-    so a client declaring another charset sends text the server would misread. No header, or no charset, is fine."""
+    """Refuse (415) a body declared as anything but ``application/json`` (a form or text/plain is what a web page can
+    send unasked), or with a charset other than UTF-8: the body is read as UTF-8 JSON whatever the header says. No
+    header is fine (a browser page sends an Origin, refused by :func:`check_origin`)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if content_type is not None and media != "application/json":
+        raise ApiError(415, f"Content-Type {media[:40]!r} is not accepted: send the body as application/json")
     for parameter in (content_type or "").split(";")[1:]:
         name, _, value = parameter.partition("=")
         charset = value.strip().strip('"')
         if name.strip().lower() == "charset" and charset.lower() != "utf-8":
             raise ApiError(415, f"Content-Type charset {charset[:40]!r} is not accepted: send the JSON body as UTF-8")
+
+
+async def client_gone(request: Request) -> None:
+    """Return once the client has closed its connection (the body is read by then: what comes next is the end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(request: Request, future: Future[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    """The scorer's answer, within ``timeout_s`` (TimeoutError); a request whose client has gone is cancelled, so the
+    scorer skips it unless it is already being scored, and is answered 499 (which no one reads)."""
+    answer, gone = asyncio.wrap_future(future), asyncio.ensure_future(client_gone(request))
+    both: set[asyncio.Future[Any]] = {answer, gone}
+    try:
+        done, _ = await asyncio.wait(both, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not answer.done():
+            answer.cancel()  # cancels ``future`` too: the scorer drops a request it has not started
+    if answer in done:
+        result: dict[str, Any] = answer.result()
+        return result
+    if gone in done:
+        raise ApiError(499, "the client closed the connection before its answer")
+    raise TimeoutError
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
@@ -248,6 +289,7 @@ def create_app(
     body_timeout_s: float = 30.0,
     warm_up: bool = True,
     allowed_hosts: Sequence[str] | None = None,
+    allowed_origins: Sequence[str] = (),
     engine: Callable[[LoadedModel], LogitsEngine] | None = None,
     noul_detail: bool = False,
 ) -> FastAPI:
@@ -256,7 +298,8 @@ def create_app(
     ``model_name`` is reported when a request names no model (default: the model's name, a path cut to its last
     part); ``api_key`` (when set) is required as a bearer token on ``/v1/systemone``. ``batching`` chooses
     micro-batching and shared-prefix scoring. ``allowed_hosts`` (host names, ``*`` for any; ``None``: no check) are
-    the Host headers answered; ``serving.server.serve`` passes the loopback names when there is no API key. ``engine``
+    the Host headers answered; ``serving.server.serve`` passes the loopback names when there is no API key;
+    ``allowed_origins`` the browser origins (``https://app.example``, ``*``) whose pages may call it. ``engine``
     builds the scoring engine from the loaded model at startup (default: the torch engine on it). ``noul_detail``
     adds ``probabilities`` and ``confidence`` to ``/v1/systemone``'s noul answers, as vLLM's carry them.
     """
@@ -314,6 +357,7 @@ def create_app(
     async def scored(request: Request, decisions: bool) -> dict[str, Any]:
         """The System One answer to a request's body (a Decisions body translated first): every check, then the
         scorer's queue."""
+        check_origin(request.headers.get("origin"), allowed_origins)
         if api_key:
             check_bearer(request.headers.getlist("authorization"), api_key)
         raw = await read_body(request, limits.max_body_bytes, body_timeout_s)
@@ -340,9 +384,7 @@ def create_app(
         if scorer.pending >= batching.max_pending:
             raise ApiError(503, "the server is busy; retry shortly", {"Retry-After": "1"})
         try:
-            answer: dict[str, Any] = await asyncio.wait_for(
-                asyncio.wrap_future(scorer.submit(parsed)), request_timeout_s
-            )
+            answer: dict[str, Any] = await unless_gone(request, scorer.submit(parsed), request_timeout_s)
         except TimeoutError:
             raise ApiError(
                 503, f"no answer within {request_timeout_s:g} s; the server is overloaded", {"Retry-After": "5"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +41,36 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, api_key: str | None, no_auth: bool) -> None:
-    """Refuse to bind a non-loopback ``host`` without an API key, unless ``no_auth`` says so."""
+    """Refuse to bind a non-loopback ``host`` without an API key, unless ``no_auth`` says so, and a key that no
+    client can send (empty, or not printable ASCII without spaces: an HTTP header cannot carry it as written)."""
+    if api_key is not None and not api_key:
+        raise UserError("--api-key (or MYDECIDE_API_KEY) is empty: set a key, or pass --no-auth to serve without one")
+    if api_key and not (api_key.isascii() and api_key.isprintable() and not any(c.isspace() for c in api_key)):
+        raise UserError(
+            "--api-key (or MYDECIDE_API_KEY) holds a character that no client can send in an Authorization header: "
+            "use printable ASCII without spaces"
+        )
     if not is_loopback(host) and not api_key and not no_auth:
         raise UserError(
             f"--host {host} exposes the server beyond this machine: set --api-key (or MYDECIDE_API_KEY), "
             "or pass --no-auth to serve without one"
         )
+
+
+def check_settings(recipe: ServeRecipe) -> None:
+    """Refuse settings under which every request would fail (a UserError naming the keys): a queue of 0, or a
+    question-size window whose least is above its most."""
+    limits, problems = recipe.limits, []
+    if recipe.batching.max_pending < 1:
+        problems.append("batching.max_pending is 0: every request would be answered 503 (busy)")
+    for low, high in (("min_choice_options", "max_choice_options"), ("min_score_levels", "max_score_levels")):
+        if getattr(limits, low) > getattr(limits, high):
+            problems.append(
+                f"limits.{low} {getattr(limits, low)} is above limits.{high} {getattr(limits, high)}: every "
+                f"{low.split('_')[1]} question would be refused"
+            )
+    if problems:
+        raise UserError(f"serve: {'; '.join(problems)}")
 
 
 def default_allowed_hosts(host: str, api_key: str | None) -> list[str]:
@@ -114,18 +138,24 @@ def serve(
     *,
     api_key: str | None = None,
     no_auth: bool = False,
+    allowed_origins: Sequence[str] = (),
     baseline: bool = False,
     header_timeout_s: float = HEADER_TIMEOUT_S,
     body_timeout_s: float = BODY_TIMEOUT_S,
 ) -> None:
     """Serve ``recipe``'s model until SIGTERM / SIGINT: ``POST /v1/systemone`` (with ``api_key`` as a bearer token
-    when given) and ``GET /health``. ``baseline`` turns off micro-batching and shared-prefix scoring (benchmarks);
+    when given) and ``GET /health``; ``allowed_origins``: the browser origins whose web pages may call it.
+    ``baseline`` turns off micro-batching and shared-prefix scoring (benchmarks);
     ``header_timeout_s`` / ``body_timeout_s`` bound how long a client may take to send a request's head and body.
     A :class:`UserError` (one line) for whatever the user can fix, before the model loads where it can be told then.
     """
     check_exposure(recipe.host, api_key, no_auth)
-    from mydecide.modeling import check_model
+    check_settings(recipe)
+    from mydecide.modeling import check_device, check_model
     from mydecide.serving.engines import require_engine
+
+    if recipe.device is not None:
+        check_device(recipe.device)  # now, in one line: the model loads after the server has started
 
     require_engine(recipe.engine)  # an engine that cannot run here fails now, in one line
     # a missing model, a damaged adapter or a form it was not trained with fail here in one line, not in the
@@ -174,6 +204,7 @@ def serve(
         request_timeout_s=recipe.request_timeout_s,
         body_timeout_s=body_timeout_s,
         allowed_hosts=recipe.allowed_hosts or default_allowed_hosts(recipe.host, api_key),
+        allowed_origins=allowed_origins,
         engine=build_engine if make_engine is not None else None,
         noul_detail=recipe.noul_detail,
     )

@@ -24,7 +24,7 @@ from typing import Any
 from mydecide.config import TrainRecipe, dump_recipe
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior
-from mydecide.io import atomic_write_text, directory_lock, provenance
+from mydecide.io import atomic_write_text, directory_lock, provenance, unshare
 from mydecide.manifest import SPLIT_FILES, Digests, check_against_manifest, split_digest, split_path
 from mydecide.record_files import NO_RECORDS, load_records
 from mydecide.records import Record, RecordError
@@ -402,6 +402,7 @@ def open_run(
                 f"WARNING: {problem}; resuming against the recipe {against} was trained with (every checkpoint "
                 f"carries it), and writing {run / 'recipe.yaml'} again"
             )
+        unshare(run / "metrics.jsonl")  # a run copied with `cp -al` appends to its own log, not the original's
     if run.exists() and not resume and any(run.iterdir()):
         raise FileExistsError(f"{run}: run directory exists; pass --resume to continue it or choose --out")
     (run / "checkpoints").mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
     if spec != "all-linear":
         if last_layers:
             raise UserError("lora.last_layers works with lora.target_modules: all-linear, not an explicit list")
+        check_targets(lm, spec)
         return spec
     decoder = lm.get_decoder()
     prefix = next(name for name, module in lm.named_modules() if module is decoder)
@@ -50,6 +51,45 @@ def lora_targets(lm: Any, spec: str | list[str], last_layers: int | None = None)
             raise UserError(f"lora.last_layers={last_layers}, but {type(lm).__name__} has {n} decoder layers")
         layers = rf"layers\.(?:{'|'.join(str(i) for i in range(n - last_layers, n))})\."
     return rf"^{re.escape(prefix)}\.(?!.*(?:vision|visual)){layers}.*\.({'|'.join(map(re.escape, leaves))})$"
+
+
+def check_targets(lm: Any, spec: str | list[str]) -> None:
+    """Refuse (one line) explicit LoRA targets that name no module of ``lm``, or a module LoRA cannot adapt (peft
+    matches a list by name suffix, a string as a regular expression over the whole name)."""
+    import torch
+
+    names = [name for name, _ in lm.named_modules() if name]
+
+    def matched(target: str) -> list[str]:
+        if isinstance(spec, str):
+            return [name for name in names if re.fullmatch(target, name)]
+        return [name for name in names if name == target or name.endswith("." + target)]
+
+    try:
+        missing = [target for target in ([spec] if isinstance(spec, str) else spec) if not matched(target)]
+    except re.error as err:
+        raise UserError(f"lora.target_modules: {spec!r} is not a regular expression ({err})") from None
+    layers = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    leaves = sorted({n.rsplit(".", 1)[-1] for n, m in lm.named_modules() if isinstance(m, torch.nn.Linear)})
+    if missing:
+        raise UserError(
+            f"lora.target_modules: {missing} name no module of {type(lm).__name__} (its linear layers: "
+            f"{', '.join(leaves)})"
+        )
+    modules = dict(lm.named_modules())
+    targets = [spec] if isinstance(spec, str) else spec
+    # transformers' Conv1D (GPT-2's projections) is adaptable too
+    odd = sorted(
+        n
+        for t in targets
+        for n in matched(t)
+        if not isinstance(modules[n], layers) and type(modules[n]).__name__ != "Conv1D"
+    )
+    if odd:
+        raise UserError(
+            f"lora.target_modules: {odd[0]} is a {type(modules[odd[0]]).__name__}, which LoRA cannot adapt (its "
+            f"linear layers: {', '.join(leaves)})"
+        )
 
 
 def set_checkpointing(lm: Any, on: bool) -> None:

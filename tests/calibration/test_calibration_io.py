@@ -306,7 +306,7 @@ def test_calibrate_refuses_an_out_it_would_not_own_before_loading_any_model(case
 
 def test_the_out_checks_follow_links_as_before(tmp_path: Path) -> None:
     """check_temperatures_out asks io.holds (links and .. resolved) whether --out lies in the dev data or the adapter;
-    the recipe written beside --out is compared as it is named, since the write replaces a link there."""
+    a link in the place of --out or of the recipe beside it is refused, never replaced or followed (issue 64)."""
     from mydecide.calibration.run import check_temperatures_out
     from mydecide.calibration.temperatures import TEMPERATURES_FORMAT
 
@@ -332,5 +332,10 @@ def test_the_out_checks_follow_links_as_before(tmp_path: Path) -> None:
     check_temperatures_out(tmp_path / "elsewhere" / "t.json", split, str(adapter))  # no error
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "t.json").write_text(json.dumps({"format": TEMPERATURES_FORMAT}))
-    (tmp_path / "elsewhere" / "t.recipe.yaml").symlink_to(dev)  # replaced by the write, never followed
-    check_temperatures_out(tmp_path / "elsewhere" / "t.json", dev, None)
+    (tmp_path / "elsewhere" / "t.recipe.yaml").symlink_to(dev)
+    with pytest.raises(ValueError, match=r"elsewhere/t\.recipe\.yaml: is a symbolic link; an output is written as"):
+        check_temperatures_out(tmp_path / "elsewhere" / "t.json", dev, None)
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere" / "t.json")
+    with pytest.raises(ValueError, match=r"link\.json: is a symbolic link; an output is written as a plain file"):
+        check_temperatures_out(tmp_path / "link.json", dev, None)
+    assert (tmp_path / "link.json").is_symlink() and dev.read_text().count("\n") == 2

@@ -112,6 +112,20 @@ def test_predict_prints_a_jev_response(tiny_llama_dir: Path, tmp_path: Path) -> 
     assert response["usage"]["output_tokens"] == 0 and response["usage"]["input_tokens"] > 0
 
 
+def test_predict_keeps_the_servers_body_limit_unless_raised(tmp_path: Path) -> None:
+    """predict read any file whole; it now stops, as the server does, past limits.max_body_bytes (issue 64)."""
+    request = _write(tmp_path, {**REQUEST, "state": "x" * 2_000})
+    command = ["predict", str(request), "limits.max_body_bytes=1000", "--model", str(tmp_path / "absent")]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: {request}: larger than the limit of 1000 bytes a request body may have; raise it with "
+        "limits.max_body_bytes=N"
+    )
+    raised = CliRunner().invoke(app, [*command[:2], "limits.max_body_bytes=100000", *command[3:]])
+    assert "larger than the limit" not in raised.output and "absent" in raised.output  # then the model is looked for
+
+
 def test_predict_without_shared_prefix_gives_the_same_answers(tiny_qwen_dir: Path, tmp_path: Path) -> None:
     path = str(_write(tmp_path, REQUEST))
     shared = CliRunner().invoke(app, ["predict", "--model", str(tiny_qwen_dir), path])

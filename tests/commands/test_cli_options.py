@@ -138,3 +138,15 @@ def test_evaluate_prints_what_report_json_holds() -> None:
     assert lines[-1].endswith(
         "auto-act when p > 0.800, escalate otherwise (coverage 0.500, accuracy 1.000, payoff 0.250 per question)"
     )
+
+
+def test_an_override_too_long_to_be_a_file_name_is_still_an_override(tmp_path: Path) -> None:
+    """Each KEY=VALUE is first looked up as a file; a name past the system's limit is no file, not an error."""
+    long = "out=" + "x" * 300
+    assert split_args(["r.yaml", long]) == ("r.yaml", [long], [])
+    (tmp_path / "train.yaml").write_text("seed: 1\n")
+    result = CliRunner().invoke(app, ["train", str(tmp_path / "train.yaml"), "optim.lr=.inf", long])
+    assert result.exit_code == 2 and "File name too long" not in result.output
+    assert (
+        result.output.strip() == "error: command-line override optim.lr=.inf: optim.lr: Input should be a finite number"
+    )

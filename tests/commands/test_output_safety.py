@@ -92,6 +92,34 @@ def test_a_symlink_where_the_lock_file_goes_is_refused_and_its_target_left_alone
     assert elsewhere.read_text() == "keep me" and not target.exists()
 
 
+def test_an_atomic_write_never_replaces_or_follows_a_link(tmp_path: Path) -> None:
+    from mydecide.io import atomic_write_text
+
+    elsewhere = tmp_path / "precious.txt"
+    elsewhere.write_text("keep me")
+    (tmp_path / "out.json").symlink_to(elsewhere)
+    with pytest.raises(UserError, match=r"out\.json: is a symbolic link; an output is written as a plain file"):
+        atomic_write_text(tmp_path / "out.json", "{}")
+    assert (tmp_path / "out.json").is_symlink() and elsewhere.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "precious.txt"]  # no temporary file left
+
+
+def test_resuming_a_hard_linked_copy_never_appends_to_the_original(tmp_path: Path) -> None:
+    """A run copied with ``cp -al`` shares metrics.jsonl's inode; unshare gives the copy its own before appending."""
+    from mydecide.io import unshare
+
+    original, copy = tmp_path / "run" / "metrics.jsonl", tmp_path / "copy" / "metrics.jsonl"
+    original.parent.mkdir()
+    copy.parent.mkdir()
+    original.write_text('{"update": 1}\n')
+    os.link(original, copy)
+    unshare(copy)
+    with open(copy, "a") as handle:
+        handle.write('{"update": 2}\n')
+    assert original.read_text() == '{"update": 1}\n' and copy.read_text() == '{"update": 1}\n{"update": 2}\n'
+    assert original.stat().st_nlink == 1
+
+
 # ----------------------------------------------------------------------------------------------- evaluate --out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,34 @@ def test_prepare_keeps_files_it_did_not_write(source: Path, tmp_path: Path) -> N
     with pytest.raises(ValueError, match=r"holds notes\.txt, which this command did not write"):
         prepare(recipe_with_seed(source, 13), out)
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("planted", "named"),
+    [("test/mine.txt", "test"), ("train/NOTES.md", "train/NOTES.md"), (".draft.tmp", ".draft.tmp")],
+)
+def test_prepare_refuses_what_its_manifest_does_not_list_at_any_depth(
+    planted: str, named: str, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's file inside a prepare output, in a folder prepare uses for a split (test/, train/) or hidden like
+    an interrupted write's leftover, is refused before any source row is read, and stays (issue 64)."""
+    import mydecide.data.prepare as prepare_module
+
+    recipe = DataRecipe.model_validate(
+        {
+            "sources": [{"kind": "jsonl", "path": str(source)}],
+            "split": {"dev_fraction": 0.3, "test_fraction": 0.0},
+            "output": {"rows_per_file": 20},
+        }
+    )
+    out = tmp_path / "out"
+    prepare(recipe, out)
+    (out / planted).parent.mkdir(exist_ok=True)
+    (out / planted).write_text("keep me")
+    monkeypatch.setattr(prepare_module, "convert_and_validate", lambda *a, **k: pytest.fail("read a source"))
+    with pytest.raises(ValueError, match=f"holds {re.escape(named)}, which this command did not write"):
+        prepare(recipe, out)
+    assert (out / planted).read_text() == "keep me"
 
 
 def files_of(directory: Path) -> dict[str, bytes]:

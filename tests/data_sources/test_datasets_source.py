@@ -275,3 +275,28 @@ def test_the_recipe_examples_of_the_docs_page_are_valid_sources() -> None:
         else:
             mapping = ds_source.check_mapping("docs", o.get("fields"), *given)
         assert mapping.columns["state"]
+
+
+def test_cells_that_are_not_text_are_rejected_per_row(tmp_path: Path) -> None:
+    """A bytes or NaN state, a map or list id: rejected with the reason, never their Python repr (issue 64)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "cells.parquet"
+    table = {
+        "body": pa.array([b"caf\xc3\xa9", b"ok"]),
+        "score": pa.array([float("nan"), 1.0]),
+        "ref": pa.array([{"k": "A-1"}, {"k": "A-2"}]),
+        "team": pa.array(["billing", "billing"]),
+    }
+    pq.write_table(pa.table(table), path)
+    errors = {
+        column: convert(path, fields={"state": column, "answer": "team"}, **CHOICE)[0]["_error"]
+        for column in ("body", "score")
+    }
+    errors["ref"] = convert(path, fields={"state": "team", "answer": "team", "id": "ref"}, **CHOICE)[0]["_error"]
+    assert errors == {
+        "body": "column 'body' holds bytes, not text (row 0 of cells.parquet)",
+        "score": "column 'score' holds nan (NaN is a missing value), not text (row 0 of cells.parquet)",
+        "ref": "column 'ref' holds a map, not text (row 0 of cells.parquet)",
+    }

@@ -173,3 +173,54 @@ def test_parquet_rejects_a_file_that_is_not_parquet(tmp_path: Path) -> None:
     bogus.write_text("not parquet", encoding="utf-8")
     with pytest.raises(ValueError, match=r"x.parquet: unreadable Parquet"):
         parquet.convert(str(bogus), type="noul", instructions="x")
+
+
+def test_parquet_damaged_inside_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    """Pages that no longer decompress (a damaged copy) fail in one line naming the file, not a pyarrow traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"text": [f"row {i} " * 20 for i in range(2000)], "label": [1] * 2000}), target)
+    data = bytearray(target.read_bytes())
+    data[200:2000] = b"\xff" * 1800
+    target.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as err:
+        list(parquet.convert(str(target), type="noul", instructions="x", state_column="text", answer_column="label"))
+    assert str(err.value) == f"{target}: unreadable Parquet file after row 0 (Corrupt snappy compressed data.)"
+
+
+def test_cells_that_are_not_text_are_rejected_per_row_with_a_reason(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = tmp_path / "cells.parquet"
+    columns = {
+        "bytes": pa.array([b"caf\xc3\xa9"]),
+        "map": pa.array([{"msg": "hi"}]),
+        "list": pa.array([["a", "b"]]),
+        "nan": pa.array([float("nan")]),
+        "number": pa.array([3.0]),
+        "label": pa.array([1]),
+    }
+    pq.write_table(pa.table(columns), target)
+    reasons = {}
+    for column in ("bytes", "map", "list", "nan", "number"):
+        options = {"type": "noul", "instructions": "x", "state_column": column, "answer_column": "label"}
+        row = next(iter(parquet.convert(str(target), **options)))
+        reasons[column] = row.get("_error", row.get("state"))
+    assert reasons == {
+        "bytes": "column 'bytes' holds bytes, not text",
+        "map": "column 'map' holds a map, not text",
+        "list": "column 'list' holds a list, not text",
+        "nan": "column 'nan' holds nan (NaN is a missing value), not text",
+        "number": "3",
+    }
+
+
+def test_a_csv_header_that_names_a_column_twice_is_an_error(tmp_path: Path) -> None:
+    target = tmp_path / "dup.csv"
+    target.write_text("text,label,text\nhello,1,world\n", encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        list(csv_source.convert(str(target), type="noul", instructions="x", state_column="text", answer_column="label"))
+    assert str(err.value) == f"{target}:1: the header names column(s) ['text'] more than once; rename them"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from assets import Env, copy_tree, unlock
@@ -53,10 +54,16 @@ def workspace(env: Env, case_dir: Path) -> Path:
 
 
 def output_probe(
-    env: Env, cid: str, args: list[str], expect: Expect, owned: tuple[str, ...] = (), what: str = ""
+    env: Env,
+    cid: str,
+    args: list[str],
+    expect: Expect,
+    owned: tuple[str, ...] = (),
+    what: str = "",
+    plant: Callable[[Path], None] | None = None,
 ) -> Probe:
-    """Run ``args`` in the workspace ``w``; every file under the case directory must stay unchanged but ``owned``
-    (relative to the case directory)."""
+    """Run ``args`` in the workspace ``w`` (after ``plant(w)`` adds the case's own files); every file under the case
+    directory must stay unchanged but ``owned`` (relative to the case directory)."""
     case = Case(
         f"out-{cid}",
         "outputs",
@@ -67,6 +74,8 @@ def output_probe(
     def go(case: Case) -> None:
         where = env.case_dir(case.id)
         w = workspace(env, where)
+        if plant is not None:
+            plant(w)
         before = snapshot(where)
         run = cli(args, w, timeout=180)
         after = snapshot(where)
@@ -86,8 +95,22 @@ def output_probes(env: Env) -> list[Probe]:
     M = ["--model", "model"]
     A = ["--adapter", "run/adapter"]
 
-    def add(cid: str, args: list[str], expect: Expect, owned: tuple[str, ...] = (), what: str = "") -> None:
-        P.append(output_probe(env, cid, args, expect, owned, what))
+    def add(
+        cid: str,
+        args: list[str],
+        expect: Expect,
+        owned: tuple[str, ...] = (),
+        what: str = "",
+        plant: Callable[[Path], None] | None = None,
+    ) -> None:
+        P.append(output_probe(env, cid, args, expect, owned, what, plant))
+
+    def user_file(name: str) -> Callable[[Path], None]:
+        def put(w: Path) -> None:
+            (w / name).parent.mkdir(parents=True, exist_ok=True)
+            (w / name).write_text("the user's own file\n")
+
+        return put
 
     # prepare
     for cid, out, names in [
@@ -116,6 +139,18 @@ def output_probes(env: Env) -> list[Probe]:
         accept(lambda w, r: prepare_whole(w / "data"), "replaces its own earlier output, whole"),
         owned=("w/data",),
     )
+    for cid, name, named in [  # issue 64: prepare's "this folder is mine" check goes all the way down
+        ("prepare-user-test-dir", "data/test/mine.txt", "test"),
+        ("prepare-user-train-notes", "data/train/NOTES.md", "train"),
+        ("prepare-user-hidden-tmp", "data/.draft.tmp", ".draft.tmp"),
+    ]:
+        add(
+            cid,
+            ["prepare", "data.yaml", "--out", "data"],
+            refuse(named),
+            what=f"w/{name} planted",
+            plant=user_file(name),
+        )
     # calibrate
     cal = ["calibrate", *M, *A, "--data", "data/dev.jsonl", "-q", "--out"]
     for cid, out, names in [
@@ -131,6 +166,13 @@ def output_probes(env: Env) -> list[Probe]:
         ("calibrate-readonly", "ro/t.json", ("ro",)),
     ]:
         add(cid, [*cal, out], refuse(*names))
+    add(
+        "calibrate-symlink-out",
+        [*cal, "link.json"],
+        refuse("link.json"),
+        what="link.json -> file.txt",
+        plant=lambda w: os.symlink("file.txt", w / "link.json"),
+    )
     add(
         "calibrate-over-own",
         [*cal, "temps.json"],
@@ -185,6 +227,13 @@ def output_probes(env: Env) -> list[Probe]:
         [*mg, "merged"],
         accept(lambda w, r: merged_whole(w / "merged"), "a new merged model directory"),
         owned=("w/merged",),
+    )
+    add(
+        "export-vllm-other-adapter",
+        ["export-vllm", *A, "--out", "other_adapter", "--overwrite"],
+        refuse("other_adapter"),
+        what="--out is a copy of another adapter (issue 64)",
+        plant=lambda w: shutil.copytree(w / "run" / "adapter", w / "other_adapter"),
     )
     # train
     tr = ["train", SMOKE, *M, "--data", "data", "optim.max_steps=2", "--out"]

@@ -333,6 +333,25 @@ def recipe_key_probes(env: Env) -> list[Probe]:
         recipe=BASE + "decontaminate_against: [evaldir]\n",
         setup=lambda d: (d / "evaldir").mkdir(),
     )
+    for cid, seed in [("seed-negative", "-1"), ("seed-over-32-bits", "4294967296")]:  # numpy / datasketch raised
+        add(
+            cid,
+            f"dedup.near.seed: {seed} (issue 64)",
+            refuse("seed"),
+            recipe=f"{BASE}dedup: {{near: {{seed: {seed}}}}}\n",
+        )
+    add(
+        "int-5000-digits",
+        "split.seed: a 5,000-digit integer (issue 64)",
+        refuse("recipe.yaml"),
+        recipe="sources:\n  - {kind: jsonl, path: rows.jsonl}\nsplit: {seed: " + "9" * 5000 + "}\n",
+    )
+    add(
+        "yaml-nesting-bomb",
+        "100,000 nested '[' (a recursion bomb; issue 64)",
+        refuse("recipe.yaml"),
+        recipe="sources: " + "[" * 100_000 + "\n",
+    )
     bomb = "".join(
         f"      {k}: &{k} [{', '.join([('*' + p) if p else 'x'] * 9)}]\n"
         for k, p in zip("abcdefg", ["", "a", "b", "c", "d", "e", "f"], strict=False)

@@ -117,6 +117,18 @@ def row_probes(env: Env) -> list[Probe]:
         rows=with_bad(bad_record(target={"billing": 1.0})),
     )
     add(
+        "row-soft-target-level-twice",
+        "score target naming level 'high' by text and by index 1 (one overwrote the other; issue 64)",
+        reject(BAD, "twice"),
+        rows=with_bad(
+            bad_record(
+                answer=DROP,
+                question={"type": "score", "instructions": "How urgent?", "criteria": ["low", "high"]},
+                target={"high": 0.5, "1": 0.5},
+            )
+        ),
+    )
+    add(
         "row-misspelt-key",
         "a misspelt key 'anwser'",
         reject(BAD, "anwser"),

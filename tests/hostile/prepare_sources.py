@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,62 @@ def csv_probes(env: Env) -> list[Probe]:
             )
         },
     )
+    add(
+        "csv-duplicate-column",
+        "csv header naming the column text twice (the last one would win; issue 64)",
+        refuse("text"),
+        recipe=recipe_source(
+            "{kind: csv, path: t.csv, options: {type: choice, instructions: 'Which team?', "
+            "state_column: text, answer_column: team, criteria: [billing, support]}}"
+        ),
+        files={"t.csv": "text,team,text\nhello there,billing,other\nanother one,support,more\n"},
+    )
+    parquet = recipe_source(
+        "{kind: parquet, path: c.parquet, options: {type: noul, instructions: 'Is it urgent?', "
+        "state_column: text, answer_column: label}}"
+    )
+    for cid, cell, word in [
+        ("parquet-nan-cell", float("nan"), "NaN"),
+        ("parquet-bytes-cell", b"caf\xc3\xa9", "bytes"),
+        ("parquet-map-cell", {"msg": "hi"}, "map"),
+        ("parquet-list-cell", ["a", "b"], "list"),
+    ]:
+        add(
+            cid,
+            f"parquet state cells all {cell!r} (were turned into their Python repr and deduplicated; issue 64)",
+            refuse("c.parquet", word),
+            recipe=parquet,
+            setup=_parquet_with(cell),
+        )
+    add(
+        "parquet-damaged",
+        "parquet file whose data pages are overwritten (issue 64)",
+        refuse("c.parquet"),
+        recipe=parquet,
+        setup=_damaged_parquet,
+    )
     return P
+
+
+def _parquet_rows(where: Path, cell: Any = None) -> None:
+    """c.parquet: 40 rows of text and a yes/no label; with ``cell``, every text cell is that (a column has one
+    type: a NaN, bytes, map or list cell cannot sit among strings)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"{sentence(random.Random(i))} number {i}" for i in range(40)] if cell is None else [cell] * 40
+    pq.write_table(pa.table({"text": texts, "label": [i % 2 == 0 for i in range(40)]}), where / "c.parquet")
+
+
+def _parquet_with(cell: Any) -> Callable[[Path], None]:
+    return lambda where: _parquet_rows(where, cell)
+
+
+def _damaged_parquet(where: Path) -> None:
+    _parquet_rows(where)
+    data = bytearray((where / "c.parquet").read_bytes())
+    data[8 : len(data) // 2] = b"\xff" * (len(data) // 2 - 8)
+    (where / "c.parquet").write_bytes(bytes(data))
 
 
 def _truncated_gz(where: Path) -> None:

@@ -242,12 +242,23 @@ def header_probes(env: Env) -> list[Probe]:
     def bad(cid: str, what: str, obj: Any) -> None:
         add(cid, what, post(obj))
 
-    add(
+    add(  # issue 64: what a web page can send without a CORS preflight is not JSON to the server
         "content-type-text",
         "Content-Type: text/plain (valid body)",
         post(NORMAL, headers=[("Content-Type", "text/plain")]),
-        accept=ok(NORMAL),
-        expected="200 (the type is optional) or 415",
+        expected="415",
+    )
+    add(
+        "content-type-form",
+        "Content-Type: application/x-www-form-urlencoded (valid body: curl -d without -H)",
+        post(NORMAL, headers=[("Content-Type", "application/x-www-form-urlencoded")]),
+        expected="415",
+    )
+    add(
+        "origin-evil",
+        "Origin: https://evil.example (a web page spending the server's CPU through its visitor's browser)",
+        post(NORMAL, headers=[("Origin", "https://evil.example"), ("Content-Type", "application/json")]),
+        expected="403",
     )
     add(
         "charset-latin1",

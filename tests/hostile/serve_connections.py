@@ -83,6 +83,11 @@ def connection_probes(env: Env) -> list[Probe]:
         ("temperatures-missing", ["--temperatures", "nosuch.json"], ("nosuch.json",)),
         ("host-public-no-key", ["--host", "0.0.0.0"], ("api-key",)),
         ("limit-huge", ["--limit", "max_questions=" + "9" * 30], ()),
+        # issue 64: settings under which every request fails, a key no client can send, a device torch lacks
+        ("queue-0", ["batching.max_pending=0"], ("max_pending",)),
+        ("choice-window-inverted", ["limits.min_choice_options=5", "limits.max_choice_options=4"], ("min_choice",)),
+        ("api-key-non-ascii", ["--api-key", "clé-secrète"], ("api-key",)),
+        ("device-bogus", ["--device", "bogus"], ("bogus",)),
     ]:
         P.append(serve_start_probe(env, cid, extra, names, tolerable=cid == "limit-huge"))
     # connections

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -618,6 +619,32 @@ def test_export_vllm_writes_a_plain_lora_and_replaces_only_its_own_export(tmp_pa
     (mine / "notes.txt").write_text("keep")
     foreign = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(mine)])
     assert foreign.exit_code == 2 and "notes.txt" in foreign.output and (mine / "notes.txt").read_text() == "keep"
+    other = tmp_path / "other_adapter"  # another adapter, not an export: refused even with --overwrite (issue 64)
+    shutil.copytree(lora_adapter, other)
+    before = {p.name: p.read_bytes() for p in other.iterdir()}
+    taken = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(other), "--overwrite"])
+    assert taken.exit_code == 2 and "but no mydecide_export.json of an earlier export" in taken.output
+    assert {p.name: p.read_bytes() for p in other.iterdir()} == before
     inside = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(lora_adapter / "v")])
     assert inside.exit_code == 2 and "must not change" in inside.output
     assert not (lora_adapter / "v").exists()
+
+
+def test_a_full_disk_during_export_vllm_is_one_line_and_leaves_nothing(
+    tmp_path: Path, lora_adapter: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import SafetensorError
+    from typer.testing import CliRunner
+
+    import mydecide.serving.vllm_engine as vllm_engine
+    from mydecide.cli import app
+
+    def full(adapter: Path, stage: Path) -> dict:
+        (stage / "adapter_model.safetensors").write_bytes(b"half")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No" })')
+
+    monkeypatch.setattr(vllm_engine, "write_vllm_lora", full)
+    out = tmp_path / "export"
+    result = CliRunner().invoke(app, ["export-vllm", "-a", str(lora_adapter), "-o", str(out)])
+    assert result.exit_code == 2 and result.output.strip() == f"error: {out}: No space left on device"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging directory, no lock file

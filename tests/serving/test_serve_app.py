@@ -373,6 +373,46 @@ def test_a_trailing_slash_is_the_same_endpoint_not_a_redirect(client) -> None:
     assert r.status_code == 404 and "POST /v1/systemone" in r.json()["error"]
 
 
+def test_a_request_whose_client_has_gone_is_taken_off_the_queue(model) -> None:
+    """Abandoned requests were scored minutes after their clients left, starving new ones (issue 64): a client that
+    closes its connection while its request waits gets its request cancelled, and the scorer then skips it."""
+    import asyncio
+    from concurrent.futures import Future
+
+    from mydecide.serving.app import create_app
+
+    app = create_app(model, warm_up=False)
+    waiting: list[Future] = []
+    with TestClient(app):  # runs the lifespan: the scorer is there
+        scorer = app.state.scorer
+        scorer.submit = lambda request: waiting.append(Future()) or waiting[-1]  # a queue that never moves
+        body = json.dumps({"state": STATE, "questions": {"q": NOUL}}).encode()
+        sent: list[dict] = []
+
+        async def call() -> None:
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict:
+                if messages:
+                    return messages.pop(0)
+                await asyncio.sleep(0.2)  # the client waits a little, then hangs up
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict) -> None:
+                sent.append(message)
+
+            headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
+            scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": URL, "raw_path": URL.encode(),
+                     "root_path": "", "scheme": "http", "query_string": b"", "headers": headers,
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "app": app}  # fmt: skip
+            await asyncio.wait_for(app(scope, receive, send), 10)
+
+        asyncio.run(call())
+    assert len(waiting) == 1 and waiting[0].cancelled()
+    assert sent[0]["status"] == 499
+    assert not waiting[0].set_running_or_notify_cancel()  # what the scorer asks before scoring a job: skip it
+
+
 def test_a_full_queue_answers_503(model) -> None:
     from mydecide.serving.app import create_app
 

@@ -79,6 +79,73 @@ def test_serve_refuses_a_bad_temperatures_file_at_startup_in_one_line(tiny_llama
     assert len(lines) == 1 and "types.choice: temperature 5e-324 is outside" in lines[0]
 
 
+WARNING = "[mydecide] warning: --api-key shows the key to every local user (ps, /proc); set MYDECIDE_API_KEY instead"
+
+
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_a_key_on_the_command_line_is_warned_about_and_the_environment_is_not(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MYDECIDE_API_KEY", raising=False)
+    command = ["serve", "--model", str(tmp_path / "absent")]
+    if given == "flag":
+        result = CliRunner().invoke(app, [*command, "--api-key", "s3cret-key"])
+    else:
+        result = CliRunner().invoke(app, command, env={"MYDECIDE_API_KEY": "s3cret-key"})
+    assert result.exit_code == 2 and "s3cret-key" not in result.output
+    assert (WARNING in result.output.splitlines()) is (given == "flag")
+
+
+@pytest.mark.parametrize("key", ["clé-secrète", "two words", "tab\there", ""])
+def test_a_key_no_client_can_send_is_refused_at_startup_without_showing_it(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MYDECIDE_API_KEY", raising=False)
+    command = ["serve", "--model", str(tmp_path / "absent")]
+    if key:
+        result = CliRunner().invoke(app, command, env={"MYDECIDE_API_KEY": key})
+    else:  # an empty variable counts as unset; an empty --api-key would turn auth off without a word
+        result = CliRunner().invoke(app, [*command, "--api-key", key])
+    assert result.exit_code == 2
+    expected = (
+        "error: --api-key (or MYDECIDE_API_KEY) is empty: set a key, or pass --no-auth to serve without one"
+        if not key
+        else "error: --api-key (or MYDECIDE_API_KEY) holds a character that no client can send in an Authorization "
+        "header: use printable ASCII without spaces"
+    )
+    assert result.output.strip().splitlines() == ([expected] if key else [WARNING, expected])
+
+
+def test_serve_refuses_a_device_torch_lacks_before_it_starts(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    """The model loads in the server's startup, after 'serving on …' was printed: the device is checked first."""
+    result = CliRunner().invoke(app, ["serve", "--model", str(tiny_llama_dir), "--device", "bogus"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: device 'bogus': not a device torch knows (cpu, cuda, cuda:1, mps …)"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["batching.max_pending=0"], "batching.max_pending is 0: every request would be answered 503 (busy)"),
+        (
+            ["limits.min_choice_options=5", "limits.max_choice_options=4"],
+            "limits.min_choice_options 5 is above limits.max_choice_options 4: every choice question would be refused",
+        ),
+        (
+            ["limits.min_score_levels=3", "limits.max_score_levels=2"],
+            "limits.min_score_levels 3 is above limits.max_score_levels 2: every score question would be refused",
+        ),
+    ],
+)
+def test_serve_refuses_settings_that_fail_every_request_before_loading(
+    overrides: list[str], message: str, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "serve.yaml"
+    recipe.write_text("log_level: info\n")
+    result = CliRunner().invoke(app, ["serve", str(recipe), *overrides, "--model", str(tmp_path / "absent")])
+    assert result.exit_code == 2 and result.output.strip() == f"error: serve: {message}"
+
+
 # ----------------------------------------------------------------------------------------------------- /health
 
 
@@ -202,7 +269,6 @@ def test_a_charset_other_than_utf8_is_a_415(model) -> None:
         for content_type in (
             "application/json; charset=utf-16",
             "application/json;charset=latin-1",
-            "text/plain; charset=ascii",
         ):
             r = c.post(URL, content=raw, headers={"content-type": content_type})
             assert r.status_code == 415, (content_type, r.text)
@@ -213,4 +279,25 @@ def test_a_charset_other_than_utf8_is_a_415(model) -> None:
             'application/json; charset="utf-8"',
         ):
             assert c.post(URL, content=raw, headers={"content-type": content_type}).status_code == 200, content_type
+        # what a web page can send without asking (a form, text/plain) is not JSON to this server
+        for media in ("text/plain", "application/x-www-form-urlencoded"):
+            r = c.post(URL, content=raw, headers={"content-type": media})
+            message = f"Content-Type {media!r} is not accepted: send the body as application/json"
+            assert (r.status_code, r.json()) == (415, {"error": message})
         assert c.post(URL, content=raw).status_code == 200  # no Content-Type at all: read as UTF-8 JSON
+
+
+def test_browser_origins_are_refused_unless_allowed(model) -> None:
+    """Any web page could make its visitors' browsers spend the server's CPU; only allowed origins may (issue 64)."""
+    from mydecide.serving.app import create_app
+
+    page = {"origin": "https://evil.example"}
+    with TestClient(create_app(model, warm_up=False)) as c:
+        r = c.post(URL, json=BODY, headers=page)
+        message = "requests from the web page origin 'https://evil.example' are not allowed (serve --allow-origin)"
+        assert (r.status_code, r.json()) == (403, {"error": message})
+        assert c.post("/v1/decisions", json={"input": "x", "questions": []}, headers=page).status_code == 403
+        assert c.post(URL, json=BODY).status_code == 200  # no Origin: not a browser page
+    with TestClient(create_app(model, warm_up=False, allowed_origins=["https://app.example"])) as c:
+        assert c.post(URL, json=BODY, headers={"origin": "https://app.example"}).status_code == 200
+        assert c.post(URL, json=BODY, headers=page).status_code == 403

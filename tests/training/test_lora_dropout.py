@@ -71,3 +71,23 @@ def test_checkpointing_recomputes_the_same_masks(model: str, request: pytest.Fix
     plain = grads(3, False)
     assert torch.allclose(grads(3, True), plain, rtol=1e-5, atol=1e-7)
     assert (grads(4, False) - plain).norm() > 1e-3 * plain.norm()
+
+
+def test_lora_targets_that_name_no_adaptable_module_are_one_line(tiny_llama_dir: Path) -> None:
+    """peft's own error for a missing target is a traceback deep in training set-up (issue 64)."""
+    from mydecide.errors import UserError
+
+    base = load_model(str(tiny_llama_dir), device="cpu")
+    assert lora_targets(base.lm, ["q_proj", "v_proj"]) == ["q_proj", "v_proj"]
+    leaves = "down_proj, gate_proj, k_proj, lm_head, o_proj, q_proj, up_proj, v_proj"
+    with pytest.raises(UserError) as err:
+        lora_targets(base.lm, ["q_proj", "qkv"])
+    assert (
+        str(err.value)
+        == f"lora.target_modules: ['qkv'] name no module of LlamaForCausalLM (its linear layers: {leaves})"
+    )
+    with pytest.raises(UserError) as err:
+        lora_targets(base.lm, ["self_attn"])
+    assert str(err.value).startswith("lora.target_modules: model.layers.0.self_attn is a LlamaAttention, which LoRA")
+    with pytest.raises(UserError, match=r"lora.target_modules: '\(' is not a regular expression"):
+        lora_targets(base.lm, "(")

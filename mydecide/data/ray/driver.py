@@ -11,7 +11,7 @@ from typing import Any
 
 from mydecide.config import DataRecipe, dump_recipe
 from mydecide.data.ledger import short_reasons
-from mydecide.data.outputs import OUTPUT_FILES, check_output_dir, earlier_outputs
+from mydecide.data.outputs import check_output_dir, earlier_outputs
 from mydecide.data.ray.engine import ray_engine
 from mydecide.data.ray.near_steps import decontaminate, near_dedup
 from mydecide.data.ray.steps import cap_per_task, exact_dedup, read, split_and_augment, unique_ids
@@ -79,7 +79,7 @@ def write_files(run: Stream, out: Path, manifest: dict[str, Any]) -> None:
     check_output_dir(out, recipe)
     mode = file_mode()
     written = ["train", "dev", "heldout"] + (["test"] if recipe.split.test_fraction > 0 else [])
-    with staged_directory(out, {*OUTPUT_FILES, *earlier_outputs(out)}) as staging:
+    with staged_directory(out, earlier_outputs(out)) as staging:
         jobs: list[tuple[Callable[..., dict[str, dict[str, Any]]], tuple[Any, ...]]] = [
             (write_split, (str(staging), name, recipe, run.split_rows[name], [run.splits_out[name]], mode))
             for name in written
