@@ -43,4 +43,5 @@ def test_the_python_api_page_runs_as_a_notebook(
     assert answer.choice == max(answer.probabilities, key=answer.probabilities.__getitem__)
     assert sum(answer.probabilities.values()) == pytest.approx(1.0)
     printed = capsys.readouterr().out
-    assert f"task {'team':<20} kept" in printed and f"task {'urgency':<20} kept" in printed  # prepare's per-task summary reached log=print
+    # prepare's per-task summary reached log=print
+    assert f"task {'team':<20} kept" in printed and f"task {'urgency':<20} kept" in printed
