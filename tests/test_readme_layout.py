@@ -172,8 +172,7 @@ def test_a_front_that_buries_the_manual_or_the_set_up_is_caught(readme: str) -> 
 
 
 def test_the_demo_tables_stay_in_their_page(readme: str) -> None:
-    row = "| tuned | 757 | 0.754 | 0.641 | 0.654 | 0.046 | 0.035 | 0.000 |\n"
-    assert row in readme
+    row = next(line + "\n" for line in readme.splitlines() if line.startswith("| tuned | "))  # the demo's own row
     longer = readme.replace(row, row * 3, 1)
     assert front_problems(longer) == [f"a table of 6 rows: more than {MAX_TABLE_ROWS} belong in docs/demo.md"]
     unlinked = readme.replace("[docs/demo.md](docs/demo.md)", "docs/demo.md")
