@@ -46,6 +46,20 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def atomic_write_figure(path: str | Path, fig: Any) -> None:
+    """Write a matplotlib figure to ``path`` as a PNG (110 dpi) atomically, and close the figure whatever happens."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 

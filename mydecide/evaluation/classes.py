@@ -9,7 +9,6 @@ confusion.png plots the matrices (:func:`plot_confusions`).
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mydecide import metrics
-from mydecide.io import atomic_write_bytes
+from mydecide.io import atomic_write_figure
 from mydecide.records import QUESTION_TYPES
 
 if TYPE_CHECKING:
@@ -204,9 +203,4 @@ def plot_confusions(tables: Sequence[dict[str, Any]], path: str | Path) -> None:
         ax.set_yticks(range(len(rows)), rows, fontsize=8)
         ax.set(xlabel=xlabel, ylabel="gold" if t["type"] == "choice" else "label", title=f"{t['task']} ({t['type']})")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_figure(path, fig)

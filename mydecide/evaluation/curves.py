@@ -82,14 +82,13 @@ def curves_markdown(report: dict[str, Any]) -> list[str]:
 def plot_curves(curves: dict[str, Any], path: str | Path) -> None:
     """dev_curves.png: dev log loss (left) and accuracy (right) against the update, one line per task (and all tasks
     pooled, dashed). Written atomically."""
-    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mydecide.io import atomic_write_bytes
+    from mydecide.io import atomic_write_figure
 
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 4))
     updates = curves["updates"]
@@ -102,7 +101,4 @@ def plot_curves(curves: dict[str, Any], path: str | Path) -> None:
         ax.set_ylabel(name)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_figure(path, fig)

@@ -6,7 +6,6 @@ never leaves half a report; ``--out`` is checked before any work (:func:`check_r
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -20,7 +19,7 @@ from mydecide.evaluation.classes import CONFUSION_PLOT, classes_markdown, plot_c
 from mydecide.evaluation.curves import CURVES_PLOT, curves_markdown, plot_curves
 from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import (
-    atomic_write_bytes,
+    atomic_write_figure,
     atomic_write_json,
     atomic_write_text,
     foreign_entries,
@@ -264,12 +263,7 @@ def plot_reliability(
     )
     right.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_figure(path, fig)
 
 
 REPORT_FORMAT = "mydecide.report/1"  # report.json's "format": how evaluate knows a directory it may replace
