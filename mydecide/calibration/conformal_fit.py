@@ -38,6 +38,7 @@ from mydecide.calibration.temperatures import TemperatureTable
 from mydecide.errors import UserError
 from mydecide.records import Record
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
+from mydecide.scoring.yes_no import family
 from mydecide.spans import state_part, words
 
 KIND = {"choice": "choice", "noul": "binary", "score": "score", "set": "binary"}
@@ -113,7 +114,7 @@ def fit_conformal(
             for label, best in gold_span_best(record, to_probabilities("span", z, table("span", q.k))).items():
                 span_best.setdefault(label, []).append(best)
             continue
-        p = calibrated_probabilities(q.type, q.k, z, table)
+        p = calibrated_probabilities(family(q), q.k, z, table)
         rows = set_rows(q.type, p, record.target)
         by_type.setdefault(q.type, []).extend(rows)
         by_task.setdefault(record.task, (q.type, []))[1].extend(rows)

@@ -29,6 +29,7 @@ from mydecide.record_files import load_records
 from mydecide.records import Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 from mydecide.scoring.probabilities import to_probabilities
+from mydecide.scoring.yes_no import family
 from mydecide.spans import state_part
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def calibrate(
         progress=progress,
         prompts_of=prompt_counter(model),
     )
-    items = [(r.question.type, r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
+    items = [(family(r.question), r.question.k, z, r.target) for r, z in zip(records, logits, strict=True)]
     fit = fit_temperatures(items, by_bucket=by_bucket, min_rows=min_rows, keep_fit=keep_fit, level_maps=level_maps)
     spans = [(r, z) for r, z in zip(records, logits, strict=True) if r.question.type == "span"]
     if spans:  # thresholds and span probabilities, on the grid as calibrated by the span temperature

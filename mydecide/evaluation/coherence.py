@@ -16,6 +16,7 @@ from mydecide.records import Question, Record
 from mydecide.scoring.engine import QuestionScorer, score_records
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities
 from mydecide.scoring.render import render_state
+from mydecide.scoring.yes_no import family
 
 NEGATION_TEMPLATE = "Is it NOT the case that: {instructions}"
 NEGATION_TOLERANCE = 0.05
@@ -48,7 +49,7 @@ def coherence_checks(
 
     def probs(record: Record, z: np.ndarray) -> np.ndarray:
         q = record.question
-        return calibrated_probabilities(q.type, q.k, z, temperature)
+        return calibrated_probabilities(family(q), q.k, z, temperature)
 
     out: dict[str, Any] = {}
 
@@ -130,8 +131,8 @@ def context_independence(
         for pos, i in enumerate(members):
             q = records[i].question
             alone = scorer([(state, q)], None)[0]
-            p_alone = calibrated_probabilities(q.type, q.k, alone, temperature)
-            p_together = calibrated_probabilities(q.type, q.k, together[pos], temperature)
+            p_alone = calibrated_probabilities(family(q), q.k, alone, temperature)
+            p_together = calibrated_probabilities(family(q), q.k, together[pos], temperature)
             diffs.append(float(np.max(np.abs(p_alone - p_together))))
             if q.type not in ("set", "span"):
                 argmax_changed.append(int(np.argmax(p_alone)) != int(np.argmax(p_together)))

@@ -49,6 +49,7 @@ from mydecide.records import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Record
 from mydecide.scoring.engine import QuestionScorer, model_scorer, prompt_counter, score_records
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, level_map_of
 from mydecide.scoring.render import render_state
+from mydecide.scoring.yes_no import family
 
 if TYPE_CHECKING:
     from mydecide.scoring.model import LoadedModel
@@ -192,8 +193,8 @@ def run_evaluation(
         predictions = []
         for n, (record, z) in enumerate(zip(records, logits, strict=True)):
             q = record.question
-            t = temp(q.type, q.k)
-            p = calibrated_probabilities(q.type, q.k, z, temp)
+            t = temp(family(q), q.k)
+            p = calibrated_probabilities(family(q), q.k, z, temp)
             lat = latency[n] if latency is not None else None
             rows += question_rows(
                 n, record, p, state_tokens=state_tokens[n], flipped=flips[n], latency=lat, file=files[n]
@@ -209,7 +210,7 @@ def run_evaluation(
                     state_tokens=state_tokens[n],
                     file=files[n],
                     decisions=getattr(temp, "span_decisions", None),
-                    level_map=level_map_of(q.type, q.k, temp) is not None,
+                    level_map=level_map_of(family(q), q.k, temp) is not None,
                 )
             )
         return rows, predictions
@@ -311,13 +312,13 @@ def _state_tokens(model: LoadedModel | None, records: Sequence[Record]) -> list[
 def _temperatures_used(records: Sequence[Record], temperature: TemperatureLookup) -> dict[str, dict[str, float]]:
     used: dict[str, dict[str, float]] = {}
     for r in records:
-        used.setdefault(r.question.type, {})[str(r.question.k)] = temperature(r.question.type, r.question.k)
+        used.setdefault(family(r.question), {})[str(r.question.k)] = temperature(family(r.question), r.question.k)
     return {t: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for t, v in sorted(used.items())}
 
 
 def _level_maps_used(records: Sequence[Record], temperature: TemperatureLookup) -> list[int]:
     """The K of each score question that went through a level map after its temperature."""
-    return sorted({r.question.k for r in records if level_map_of(r.question.type, r.question.k, temperature)})
+    return sorted({r.question.k for r in records if level_map_of(family(r.question), r.question.k, temperature)})
 
 
 def evaluate_files(recipe: EvalRecipe, *, progress: bool = True) -> Evaluation:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from mydecide.records import Question
 from mydecide.scoring.probabilities import log_softmax
 from mydecide.scoring.render import MAX_LETTER_OPTIONS, Prompt, Renderer, question_units
+from mydecide.scoring.yes_no import from_noul, yes_no_view
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,6 +85,8 @@ def option_groups(order: Sequence[int], size: int = GROUP_SIZE) -> list[tuple[in
 def prompt_count(question: Question, form: str = "letters") -> int:
     """Prompts scored for one question: 1 (the binomial form too); a set or the per-option form: one per option; the
     threshold form: K − 1; letters with K > 26 options: G groups + the final round."""
+    if yes_no_view(question) is not None:  # read as the noul it is
+        return 1
     if question.type in ("set", "span") or form == "per_option":  # span: counted one per label (and window)
         return question.k
     if form == "thresholds":
@@ -144,6 +147,7 @@ class _Item:
     yes_no: bool = False  # one yes/no prompt per option or label (set, per-option form): logits are yes − no
     cumulative: bool = False  # threshold form: K − 1 yes/no reads, summed into the K level logits
     binomial: bool = False  # binomial form: one yes/no read s, the K level logits log C(K − 1, k) + k·s
+    yes: int | None = None  # a yes / no question asked as a choice or score: its yes option (scoring.yes_no)
     rows: list[np.ndarray] = field(default_factory=list)  # first-round logits, one per prompt of this item
     final: np.ndarray | None = None
 
@@ -178,9 +182,13 @@ class ScoringPlan:
             item = _Item(state, question, tuple(order) if order is not None else None)
             self.items.append(item)
             form = renderer.form(question)
+            view = yes_no_view(question)
             if question.type == "span":
                 raise ValueError("span questions are scored by scoring.span_reads (a sequence per label), not a plan")
-            if question.type == "set":
+            if view is not None:
+                units = [renderer.render(state, view[0])]
+                item.yes = view[1]
+            elif question.type == "set":
                 units = [renderer.render(state, unit) for unit in question_units(question)]
                 item.yes_no = True
             elif form == "thresholds":  # levels keep their order: the reads do not depend on a shown order
@@ -243,14 +251,17 @@ class ScoringPlan:
         self._read = 0
 
     def logits(self) -> list[np.ndarray]:
-        """Per item: (K,) logits in canonical option order; set and per-option form: (K,) yes − no; threshold form:
+        """Per item: (K,) logits in canonical option order (a yes / no choice or score: the noul's (yes, no) logits in
+        its option order); set and per-option form: (K,) yes − no; threshold form:
         the reads' running sums (:func:`threshold_logits`); binomial form: :func:`binomial_logits` of the one read;
         letters with K > 26: log P(o)."""
         if self.pending:
             raise ValueError(f"{len(self.pending)} prompts are still to be scored")
         out = []
         for item in self.items:
-            if item.cumulative:
+            if item.yes is not None:
+                out.append(from_noul(item.rows[0], item.yes))
+            elif item.cumulative:
                 out.append(threshold_logits(yes_minus_no(item.rows)))
             elif item.binomial:
                 out.append(binomial_logits(float(yes_minus_no(item.rows)[0]), item.question.k))

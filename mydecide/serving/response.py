@@ -22,6 +22,7 @@ from mydecide.scoring.plan import ScoringPlan, score_plans
 from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
 from mydecide.scoring.span_layout import SpanLayout, span_layout
 from mydecide.scoring.span_reads import read_sequences
+from mydecide.scoring.yes_no import family
 from mydecide.serving.request import Request, RequestError, check_span_floor, check_span_limits
 from mydecide.spans import SpanDecisions, merge_spans, state_part
 
@@ -177,12 +178,12 @@ def build_response(
     conformal = getattr(temperature, "conformal", None)
     decisions = getattr(temperature, "span_decisions", None)
     for name, question in request.questions.items():
-        t = temperature(question.type, question.k) if temperature else 1.0
+        t = temperature(family(question), question.k) if temperature else 1.0
         if question.type == "span":
             probs = to_probabilities("span", rendered.span_grids[name], t)
             answers[name] = span_answer(state_part(request.state, question.over), question, probs, decisions)
         else:
-            probs = calibrated_probabilities(question.type, question.k, logits[name], temperature)
+            probs = calibrated_probabilities(family(question), question.k, logits[name], temperature)
             answers[name] = build_answer(question, probs)
         if conformal is not None:
             part = state_part(request.state, question.over) if question.type == "span" else ""

@@ -36,6 +36,7 @@ from mydecide.scoring.packed import PackedBatch, pack
 from mydecide.scoring.plan import GROUP_SIZE, sub_question
 from mydecide.scoring.render import Prompt, Renderer, question_units
 from mydecide.scoring.span_layout import SpanSequence, span_layout
+from mydecide.scoring.yes_no import yes_no_view
 
 if TYPE_CHECKING:
     import torch
@@ -249,7 +250,8 @@ def sampled_options(record: Record, order: Sequence[int], seed: int, epoch: int,
 def record_units(
     renderer: Renderer, record: Record, index: int, order: Sequence[int], *, seed: int = 0, epoch: int = 0
 ) -> list[Unit]:
-    """The training units of one record, options in ``order``; a set → one yes/no unit per label; a choice with
+    """The training units of one record, options in ``order``; a set → one yes/no unit per label; a yes / no choice
+    or score → the noul's unit, its target in (yes, no) order (``scoring.yes_no``); a choice with
     more than 26 options → its gold among sampled distractors (:func:`sampled_options`, new every epoch); the
     per-option form → one unit of K yes / no prompts (canonical order: the form does not see an order); the
     threshold form → one unit of K − 1 yes / no prompts; the binomial form → one unit of one yes / no prompt."""
@@ -261,6 +263,11 @@ def record_units(
             Unit((renderer.render(record.state, unit),), (p, 1.0 - p), False, index)
             for unit, p in zip(question_units(q), record.target, strict=True)
         ]
+    view = yes_no_view(q)
+    if view is not None:  # a yes / no question asked as a choice or score: shown as the noul it is
+        noul, yes = view
+        yes_first = (record.target[yes], record.target[1 - yes])
+        return [Unit((renderer.render(record.state, noul),), yes_first, False, index)]
     form = renderer.form(q)
     if form == "thresholds":
         prompts = tuple(renderer.render_thresholds(record.state, q))
