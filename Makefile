@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow probe lint format docs bench all clean
+.PHONY: help install demo test test-slow probe lint format docs bench bench-coherence all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.p
 
 bench:  ## the benchmarks: ratios against same-run baselines; bench/results.json is local (untracked)
 	$(PY) bench/run.py
+
+bench-coherence:  ## jevbench-mini against `mydecide serve` (ADAPTER=RUN/train/adapter TEMPERATURES=RUN/temperatures.json; ~33 min on 2 cores)
+	$(PY) bench/coherence.py $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(TEMPERATURES),-t $(TEMPERATURES)) --name coherence
 
 all: lint test  ## what CI runs
 
