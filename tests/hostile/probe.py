@@ -36,7 +36,7 @@ What it does
     `hang`. `probe-error` means the probe itself failed on that case (a bug here, not in mydecide).
 
 How to run (from the repository root, offline, loopback only, everything under one temporary directory):
-        make probe                                                  # everything, about 15-20 min on 2 cores
+        make probe                                                  # everything, about 22 min on 2 cores
         .venv/bin/python tests/hostile/probe.py --only serve        # one category (comma-separated for several)
         .venv/bin/python tests/hostile/probe.py --list              # the categories and every case id
         .venv/bin/python tests/hostile/probe.py --out /tmp/p.json   # results elsewhere
