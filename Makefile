@@ -25,7 +25,7 @@ test:  ## the offline test suite (tiny models built in the tests)
 test-slow:  ## the slow tier: the real packaged smollm2-135m
 	$(BIN)/pytest -q -m slow
 
-probe:  ## the hostile-input QA suite, 387 cases (~15-20 min on 2 cores; not in `make test`): tests/hostile/results.json
+probe:  ## the hostile-input QA suite, 443 cases (~22 min on 2 shared cores; not in `make test`): tests/hostile/results.json
 	$(PY) tests/hostile/probe.py
 
 lint:  ## ruff (lint + format check) and mypy on the package

@@ -171,6 +171,7 @@ def iter_csv(path: str | Path, *, delimiter: str | None = None) -> Iterator[Row]
             raise ValueError(f"{path}:{reader.line_num}: unreadable CSV header ({err})") from None
         if header is None:
             return
+        check_header(path, header)
         repeated = sorted({column for column in header if header.count(column) > 1})
         if repeated:  # the last one would win, silently
             raise ValueError(f"{path}:1: the header names column(s) {repeated} more than once; rename them")
@@ -209,7 +210,19 @@ def csv_columns(path: str | Path, *, delimiter: str | None = None) -> list[str]:
     if delimiter is None:
         delimiter = "\t" if base_suffix(path) == ".tsv" else ","
     with open_text(path) as handle:
-        return next(csv.reader(handle, delimiter=delimiter), [])
+        header = next(csv.reader(handle, delimiter=delimiter), [])
+    check_header(path, header)
+    return header
+
+
+def check_header(path: str | Path, header: list[str]) -> None:
+    """A header whose bytes are not UTF-8 names no column the recipe can name: say so, with the likely cause."""
+    problem = next(filter(None, map(text_problem, header)), None)
+    if problem is not None:
+        raise ValueError(
+            f"{path}:1: the header has {problem}: convert the file from its encoding (Latin-1? "
+            "Windows-1252?), e.g. with iconv"
+        )
 
 
 def iter_parquet(path: str | Path) -> Iterator[Row]:

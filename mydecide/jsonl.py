@@ -153,7 +153,8 @@ def open_text(path: str | Path) -> BoundedText:
 
     Bytes that are not UTF-8 come through as lone surrogates (``errors="surrogateescape"``), so the row holding
     them is rejected (:func:`text_problem`), not the whole file; a corrupt or truncated compressed file is a
-    ValueError naming it. Its lines are bounded (:class:`BoundedText`).
+    ValueError naming it. A UTF-8 byte-order mark is skipped; a file that is compressed under another name, or
+    UTF-16 / UTF-32 text, is a UserError saying so (:func:`not_text`). Its lines are bounded (:class:`BoundedText`).
     """
     p = Path(path)
     if not p.exists():
@@ -164,8 +165,72 @@ def open_text(path: str | Path) -> BoundedText:
         print(f"[mydecide] {p} is a named pipe: waiting for its writer (Ctrl-C stops)", file=sys.stderr, flush=True)
     if p.suffix in COMPRESSIONS:
         packed = gzip.open(p, "rb") if p.suffix == ".gz" else bz2.open(p, "rb")  # noqa: SIM115 (the caller closes)
-        return BoundedText(io.BufferedReader(_Decompressed(packed, p)), p)
-    return BoundedText(open(p, "rb"), p)
+        raw: io.BufferedReader[Any] = io.BufferedReader(_Decompressed(packed, p))
+    else:
+        raw = open(p, "rb")  # noqa: SIM115 (the caller closes)
+    try:
+        skip_utf8_bom(raw, p)
+    except BaseException:
+        raw.close()
+        raise
+    return BoundedText(raw, p)
+
+
+# first bytes of data that is not text → (what it is, the suffix that reads it compressed, or None)
+NOT_TEXT = (
+    (b"\x1f\x8b", "gzip data", ".gz"),
+    (b"\xfd7zXZ\x00", "xz data", None),
+    (b"\x28\xb5\x2f\xfd", "zstd data", None),
+    (b"PK\x03\x04", "a zip archive", None),
+)
+BOMS = (  # UTF-32's first: its little-endian mark starts with UTF-16's
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def skip_utf8_bom(raw: io.BufferedReader[Any], path: Path) -> None:
+    """Read past a UTF-8 byte-order mark (Excel's "CSV UTF-8" starts with one, and the first column would be
+    ``\\ufefftext``); refuse, naming what it is, a file whose first bytes say it is compressed or UTF-16 / UTF-32
+    text, so that no reader takes it for lines of UTF-8 that all fail."""
+    head = raw.peek(10)[:10]
+    if head.startswith(UTF8_BOM):
+        raw.read(len(UTF8_BOM))
+        return
+    problem = not_text(head, path)
+    if problem is not None:
+        raise UserError(f"{path}: {problem}")
+
+
+def not_text(head: bytes, path: Path) -> str | None:
+    """Why a file starting with ``head`` is not UTF-8 text, and what to do, or None."""
+    compressed = path.suffix in COMPRESSIONS
+    bzip2 = len(head) >= 10 and head[:3] == b"BZh" and head[3:4].isdigit() and head[4:10] == b"1AY&SY"
+    for magic, what, suffix in [*NOT_TEXT, *([(head[:3], "bzip2 data", ".bz2")] if bzip2 else [])]:
+        if head.startswith(magic):
+            if suffix is not None and not compressed:
+                return f"looks like {what}, not text: name it {path.name}{suffix} (read compressed) or decompress it"
+            return f"looks like {what}, not text{' (compressed twice?)' if compressed else ''}: decompress it first"
+    for mark, encoding in BOMS:
+        if head.startswith(mark):
+            return f"is {encoding} text (it starts with a {encoding} byte-order mark); save it as UTF-8"
+    if len(head) >= 4 and (
+        (0 not in (head[0], head[2]) and head[1] == head[3] == 0)
+        or (head[0] == head[2] == 0 and 0 not in (head[1], head[3]))
+    ):
+        return "looks like UTF-16 text (every other byte is zero); save it as UTF-8"
+    return None
+
+
+def not_utf8_hint(reason: str) -> str:
+    """After "all N rows were rejected, the first: … invalid UTF-8 …": the likely cause, a file in another
+    encoding."""
+    if "invalid UTF-8" not in reason:
+        return ""
+    return "; the file is not UTF-8: convert it from its encoding (Latin-1? Windows-1252?), e.g. with iconv"
 
 
 @dataclass(frozen=True)

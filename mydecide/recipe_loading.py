@@ -30,6 +30,7 @@ def load_recipe(
     ``KEY=VALUE`` overrides, then the command-line ``options`` (dotted key → value, taken as given; None = not
     given), validated once. Errors name the file, the override or the command line, and the key."""
     from_file = read_yaml(path) if path is not None else {}
+    check_dotted_overrides(from_file, overrides, str(path))
     given = {key: value for key, value in (options or {}).items() if value is not None}
     data = merge(merge(from_file, parse_overrides(overrides)), nest(given))
     try:
@@ -80,3 +81,24 @@ def recipe_kind(data: dict[str, Any], *, exclude: type[BaseModel]) -> tuple[str,
             continue
         kinds.append(kind)
     return kinds[0] if len(kinds) == 1 else None
+
+
+def check_dotted_overrides(from_file: dict[str, Any], overrides: Sequence[str], where: str) -> None:
+    """A dotted override below a key the file sets to one value replaces that value, not a part of it:
+    ``cap_per_task.alpha=5`` over ``cap_per_task: 7`` would leave every other task uncapped. Refuse it, naming the
+    value to write whole."""
+    for item in overrides:
+        parts = item.split("=", 1)[0].strip().split(".")
+        node: Any = from_file
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+            if node is not None and not isinstance(node, dict):
+                key = ".".join(parts[: depth + 1])
+                shown = item if len(item) <= 80 else item[:79] + "…"
+                what = "a list" if isinstance(node, list) else f"{node!r}"[:40]
+                raise RecipeError(
+                    f"command-line override {shown}: {key} is {what} in {where}, not a section: an override sets "
+                    f"it whole ({key}=...)"
+                )

@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import json
 import re
+import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, get_args
@@ -153,20 +154,24 @@ def describe_errors(
     gets a did-you-mean among the keys of its section."""
     typed = [(item, item.split("=", 1)[0].strip()) for item in overrides if "=" in item]
     problems = []
+    lookalike = {  # a required key written with a look-alike letter: its unknown key says all, not "Field required"
+        (*e["loc"][:-1], plain_letters(str(e["loc"][-1])))
+        for e in err.errors()
+        if e["type"] == "extra_forbidden" and not str(e["loc"][-1]).isascii()
+    }
     for e in err.errors():
         loc = tuple(e["loc"])
+        if e["type"] == "missing" and loc in lookalike:
+            continue
         keys, parent = section_keys(model, loc[:-1])
         message = e["msg"]
         if e["type"] in WRONG_TYPE and isinstance(e.get("input"), (bool, int, float, str)):
             given = json.dumps(e["input"], ensure_ascii=False)  # strict types: say what was given (true is not 1)
             message += f", not {given if len(given) <= 60 else given[:59] + '…'}"
         if e["type"] == "extra_forbidden":
-            message = "unknown key"
-            close = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6)
-            if close:
-                message += f" (did you mean {'.'.join([*parent, close[0]])}?)"
+            message = unknown_key(str(loc[-1]), keys, parent)
         written = ".".join([*parent, str(loc[-1])] if loc else parent)
-        key = written or "(top)"
+        key = written.encode("ascii", "backslashreplace").decode() if written else "(top)"  # shows what is hidden
         blamed = next((item for item, dotted in typed if _same_key(dotted, written)), None)
         if blamed:
             problems.append(f"command-line override {blamed}: {key}: {message}")
@@ -175,6 +180,47 @@ def describe_errors(
         else:
             problems.append(f"{where}: {key}: {message}")
     return "; ".join(problems)
+
+
+INVISIBLE = ("Cf", "Zs", "Mn")  # format characters (zero-width space, joiners, BOM), spaces, combining marks
+# letters of other scripts drawn like Latin ones (Cyrillic, Greek): a key typed or pasted with one looks right
+LOOKALIKES = str.maketrans(
+    "аеорсухіјѕԁԛԝһкАВЕКМНОРСТХІЈЅοαικνρτυχΑΒΕΗΙΚΜΝΟΡΤΧΥΖ",
+    "aeopcyxijsdqwhkABEKMHOPCTXIJSoaikvptuxABEHIKMNOPTXYZ",
+)
+
+
+def plain_letters(key: str) -> str:
+    """``key`` with look-alike letters made Latin and invisible characters left out."""
+    return "".join(c for c in key.translate(LOOKALIKES) if unicodedata.category(c) not in INVISIBLE)
+
+
+def unknown_key(key: str, keys: list[str], parent: list[str]) -> str:
+    """ "unknown key", with the key of its section it was meant to be. A key with an invisible or a look-alike
+    character (``split\u200b``, a Cyrillic ``ѕources``) looks right on screen: the message names the character."""
+    odd = list(dict.fromkeys(c for c in key if not c.isascii()))
+    if not odd:
+        close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+        return "unknown key" + (f" (did you mean {'.'.join([*parent, close[0]])}?)" if close else "")
+    plain = plain_letters(key)
+    meant = plain if plain in keys else next(iter(difflib.get_close_matches(plain, keys, n=1, cutoff=0.6)), None)
+
+    def what(c: str) -> str:
+        name = f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}"
+        if unicodedata.category(c) in INVISIBLE:
+            return f"{name}, invisible"
+        latin = c.translate(LOOKALIKES)
+        return f"{name}, a look-alike of {latin!r}" if latin != c else f"{name}, not ASCII"
+
+    said = f"unknown key: it holds {'; '.join(map(what, odd))}"
+    if meant is None:
+        return said
+    meant = ".".join([*parent, meant])
+    return (
+        f"{said}; in plain letters it reads {meant}: retype it"
+        if plain == meant.rsplit(".", 1)[-1]
+        else (f"{said} (did you mean {meant}?)")
+    )
 
 
 def _same_key(dotted: str, written: str) -> bool:

@@ -251,3 +251,45 @@ def test_yaml_python_cannot_hold_is_one_line(tmp_path: Path, text: str, problem:
         f"override 'seed={'9' * 74}…': value is not valid YAML (a value too large to read (Exceeds the limit "
         "(4300 digits) for integer string conversion))"
     )
+
+
+def test_an_unknown_key_with_a_look_alike_or_invisible_character_says_so(tmp_path: Path) -> None:
+    """``split\\u200b`` or a Cyrillic ``ѕources`` looks like the key on screen; "did you mean split?" did not say
+    why it was unknown (issue 64). The key is shown escaped, with the character named."""
+    zero_width = write(tmp_path, "sources: [{kind: jsonl, path: a.jsonl}]\nsplit\u200b: {seed: 1}\n", "a.yaml")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(zero_width, model=DataRecipe)
+    assert str(info.value) == (
+        f"{zero_width}: split\\u200b: unknown key: it holds U+200B ZERO WIDTH SPACE, invisible; in plain letters it "
+        "reads split: retype it"
+    )
+    cyrillic = write(tmp_path, "\u0455ources: [{kind: jsonl, path: a.jsonl}]\n", "b.yaml")
+    with pytest.raises(RecipeError) as info:  # and no "sources: Field required" beside it
+        load_recipe(cyrillic, model=DataRecipe)
+    assert str(info.value) == (
+        f"{cyrillic}: \\u0455ources: unknown key: it holds U+0455 CYRILLIC SMALL LETTER DZE, a look-alike of 's'; in "
+        "plain letters it reads sources: retype it"
+    )
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, ["optim.warmup_ratio\u00e9=0.1"], model=TrainRecipe)
+    assert str(info.value) == (
+        "command-line override optim.warmup_ratio\u00e9=0.1: optim.warmup_ratio\\xe9: unknown key: it holds U+00E9 "
+        "LATIN SMALL LETTER E WITH ACUTE, not ASCII (did you mean optim.warmup_ratio?)"
+    )
+
+
+def test_a_dotted_override_below_a_value_the_file_sets_whole_is_refused(tmp_path: Path) -> None:
+    """``cap_per_task.alpha=5`` over ``cap_per_task: 7`` replaced the one cap by {alpha: 5}: every other task went
+    uncapped, and the manifest recorded the map, not the recipe's cap (issue 64)."""
+    path = write(tmp_path, "sources: [{kind: jsonl, path: a.jsonl}]\ncap_per_task: 7\n", "data.yaml")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["cap_per_task.alpha=5"], model=DataRecipe)
+    assert str(info.value) == (
+        f"command-line override cap_per_task.alpha=5: cap_per_task is 7 in {path}, not a section: an override sets "
+        "it whole (cap_per_task=...)"
+    )
+    with pytest.raises(RecipeError, match=r"sources is a list in .*data\.yaml, not a section"):
+        load_recipe(path, ["sources.0.path=b.jsonl"], model=DataRecipe)
+    assert load_recipe(path, ["cap_per_task={alpha: 5}"], model=DataRecipe).cap_per_task == {"alpha": 5}
+    no_cap = write(tmp_path, "sources: [{kind: jsonl, path: a.jsonl}]\n", "plain.yaml")
+    assert load_recipe(no_cap, ["cap_per_task.alpha=5"], model=DataRecipe).cap_per_task == {"alpha": 5}

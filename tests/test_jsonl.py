@@ -3,8 +3,10 @@ train), decontamination and the server refuse the same line, and say which file 
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
+import lzma
 import os
 import sys
 from pathlib import Path
@@ -126,3 +128,57 @@ def test_a_named_pipe_is_read_once_as_it_is_written_and_the_wait_is_said(
         writer.join(timeout=10)
     assert read == rows
     assert capsys.readouterr().err == f"[mydecide] {pipe} is a named pipe: waiting for its writer (Ctrl-C stops)\n"
+
+
+def test_a_utf8_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" and some editors start a file with a BOM: it is no part of the first line."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({**GOOD, "answer": True}).encode() + b"\n")
+    assert [(where, error) for where, _, error in iter_jsonl(path)] == [("bom.jsonl:1", None)]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        (
+            "rows.jsonl",
+            gzip.compress(b"{}\n"),
+            "looks like gzip data, not text: name it rows.jsonl.gz (read compressed) or decompress it",
+        ),
+        (
+            "rows.csv",
+            bz2.compress(b"a,b\n"),
+            "looks like bzip2 data, not text: name it rows.csv.bz2 (read compressed) or decompress it",
+        ),
+        ("rows.jsonl", lzma.compress(b"{}\n"), "looks like xz data, not text: decompress it first"),
+        ("rows.jsonl", b"PK\x03\x04\x14\x00\x00\x00", "looks like a zip archive, not text: decompress it first"),
+        (
+            "rows.jsonl.gz",
+            gzip.compress(gzip.compress(b"{}\n")),
+            "looks like gzip data, not text (compressed twice?): decompress it first",
+        ),
+        (
+            "rows.jsonl",
+            "{}\n".encode("utf-16"),
+            "is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8",
+        ),
+        (
+            "rows.jsonl",
+            "{}\n".encode("utf-32"),
+            "is UTF-32 text (it starts with a UTF-32 byte-order mark); save it as UTF-8",
+        ),
+        (
+            "rows.jsonl",
+            "{}\n".encode("utf-16-le"),
+            "looks like UTF-16 text (every other byte is zero); save it as UTF-8",
+        ),
+    ],
+)
+def test_data_that_is_not_utf8_text_is_named_for_what_it_is(tmp_path: Path, name: str, data: bytes, message: str):
+    """Compressed data under a text name, or UTF-16 / UTF-32 text, was read as lines of UTF-8 that all failed
+    ("invalid UTF-8 (byte 0x8b …)"); now one error says what the file is and what to do (issue 64)."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ValueError) as err:
+        open_text(path).close()
+    assert str(err.value) == f"{path}: {message}"

@@ -117,6 +117,8 @@ def check_temperatures_out(out: Path, data: Path, adapter: str | None) -> None:
     line naming it): the dev data itself, a file inside a prepare output (a directory with a manifest.json) or inside
     an adapter directory, an existing file that is not a temperatures.json, a stray ``.recipe.yaml`` beside it, or a
     symbolic link in the place of either (the write would replace the link, or reach what it points to)."""
+    if Path(out).name in ("", ".."):  # ".", "/", "..": a directory, and no file name to put a suffix on
+        raise UserError(f"{out}: is a directory; give the temperatures file's path (e.g. {out}/temperatures.json)")
     for path in (Path(out), Path(out).with_suffix(".recipe.yaml")):
         refuse_link(path)
     target = Path(os.path.realpath(out))

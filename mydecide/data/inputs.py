@@ -18,6 +18,7 @@ from mydecide.data.decontaminate import EvalItem, question_of, read_eval_jsonl
 from mydecide.data.dedup import state_text
 from mydecide.data.ledger import Ledger, Row, progress_bar, reason_pattern
 from mydecide.data.sources import UnknownSourceError, load_source
+from mydecide.jsonl import not_utf8_hint
 from mydecide.recipe_parsing import RecipeError
 from mydecide.records import Record, RecordError, parse_record
 
@@ -88,6 +89,7 @@ def convert_and_validate(specs: Sequence[SourceSpec], ledger: Ledger, progress: 
                     else f"all {counts['in']} rows were rejected, the "
                     f"first: {ledger.dropped[-counts['rejected']]['where']}: "
                     f"{ledger.dropped[-counts['rejected']]['reason']}"
+                    f"{not_utf8_hint(ledger.dropped[-counts['rejected']]['reason'])}"
                 )
             )
     ledger.steps.append(

@@ -20,6 +20,7 @@ from mydecide.calibration.temperatures import (
 )
 from mydecide.cli import app
 from mydecide.data.split import protected_split
+from mydecide.errors import UserError
 from mydecide.records import parse_record
 from mydecide.scoring.probabilities import answer_rows, to_probabilities
 
@@ -339,3 +340,14 @@ def test_the_out_checks_follow_links_as_before(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"link\.json: is a symbolic link; an output is written as a plain file"):
         check_temperatures_out(tmp_path / "link.json", dev, None)
     assert (tmp_path / "link.json").is_symlink() and dev.read_text().count("\n") == 2
+
+
+@pytest.mark.parametrize("out", [".", "..", "/"])
+def test_an_out_with_no_file_name_is_refused_as_a_directory(tmp_path: Path, out: str) -> None:
+    """``--out .`` was a ValueError traceback from pathlib ("PosixPath('.') has an empty name") once the recipe
+    beside --out was checked for a link."""
+    from mydecide.calibration.run import check_temperatures_out
+
+    with pytest.raises(UserError) as err:
+        check_temperatures_out(Path(out), _records_file(tmp_path / "dev.jsonl", n=2), None)
+    assert str(err.value) == f"{out}: is a directory; give the temperatures file's path (e.g. {out}/temperatures.json)"

@@ -4,6 +4,7 @@ the rest (the hardening issue's remaining cases)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -345,3 +346,23 @@ def test_a_split_the_recipe_asked_for_that_comes_out_empty_is_an_error_naming_th
     run = prepare_cli(tmp_path, [write_lines(tmp_path / "rows.jsonl", good_rows())], *args, split={"dev_fraction": 0.3})
     assert one_error_line(run) == f"error: split: {cause}"
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_a_source_in_latin1_or_gzipped_under_a_text_name_is_one_line_naming_the_cause(tmp_path: Path) -> None:
+    """Both were "all N rows were rejected, the first: …: invalid UTF-8 (byte 0x…)", which does not say why
+    (issue 64: errors that name the real cause)."""
+    text = "".join(line + "\n" for line in good_rows(4)).replace("ticket", "tické")
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(text.encode("latin-1"))
+    first = next(i for i, c in enumerate(text.splitlines()[0]) if c == "é") + 1
+    assert one_error_line(prepare_cli(tmp_path, [latin])) == (
+        f"error: sources[0] (kind jsonl, {latin}): all 4 rows were rejected, the first: latin.jsonl:1: invalid UTF-8 "
+        f"(byte 0xe9 at character {first}); the file is not UTF-8: convert it from its encoding (Latin-1? "
+        "Windows-1252?), e.g. with iconv"
+    )
+    packed = tmp_path / "packed.jsonl"
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert one_error_line(prepare_cli(tmp_path, [packed])) == (
+        f"error: sources[0] (kind jsonl): {packed}: looks like gzip data, not text: name it packed.jsonl.gz (read "
+        "compressed) or decompress it"
+    )

@@ -178,6 +178,35 @@ def test_no_test_split_by_default_and_caps(fixture: dict[str, Any]) -> None:
     assert manifest["conservation"]["removed"] == 5 + 7
 
 
+@pytest.mark.parametrize("caps", [{"outage": 5}, {"tickets": 30, "outage": 3}, 31])
+def test_under_a_cap_the_manifest_agrees_with_the_rows_written(fixture: dict[str, Any], caps: Any) -> None:
+    """Issue 64 saw a cap_per_task manifest that disagreed with the rows kept. Per task: the cap step's counts, the
+    rows it removed (rejects.jsonl), the split's counts and every split file's rows are one account."""
+    recipe = fixture["recipe"].model_copy(update={"cap_per_task": caps, "augment": type(fixture["recipe"].augment)()})
+    out = fixture["out"]
+    manifest = prepare(recipe, out)
+    step = {s["step"]: s for s in manifest["steps"]}
+    cap, split = step["cap_per_task"], step["split"]
+    cap_of = caps if isinstance(caps, dict) else {task: caps for task in cap["by_task"]}
+    for task, count in cap["by_task"].items():
+        assert count["out"] == min(count["in"], cap_of.get(task, count["in"]))
+        assert cap["removed_by_task"].get(task, 0) == count["in"] - count["out"]
+    capped = [r["task"] for r in read(out / "rejects.jsonl") if r["step"] == "cap_per_task"]
+    assert {t: capped.count(t) for t in set(capped)} == cap["removed_by_task"]
+    files = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl", "heldout": "heldout_tasks.jsonl"}
+    written: dict[str, dict[str, int]] = {}
+    for name, file in files.items():
+        tasks = [row["task"] for row in read(out / file)]
+        written[name] = {t: tasks.count(t) for t in sorted(set(tasks))}
+        assert manifest["splits"][name]["task"] == written[name] and manifest["splits"][name]["rows"] == len(tasks)
+        assert manifest["outputs"][file]["rows"] == len(tasks)
+    assert {name: {t: n for t, n in part.items() if n} for name, part in split["by_task"].items()} == written
+    assert sum(sum(part.values()) for part in written.values()) == manifest["conservation"]["kept"]
+    assert {t: sum(part.get(t, 0) for part in written.values()) for t in cap["by_task"]} == {
+        t: c["out"] for t, c in cap["by_task"].items()
+    }
+
+
 def test_source_problems_are_recipe_errors_naming_the_source(tmp_path: Path) -> None:
     def run(source: dict[str, Any]) -> None:
         prepare(DataRecipe.model_validate({"sources": [source]}), tmp_path / "out")

@@ -224,3 +224,30 @@ def test_a_csv_header_that_names_a_column_twice_is_an_error(tmp_path: Path) -> N
     with pytest.raises(ValueError) as err:
         list(csv_source.convert(str(target), type="noul", instructions="x", state_column="text", answer_column="label"))
     assert str(err.value) == f"{target}:1: the header names column(s) ['text'] more than once; rename them"
+
+
+def _noul(path: Path) -> list[dict]:
+    return list(csv_source.convert(str(path), type="noul", instructions="x", state_column="text", answer_column="ok"))
+
+
+def test_a_csv_header_after_a_byte_order_mark_names_its_columns(tmp_path: Path) -> None:
+    """A BOM before the first column name made ``text`` unknown ("it has ['\\ufefftext', 'ok']"; issue 64)."""
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbftext,ok\nhello,yes\n")
+    assert [(r["state"], r["answer"]) for r in _noul(path)] == [("hello", True)]
+
+
+def test_a_csv_in_another_encoding_is_named_as_such(tmp_path: Path) -> None:
+    header = tmp_path / "header.csv"
+    header.write_bytes("text,ok,remarque\nhello,yes,été\n".encode("latin-1").replace(b"remarque", b"r\xe9sum\xe9"))
+    with pytest.raises(ValueError) as err:
+        _noul(header)
+    assert str(err.value) == (
+        f"{header}:1: the header has invalid UTF-8 (byte 0xe9 at character 2): convert the file from its encoding "
+        "(Latin-1? Windows-1252?), e.g. with iconv"
+    )
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_bytes("text,ok\nhello,yes\n".encode("utf-16"))
+    with pytest.raises(ValueError) as err:
+        _noul(utf16)
+    assert str(err.value) == f"{utf16}: is UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8"

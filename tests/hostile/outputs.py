@@ -250,4 +250,19 @@ def output_probes(env: Env) -> list[Probe]:
         ("train-readonly", "ro/run", ("ro",)),
     ]:
         add(cid, [*tr, out], refuse(*names))
+    # issue 64: the lock beside --out was opened O_RDWR | O_CREAT, which follows a link: the file it points to was
+    # truncated to "mydecide prepare, pid N"
+    for cid, args, out in [
+        ("lock-link-prepare", ["prepare", "data.yaml", "--out", "fresh"], "fresh"),
+        ("lock-link-train", [*tr, "fresh"], "fresh"),
+        ("lock-link-evaluate", [*ev, "fresh"], "fresh"),
+        ("lock-link-merge", [*mg, "fresh"], "fresh"),
+    ]:
+        add(
+            cid,
+            args,
+            refuse(f".{out}.lock", "link"),
+            what=f"w/.{out}.lock is a symlink to notes/notes.txt",
+            plant=lambda w, name=out: os.symlink("notes/notes.txt", w / f".{name}.lock"),
+        )
     return P

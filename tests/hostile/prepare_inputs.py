@@ -321,6 +321,29 @@ def recipe_key_probes(env: Env) -> list[Probe]:
         extra=("split.dev_fraction",),
     )
     add(
+        "override-long",
+        "override split.dev_fraction=111…1 (300 characters: once taken for a file name, 'File name too long')",
+        refuse("split.dev_fraction"),
+        extra=("split.dev_fraction=" + "1" * 300,),
+    )
+    add(
+        "override-into-value",
+        "override cap_per_task.outage=3 over the recipe's cap_per_task: 7 (it replaced the cap of every task)",
+        refuse("cap_per_task", "whole"),
+        recipe=BASE + "cap_per_task: 7\n",
+        extra=("cap_per_task.outage=3",),
+    )
+    for cid, key, looks, names in [  # issue 64: "did you mean split?" did not say why split was unknown
+        ("key-zero-width", "split\u200b", "split", ("split\\u200b", "U+200B", "invisible")),
+        ("key-cyrillic", "\u0455ources", "sources", ("\\u0455ources", "U+0455", "look-alike", "sources")),
+    ]:
+        add(
+            cid,
+            f"recipe key {ascii(key)[1:-1]}, which reads as {looks} on screen",
+            refuse(*names),
+            recipe=BASE.replace(looks, key, 1),
+        )
+    add(
         "decontam-missing",
         "decontaminate_against a missing file",
         refuse("lockbox.jsonl"),

@@ -36,7 +36,7 @@ What it does
     `hang`. `probe-error` means the probe itself failed on that case (a bug here, not in mydecide).
 
 How to run (from the repository root, offline, loopback only, everything under one temporary directory):
-        make probe                                                  # everything, about 15-20 min on 2 cores
+        make probe                                                  # everything, about 22 min on 2 cores
         .venv/bin/python tests/hostile/probe.py --only serve        # one category (comma-separated for several)
         .venv/bin/python tests/hostile/probe.py --list              # the categories and every case id
         .venv/bin/python tests/hostile/probe.py --out /tmp/p.json   # results elsewhere
@@ -54,8 +54,8 @@ In-process commands run through typer's CliRunner (fast); signals, concurrency a
 
 The modules: harness.py (the case record, running commands, file snapshots), judge.py (the classes and the output
 checks), assets.py (the temporary directory and its shared assets), wire.py (raw HTTP); then one module per category,
-with three for prepare-inputs (prepare_inputs, prepare_sources, prepare_rows), two for resume-adapters (resume,
-adapters) and three for serve (serve, serve_fields, serve_connections). This file runs them.
+with three for prepare-inputs (prepare_inputs, prepare_sources, prepare_rows), three for resume-adapters (resume,
+adapters, model_inputs) and three for serve (serve, serve_fields, serve_connections). This file runs them.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ from concurrency import concurrency_other_probes, concurrency_probes, concurrenc
 from harness import CATEGORIES, CLASSES, ROOT, Case, Probe
 from interrupts import interrupt_probes
 from judge import nonempty_lines
+from model_inputs import model_input_probes
 from outputs import output_probes
 from prepare_inputs import recipe_key_probes, recipe_probes
 from prepare_rows import row_probes, row_shape_probes
@@ -109,7 +110,7 @@ def all_concurrency_probes(env: Env) -> list[Probe]:
 
 
 def resume_adapter_probes(env: Env) -> list[Probe]:
-    return resume_probes(env) + adapter_probes(env) + calibration_probes(env)
+    return resume_probes(env) + adapter_probes(env) + calibration_probes(env) + model_input_probes(env)
 
 
 def serve_probes(env: Env) -> list[Probe]:

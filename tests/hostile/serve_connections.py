@@ -12,15 +12,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from assets import Env
 from harness import Case, Expect, Probe, Proc, Run
 from judge import (
     judge_cli,
+    warned,
 )
 from serve import NORMAL, answers_ok, body_of, q_noul
-from wire import ENDPOINT, REQUEST_TIMEOUT, Resp, Server, build, exchange
+from wire import ENDPOINT, REQUEST_TIMEOUT, Resp, Server, build, exchange, http_request
 
 SLOW_LIMIT = 40.0  # a slow-drip client must be cut off within this (the server's longest timeout, 30 s, + margin)
 
@@ -88,8 +90,19 @@ def connection_probes(env: Env) -> list[Probe]:
         ("choice-window-inverted", ["limits.min_choice_options=5", "limits.max_choice_options=4"], ("min_choice",)),
         ("api-key-non-ascii", ["--api-key", "clé-secrète"], ("api-key",)),
         ("device-bogus", ["--device", "bogus"], ("bogus",)),
+        ("api-key-space", ["--api-key", "my key"], ("api-key",)),  # "Bearer my key" splits: no header matches
     ]:
         P.append(serve_start_probe(env, cid, extra, names, tolerable=cid == "limit-huge"))
+    P.append(  # issue 64: the key on the command line is in every local user's `ps`
+        serve_start_probe(
+            env,
+            "api-key-on-command-line",
+            ["--api-key", "s3cret-key-1234"],
+            ("MYDECIDE_API_KEY",),
+            accept=warned("MYDECIDE_API_KEY"),
+            expected="serves, with a warning pointing at MYDECIDE_API_KEY",
+        )
+    )
     # connections
     P.append(custom_probe(env, "concurrent-50", "50 concurrent valid requests", "all 200", _concurrent_50))
     P.append(
@@ -117,6 +130,16 @@ def connection_probes(env: Env) -> list[Probe]:
             "a client sends a request and closes before the answer (x5), then a normal request",
             "no traceback; the normal request answers 200",
             _disconnect_before_answer,
+        )
+    )
+    P.append(
+        custom_probe(
+            env,
+            "abandoned-queue",
+            "40 clients each send 8 questions and reset while some wait in the queue (issue 64: still scored minutes "
+            "later), then a normal request",
+            "the requests still waiting are not scored (GET /health's count); the normal request answers 200",
+            _abandoned_queue,
         )
     )
     P.append(
@@ -152,15 +175,27 @@ def connection_probes(env: Env) -> list[Probe]:
     return P
 
 
-def serve_start_probe(env: Env, cid: str, extra: list[str], names: tuple[str, ...], tolerable: bool = False) -> Probe:
-    """``mydecide serve`` with a bad option: it must stop before loading the model, in one line naming it."""
+def serve_start_probe(
+    env: Env,
+    cid: str,
+    extra: list[str],
+    names: tuple[str, ...],
+    tolerable: bool = False,
+    accept: Callable[[Path, Run], str | None] | None = None,
+    expected: str = "",
+) -> Probe:
+    """``mydecide serve`` with a bad option: it must stop before loading the model, in one line naming it (or, with
+    ``accept``, start and pass that check of its output)."""
     args = ["serve", "--model", str(env.llama), "--port", "0", "--device", "cpu", *extra]
     case = Case(
         f"srv-start-{cid}",
         "serve",
         "mydecide serve --model LLAMA --port 0 " + " ".join(extra),
-        f"refused with one line naming {', '.join(names)}" + (" (or started: tolerable)" if tolerable else ""),
+        expected
+        or f"refused with one line naming {', '.join(names)}" + (" (or started: tolerable)" if tolerable else ""),
     )
+    if tolerable:
+        accept = lambda w, r: None  # noqa: E731
 
     def go(case: Case) -> None:
         env.need("models")
@@ -174,9 +209,7 @@ def serve_start_probe(env: Env, cid: str, extra: list[str], names: tuple[str, ..
         if started:
             run = Run(0, run.output, run.seconds)
             case.notes.append("it started serving")
-        judge_cli(
-            case, run, Expect(case.expected, names=names, accept=(lambda w, r: None) if tolerable else None), where, []
-        )
+        judge_cli(case, run, Expect(case.expected, names=names, accept=accept), where, [])
 
     return Probe(case, go)
 
@@ -243,6 +276,43 @@ def _disconnect_before_answer(case: Case, server: Server) -> tuple[list[str], st
     time.sleep(1.5)
     flags = normal_after(case, server)
     case.output = "5 clients reset before the answer; then the normal request: " + ("200" if not flags else str(flags))
+    return flags, "accepted-ok"
+
+
+def _health(server: Server) -> dict[str, Any]:
+    return dict(json.loads(http_request(server.port, "GET", "/health").body))
+
+
+def _abandoned_queue(case: Case, server: Server) -> tuple[list[str], str]:
+    """40 heavy requests; once some wait in the queue (GET /health's pending), every client resets. A request still
+    waiting then must not be scored: fewer are scored after the reset than were waiting. When the server was quick
+    enough to have nothing waiting, the case cannot judge and says so (a fast server is no fault)."""
+    state = " ".join([NORMAL["state"]] * 12)
+    heavy = {"state": state, "questions": {f"q{i}": q_noul() for i in range(8)}}
+    data = build(body=body_of(heavy), port=server.port)
+    before = _health(server)["stats"]["requests"]
+    socks = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(40)]
+    for s in socks:
+        s.sendall(data)
+    waiting, deadline = 0, time.monotonic() + 5
+    while time.monotonic() < deadline and waiting < 10:
+        health = _health(server)
+        waiting = health["pending"]
+    taken = health["stats"]["requests"] - before  # taken into a batch before the clients left
+    for s in socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+        s.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _health(server)["pending"]:
+        time.sleep(0.1)
+    later = _health(server)["stats"]["requests"] - before - taken
+    flags = normal_after(case, server)
+    case.output = f"40 abandoned: {taken} scored before their clients reset, {waiting} waiting then, {later} after"
+    if waiting == 0:
+        case.notes.append("nothing was waiting in the queue when the clients left: not judged")
+    elif later >= waiting:
+        case.notes.append("every request still waiting when its client left was scored")
+        flags.append("silent")
     return flags, "accepted-ok"
 
 

@@ -29,6 +29,7 @@ from mydecide.data.ray.tasks import (
 )
 from mydecide.data.split import SPLITS
 from mydecide.data.split_augment import empty_by_recipe
+from mydecide.jsonl import not_utf8_hint
 from mydecide.recipe_parsing import RecipeError
 
 
@@ -73,7 +74,7 @@ def read(run: Stream) -> None:
             raise RecipeError(
                 f"sources[{index}] (kind {spec.kind}, {spec.path or 'its default data'}): "
                 + (
-                    f"all {counts['in']} rows were rejected, the first: {first[0]}: {first[1]}"
+                    f"all {counts['in']} rows were rejected, the first: {first[0]}: {first[1]}{not_utf8_hint(first[1])}"
                     if counts["in"] and first
                     else "no rows"
                 )
