@@ -3,9 +3,10 @@
 "Is the customer on the enterprise plan?" can come as a noul, as a choice between ``yes`` and ``no`` or as a score
 with the two levels ``No`` and ``Yes``. These are one question, so they get one answer: a choice or a score whose two
 options are a yes and a no (yes / true and no / false, any case, trailing punctuation ignored; an option's
-description decides where it has one, its id otherwise) is scored by the noul's prompt (the same tokens, the same read) and takes the noul's temperature
-(:func:`family`). Its probabilities come back in its own option order, so the answer is still a choice or a score on
-the wire. Training shows such a record as the noul too (``training/batches.py``), so the model learns one reading.
+description decides where it has one, its id otherwise) is scored by the noul's prompt (the same tokens, the same
+read) and takes the noul's temperature (:func:`family`). Its probabilities come back in its own option order, so the
+answer is still a choice or a score on the wire. Training shows such a record as the noul too
+(``training/batches.py``), so the model learns one reading.
 
 Options that are not plainly a yes and a no (``maybe``, ``yes please``, three options) keep their type's reading.
 """
