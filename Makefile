@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow probe lint format docs bench all clean
+.PHONY: help install demo test test-slow probe lint format docs bench bench-gguf all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ docs:  ## regenerate docs/recipes.md from the recipe models in mydecide/config.p
 
 bench:  ## the benchmarks: ratios against same-run baselines; bench/results.json is local (untracked)
 	$(PY) bench/run.py
+
+bench-gguf:  ## llama.cpp's llama-server on export-gguf files against mydecide serve (DATA=a prepared split; builds llama-server once, ~1 h)
+	nice -n 10 $(PY) bench/gguf_parity.py --data $(DATA)
 
 all: lint test  ## what CI runs
 
