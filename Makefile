@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 BIN     := .venv/bin
 
-.PHONY: help install demo test test-slow probe lint format docs bench bench-coherence all clean
+.PHONY: help install demo test test-slow probe lint format docs bench bench-coherence bench-gguf all clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ bench:  ## the benchmarks: ratios against same-run baselines; bench/results.json
 
 bench-coherence:  ## jevbench-mini against `mydecide serve` (ADAPTER=RUN/train/adapter TEMPERATURES=RUN/temperatures.json; ~33 min on 2 cores)
 	$(PY) bench/coherence.py $(if $(ADAPTER),--adapter $(ADAPTER)) $(if $(TEMPERATURES),-t $(TEMPERATURES)) --name coherence
+
+bench-gguf:  ## llama.cpp's llama-server on export-gguf files against mydecide serve (DATA=a prepared split; builds llama-server once, ~1 h)
+	nice -n 10 $(PY) bench/gguf_parity.py --data $(DATA)
 
 all: lint test  ## what CI runs
 

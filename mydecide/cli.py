@@ -41,7 +41,19 @@ def build_app() -> typer.Typer:
     import typer
 
     from mydecide import __version__
-    from mydecide.commands import calibrate, evaluate, export_vllm, init, merge, predict, prepare, push, serve, train
+    from mydecide.commands import (
+        calibrate,
+        evaluate,
+        export_gguf,
+        export_vllm,
+        init,
+        merge,
+        predict,
+        prepare,
+        push,
+        serve,
+        train,
+    )
 
     app = typer.Typer(
         name="mydecide",
@@ -65,7 +77,7 @@ def build_app() -> typer.Typer:
     ) -> None:
         """Train, calibrate, evaluate and serve your own decision model."""
 
-    for module in (init, prepare, train, calibrate, evaluate, predict, serve, merge, export_vllm, push):
+    for module in (init, prepare, train, calibrate, evaluate, predict, serve, merge, export_vllm, export_gguf, push):
         module.register(app)
     return app
 

@@ -31,8 +31,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("mydecide.scoring",),
     # 5. loading that model: a base, a tokenizer and an adapter
     ("mydecide.modeling",),
-    # 6. what is built on scoring: temperatures, evaluation, merging an adapter
-    ("mydecide.calibration", "mydecide.evaluation", "mydecide.merging"),
+    # 6. what is built on scoring: temperatures, evaluation, merging an adapter (and exporting it as a GGUF)
+    (
+        "mydecide.calibration",
+        "mydecide.evaluation",
+        "mydecide.merging",
+        "mydecide.gguf_export",
+        "mydecide.gguf_tensors",
+    ),
     # 7. training (its dev metrics use evaluation's majority baseline)
     ("mydecide.training",),
     # 8. the server
