@@ -15,7 +15,11 @@ CPU comparison: ``decision_format.load`` in fp32 instead of bfloat16.
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,3 +80,26 @@ def null_adapter(base: str, dest: Path, r: int = 8) -> Path:
     assert all(float(p.detach().abs().max()) == 0.0 for n, p in peft_model.named_parameters() if "lora_B" in n)
     peft_model.save_pretrained(dest)
     return Path(dest)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a server a bench starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, server: subprocess.Popen, timeout: float, name: str = "the server") -> None:
+    """Until ``url`` answers 200, or raise RuntimeError: ``server`` exited, or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"{name} exited with status {server.returncode} before it was healthy")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"{name} was not healthy at {url} within {timeout:.0f} s")

