@@ -312,7 +312,8 @@ def _state_tokens(model: LoadedModel | None, records: Sequence[Record]) -> list[
 def _temperatures_used(records: Sequence[Record], temperature: TemperatureLookup) -> dict[str, dict[str, float]]:
     used: dict[str, dict[str, float]] = {}
     for r in records:
-        used.setdefault(family(r.question), {})[str(r.question.k)] = temperature(family(r.question), r.question.k)
+        kind = family(r.question)
+        used.setdefault(kind, {})[str(r.question.k)] = temperature(kind, r.question.k)
     return {t: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for t, v in sorted(used.items())}
 
 

@@ -178,12 +178,13 @@ def build_response(
     conformal = getattr(temperature, "conformal", None)
     decisions = getattr(temperature, "span_decisions", None)
     for name, question in request.questions.items():
-        t = temperature(family(question), question.k) if temperature else 1.0
+        kind = family(question)  # the type whose temperature it takes (a yes / no choice: noul)
+        t = temperature(kind, question.k) if temperature else 1.0
         if question.type == "span":
             probs = to_probabilities("span", rendered.span_grids[name], t)
             answers[name] = span_answer(state_part(request.state, question.over), question, probs, decisions)
         else:
-            probs = calibrated_probabilities(family(question), question.k, logits[name], temperature)
+            probs = calibrated_probabilities(kind, question.k, logits[name], temperature)
             answers[name] = build_answer(question, probs)
         if conformal is not None:
             part = state_part(request.state, question.over) if question.type == "span" else ""
