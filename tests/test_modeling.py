@@ -50,8 +50,9 @@ def _llama_cpp_permute(weight: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_tiny_gguf(model_dir: Path, out: Path) -> Path:
-    """Write the tiny Llama HF directory (weights + tokenizer + chat template) as an F32 GGUF file."""
+def write_tiny_gguf(model_dir: Path, out: Path, pre: str = "default") -> Path:
+    """Write the tiny Llama HF directory (weights + tokenizer + chat template) as an F32 GGUF file whose
+    ``tokenizer.ggml.pre`` is ``pre``."""
     import gguf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -76,7 +77,7 @@ def write_tiny_gguf(model_dir: Path, out: Path) -> Path:
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types([3 if t in special else 1 for t in tokens])  # 3: control token
     writer.add_token_merges(merges)
@@ -172,6 +173,35 @@ def test_the_packaged_default_is_converted_once_into_the_cache(
     assert calls == [expected]  # the second call finds the converted directory
     assert (expected / "config.json").is_file() and (expected / "tokenizer.json").is_file()
     assert not [p for p in expected.parent.iterdir() if p.name.startswith(".")]  # no temp dir left behind
+
+    (expected / modeling.CONVERT_STAMP).unlink()  # a directory an older version converted: converted again
+    (expected / "older.txt").write_text("from the older conversion")
+    assert resolve_model_path("smollm2-135m") == (str(expected), {})
+    assert calls == [expected, expected] and not (expected / "older.txt").exists()
+    assert json.loads((expected / modeling.CONVERT_STAMP).read_text())["format"] == modeling.CONVERT_FORMAT
+    assert not [p for p in expected.parent.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("pre", ["smollm", "default"])
+def test_a_gguf_tokenizer_splits_digits_where_llama_cpp_does(
+    pre: str, tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SmolLM2's GGUF says ``tokenizer.ggml.pre = smollm``: every digit is its own piece before the GPT-2 pattern
+    (llama.cpp, and the model's own tokenizer.json), so whitespace before a digit stays one piece."""
+    gguf = write_tiny_gguf(tiny_llama_dir, tmp_path / "tiny.gguf", pre=pre)
+    text = "ok\n\n1)  x :  12"
+    digits_first = ["ok", "ĊĊ", "1", ")", "Ġ", "Ġx", "Ġ:", "ĠĠ", "1", "2"]
+    gpt2_pattern = ["ok", "Ċ", "Ċ", "1", ")", "Ġ", "Ġx", "Ġ:", "Ġ", "Ġ12"]
+    expected = digits_first if pre == "smollm" else gpt2_pattern
+    loaded = modeling.gguf_tokenizer(gguf.parent, gguf.name)
+    assert [piece for piece, _ in loaded.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)] == expected
+    monkeypatch.setattr(modeling, "packaged_gguf", lambda: gguf)  # the converted default keeps the split
+    monkeypatch.setenv("MYDECIDE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(modeling, "convert_gguf", lambda g, out: convert_gguf(g, out, dtype="float32"))
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m")[0])
+    assert [piece for piece, _ in saved.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)] == expected
 
 
 def test_a_missing_default_model_package_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

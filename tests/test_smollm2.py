@@ -49,3 +49,13 @@ def test_smollm2_loads_with_single_token_labels_and_answers_a_request(packaged_s
     for option, p in team["probabilities"].items():
         assert alone["answers"]["team"]["probabilities"][option] == pytest.approx(p, abs=1e-4)
     assert alone["answers"]["outage"]["noul"] == pytest.approx(outage["noul"], abs=1e-4)
+
+
+def test_smollm2_tokenizes_whitespace_before_a_digit_as_llama_cpp_does(packaged_smollm2: str) -> None:
+    """Its GGUF says ``tokenizer.ggml.pre = smollm``: digits are split off first, so whitespace before one stays one
+    token (ids as llama-server's /tokenize gives them on the packaged file)."""
+    from mydecide.modeling import load_model
+
+    tokenizer = load_model("smollm2-135m", device="cpu").tokenizer
+    assert tokenizer("ok\n\n1) yes", add_special_tokens=False)["input_ids"] == [2231, 1116, 33, 25, 9805]
+    assert tokenizer.convert_ids_to_tokens(tokenizer("Total:  12")["input_ids"]) == ["Total", ":", "ĠĠ", "1", "2"]

@@ -120,7 +120,7 @@ def recipe_from_command_line(
         recipe = load_recipe(path, overrides, model=model, options={**options, "data": [*current, *files]})
     adapter = getattr(recipe, "adapter", None)
     if isinstance(adapter, str) and not Path(adapter).expanduser().exists():
-        from mydecide.modeling import local_adapter
+        from mydecide.hub import local_adapter
 
         recipe = recipe.model_copy(update={"adapter": str(local_adapter(adapter))})  # a hub id: its cached snapshot
     return recipe

@@ -155,7 +155,8 @@ def test_a_hub_name_that_is_not_cached_asks_the_hub_once(
     import huggingface_hub
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    from mydecide.modeling import HUB_PROBE_TIMEOUT_S, ModelNotFoundError, resolve_model_path
+    from mydecide.hub import HUB_PROBE_TIMEOUT_S, ModelNotFoundError
+    from mydecide.modeling import resolve_model_path
 
     calls = []
     if raised == "missing":  # the hub's answer for a repository it does not have (built without an HTTP response)

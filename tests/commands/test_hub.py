@@ -197,7 +197,7 @@ def test_pull_by_hub_id_offline_answers_like_the_local_directories(
 
 def test_an_adapter_hub_id_missing_from_the_cache_offline_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "empty"), "HF_HUB_OFFLINE": "1"}
-    probe = "from mydecide.modeling import local_adapter; local_adapter('acme/absent')"
+    probe = "from mydecide.hub import local_adapter; local_adapter('acme/absent')"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
