@@ -121,6 +121,7 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
         reword_instructions=max(cfg.reword_instructions, schema),
         negate_noul=max(cfg.negate_noul, cfg.consistency),
         rename_options=max(cfg.rename_options, cfg.consistency),
+        question_views=cfg.question_views,
         drop_span_labels=max(cfg.drop_span_labels, schema),
         rename_span_labels=max(cfg.rename_span_labels, schema),
         paraphrase_span_labels=max(cfg.paraphrase_span_labels, schema),

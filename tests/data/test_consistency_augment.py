@@ -124,3 +124,49 @@ def test_prepare_adds_consistency_copies_to_train_only(tmp_path: Path) -> None:
         DataRecipe.model_validate(
             {"sources": [{"kind": "jsonl", "path": str(source)}], "augment": {"consistency": 1.5}}
         )
+
+
+def test_a_question_view_is_a_yes_no_its_target_answers() -> None:
+    from prepare_builders import SCORE
+
+    choice = parse_record(make(1, question=CHOICE, answer="support"))[0]
+    score = parse_record({**make(2, question=SCORE, answer=2), "meta": {"soft_target": {"low": 0.0, "medium": 0.5, "high": 0.5}}})[0]
+    seen: dict[str, set[float]] = {}
+    for seed in range(40):
+        for original in (choice, score):
+            view = augment.question_view(original, random.Random(seed))
+            assert view is not None and view.question.type == "noul" and view.state == original.state
+            assert view.question.options == ("yes", "no") and sum(view.target) == pytest.approx(1.0)
+            assert view.meta["source_id"] == original.id and view.id == f"{original.id}~question_views"
+            assert "soft_target" not in view.meta  # the original question's distribution, not the view's
+            parse_record(view.to_json())  # a valid record
+            kind, text = view.meta["view"], view.question.instructions
+            assert text.startswith(original.question.instructions)
+            seen.setdefault(kind, set()).add(view.target[0])
+            if kind in ("option", "not_option"):
+                option = next(d for d in original.question.descriptions if d in text)
+                is_gold = option == "How-to questions"
+                assert view.target[0] == float(is_gold if kind == "option" else not is_gold)
+            else:
+                assert "low < medium < high" in text
+                level = next(lv for lv in ("medium", "high") if f"is it {lv} or" in text or f"than {lv}?" in text)
+                at_least = {"medium": 1.0, "high": 1.0}[level]  # the gold level is "high"
+                assert view.target[0] == (at_least if kind == "at_least" else 1.0 - at_least)
+    assert set(seen) == {"option", "not_option", "at_least", "below"}
+    assert seen["option"] == {0.0, 1.0} and seen["below"] == {0.0}
+    assert augment.question_view(parse_record(make(3, question=NOUL))[0], random.Random(0)) is None
+
+
+def test_question_view_wordings_are_not_jevbench_s() -> None:
+    import re
+
+    from jevbench.relations import mea
+
+    theirs = {
+        piece.strip()
+        for t in (*mea.IS_OPTIONS, *mea.OTHER_THANS, *mea.NOT_LEVEL, *mea.NEGATIONS)
+        for piece in re.split(r"\{\w+\}", t)
+        if len(piece.strip()) >= 12
+    }
+    ours = [t for templates in augment.VIEW_TEMPLATES.values() for t in templates]
+    assert len(theirs) >= 10 and not [piece for piece in theirs for t in ours if piece in t]
