@@ -45,7 +45,7 @@ Consistency copies (JevBench's coherence laws, taught by example; ``augment.cons
   the meaning, not the name.
 
 The default negation templates and the code form differ on purpose from the ones ``mydecide evaluate
---coherence`` probes with ("Is it NOT the case that: …", ``option_1`` …), so the evaluation measures whether
+--coherence`` probes with (jevbench's three negation wrappers, ``option_1`` …), so the evaluation measures whether
 consistency generalises to a phrasing the model was not trained on.
 """
 
