@@ -196,15 +196,20 @@ class Costs(Strict):
     escalate: float = -0.5  # payoff of handing the question to a human
 
 
+COHERENCE_STATES = 40  # what `evaluate --coherence` sets `coherence` to
+
+
 class EvalRecipe(ScoringModel):
     temperatures: str | None = None  # temperatures.json from `mydecide calibrate`
     data: list[str] = Field(default_factory=list)  # JSONL files, evaluated together
     out: str = "runs/eval"  # report.json, report.md, reliability.png, predictions.jsonl
     permutations: int = Field(4, ge=0)  # random option orders per question, besides the reversed one
-    seed: Seed = 13  # of the option permutations
+    seed: Seed = 13  # of the option permutations and of the states coherence samples
     costs: Costs = Field(default_factory=Costs)
     thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9, 0.95])  # auto-act table rows
-    coherence: bool = False  # negation, option renaming and context-independence checks
+    # JevBench's coherence laws (the jevbench package) on this many states of the data, sampled with the seed;
+    # 0: off. `--coherence` is coherence=40. A state costs tens of requests (evaluate prints how many)
+    coherence: int = Field(0, ge=0, strict=True)
     base: bool = True  # also score the base model (adapter disabled) when an adapter is given
     limit: int | None = Field(None, ge=1)  # only the first N records of each file
     batch_size: int = Field(16, ge=1)  # prompts per forward pass

@@ -23,7 +23,7 @@ from mydecide.commands.options import (
     check_records_file,
     recipe_from_command_line,
 )
-from mydecide.config import EvalRecipe
+from mydecide.config import COHERENCE_STATES, EvalRecipe
 from mydecide.errors import UserError
 
 ARGS_HELP = "[RECIPE.yaml] [KEY=VALUE ...] and more data files (--data a.jsonl b.jsonl works)."
@@ -97,6 +97,10 @@ def summary(report: dict[str, Any]) -> list[str]:
             else ""
         )
     )
+    if report.get("coherence"):
+        from mydecide.evaluation.coherence import coherence_lines
+
+        lines += coherence_lines(report["coherence"])
     return lines
 
 
@@ -128,7 +132,9 @@ def register(app: typer.Typer) -> None:
             "the auto-act threshold and its coverage / accuracy / payoff table.",
         ),
         coherence: bool | None = typer.Option(
-            None, "--coherence/--no-coherence", help="Also run the negation, renaming and context checks."
+            None,
+            "--coherence/--no-coherence",
+            help=f"Also run JevBench's coherence laws on {COHERENCE_STATES} states of the data (coherence=N for N).",
         ),
         no_base: bool = typer.Option(False, "--no-base", help="Skip the base model (adapter disabled)."),
         limit: Limit = None,
@@ -148,7 +154,7 @@ def register(app: typer.Typer) -> None:
             "data": list(data) if data else None,
             "out": out,
             "permutations": permutations,
-            "coherence": coherence,
+            "coherence": None if coherence is None else COHERENCE_STATES if coherence else 0,
             "limit": limit,
             "batch_size": batch_size,
             "base": False if no_base else None,

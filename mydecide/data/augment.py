@@ -53,7 +53,7 @@ Question views (task diversity from the labels a row already has, and the measur
   an example that a choice and its indicator, or a score and its cumulative question, agree.
 
 The default negation templates and the code form differ on purpose from the ones ``mydecide evaluate
---coherence`` probes with ("Is it NOT the case that: …", ``option_1`` …), so the evaluation measures whether
+--coherence`` probes with (jevbench's three negation wrappers, ``option_1`` …), so the evaluation measures whether
 consistency generalises to a phrasing the model was not trained on.
 """
 

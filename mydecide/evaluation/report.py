@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mydecide import metrics
 from mydecide.errors import UserError
 from mydecide.evaluation.classes import CONFUSION_PLOT, classes_markdown, plot_confusions
+from mydecide.evaluation.coherence import coherence_markdown
 from mydecide.evaluation.curves import CURVES_PLOT, curves_markdown, plot_curves
 from mydecide.evaluation.guarantees import guarantees_markdown
 from mydecide.io import (
@@ -182,27 +183,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 
     lines += guarantees_markdown(report)
     if report.get("coherence"):
-        c = report["coherence"]
-        lines += ["## Coherence", ""]
-        lines += _table(
-            ["law", "n", "violation rate", "detail"],
-            [
-                [
-                    "noul + negation ≈ 1",
-                    c["negation"]["n"],
-                    c["negation"]["violation_rate"],
-                    f"mean |p + p_neg − 1| = {_fmt(c['negation']['mean_gap'])}",
-                ],
-                ["anonymised option ids keep the answer", c["renaming"]["n"], c["renaming"]["violation_rate"], ""],
-                [
-                    "answer independent of other questions",
-                    c["context"]["n"],
-                    c["context"]["violation_rate"],
-                    f"max |Δp| = {_fmt(c['context']['max_abs_diff'], 5)}, argmax changed "
-                    f"{_fmt(c['context']['argmax_change_rate'])}",
-                ],
-            ],
-        )
+        lines += coherence_markdown(report["coherence"])
 
     if report.get("temperatures_used"):
         lines += ["## Temperatures", ""]

@@ -11,7 +11,7 @@ The steps, in the order :func:`run_evaluation` runs them:
 4. baselines beside the model: the majority class per task (:mod:`~mydecide.evaluation.baselines`) and the base
    model without its adapter;
 5. the auto-act threshold from payoffs and the coverage / accuracy / payoff table around it;
-6. optionally, coherence checks (:mod:`~mydecide.evaluation.coherence`).
+6. optionally, JevBench's coherence laws on ``coherence`` sampled states (:mod:`~mydecide.evaluation.coherence`).
 
 :func:`~mydecide.evaluation.report.write_outputs` writes ``predictions.jsonl``, ``report.json``, ``report.md`` and
 ``reliability.png``; :func:`evaluate_files` is ``mydecide evaluate``.
@@ -36,7 +36,7 @@ from mydecide.data.split import protected_split
 from mydecide.errors import UserError
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.classes import class_tables, headline_intervals
-from mydecide.evaluation.coherence import coherence_checks
+from mydecide.evaluation.coherence import jevbench_coherence, wire_answerer
 from mydecide.evaluation.curves import training_curves
 from mydecide.evaluation.guarantees import guarantee_report
 from mydecide.evaluation.report import check_report_dir, write_outputs
@@ -130,7 +130,7 @@ def run_evaluation(
     seed: int = 13,
     costs: dict[str, float] | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    coherence: bool = False,
+    coherence: int = 0,
     base: bool = True,
     prior: LabelPrior | None = None,
     files: Sequence[str] | None = None,
@@ -278,9 +278,21 @@ def run_evaluation(
     if getattr(temperature, "conformal", None) is not None:  # sets and auto-act: what calibrate promised, checked
         report["guarantees"] = _guarantees(records, logits, rows, temperature, report["thresholds"])
     if coherence:
-        report["coherence"] = coherence_checks(scorer, records, logits, temperature, progress=progress)
+        report["coherence"] = _coherence(scorer, records, temperature, coherence, seed, progress)
     report["wall_s"] = time.perf_counter() - started
     return Evaluation(report, predictions, base_predictions, rows, raw_rows)
+
+
+def _coherence(
+    scorer: QuestionScorer,
+    records: Sequence[Record],
+    temperature: TemperatureLookup,
+    cases: int,
+    seed: int,
+    progress: bool,
+) -> dict[str, Any]:
+    """report.json's ``coherence``: jevbench's laws on ``cases`` states, with this scoring and these temperatures."""
+    return jevbench_coherence(wire_answerer(scorer, temperature), records, cases=cases, seed=seed, progress=progress)
 
 
 def _guarantees(

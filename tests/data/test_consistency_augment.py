@@ -13,7 +13,6 @@ from prepare_builders import CHOICE, NOUL, make, sentence, write_jsonl
 from mydecide.config import AugmentConfig, DataRecipe
 from mydecide.data import augment
 from mydecide.data.prepare import prepare
-from mydecide.evaluation.coherence import NEGATION_TEMPLATE
 from mydecide.recipe_parsing import RecipeError
 from mydecide.records import parse_record
 
@@ -42,8 +41,10 @@ def test_negated_copy_has_swapped_criteria_and_the_complementary_target() -> Non
     )
 
 
-def test_training_negations_differ_from_the_one_evaluate_probes_with() -> None:
-    assert NEGATION_TEMPLATE not in augment.NEGATION_TEMPLATES  # coherence is measured on an unseen phrasing
+def test_training_negations_differ_from_the_ones_evaluate_probes_with() -> None:
+    from jevbench.relations.mea import NEGATIONS  # evaluate --coherence's complement law (negation_wrapper)
+
+    assert not set(NEGATIONS) & set(augment.NEGATION_TEMPLATES)  # coherence is measured on unseen phrasings
 
 
 def test_renamed_copy_uses_neutral_codes_and_keeps_the_answer() -> None:

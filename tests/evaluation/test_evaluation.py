@@ -17,7 +17,6 @@ from mydecide.commands.options import recipe_from_command_line, split_args
 from mydecide.config import CalibrateRecipe, EvalRecipe
 from mydecide.evaluation.baselines import LabelPrior, majority_rows
 from mydecide.evaluation.classes import class_tables
-from mydecide.evaluation.coherence import coherence_checks
 from mydecide.evaluation.rows import METRIC_KEYS, block, question_rows, rows_from_predictions
 from mydecide.evaluation.run import permuted_orders, run_evaluation, threshold_report
 from mydecide.recipe_loading import load_recipe
@@ -260,10 +259,12 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
     thresholds = report["thresholds"]
     assert thresholds["auto_act_threshold"] == pytest.approx(0.625)
     assert [row["threshold"] for row in thresholds["table"] if row["auto_act"]] == [0.625]
-    assert set(report["coherence"]) == {"negation", "renaming", "context"}
-    assert report["coherence"]["negation"]["n"] == 3 and report["coherence"]["renaming"]["n"] == 3
-    assert report["coherence"]["context"]["n"] == 12
-    assert report["coherence"]["context"]["max_abs_diff"] < 1e-3  # questions never see each other
+    coherence = report["coherence"]  # jevbench on every state (6 of 9: the 3 with only a set question have none)
+    assert (coherence["cases"], coherence["questions"], coherence["left_out"]) == (6, 9, {"set": 3})
+    assert list(coherence["dimensions"]) == ["REP", "BAT", "MEA", "LOG", "CHO"]
+    assert coherence["groups"]["BAT.isolation"] == {"score": 1.0, "n": 21}  # by construction
+    assert "coherence (jevbench 0.1.0, 6 states, 9 questions, seed 13): overall" in result.output
+    assert "  BAT 100.0 (n " in result.output
 
     markdown = (out / "report.md").read_text()
     for heading in (
@@ -272,13 +273,13 @@ def test_cli_end_to_end_and_the_report_is_what_predictions_imply(tiny_llama_dir:
         "## Per task",
         "## Slices",
         "## Thresholds",
-        "## Coherence",
+        "## Coherence (JevBench)",
         "## Temperatures",
         "reliability.png",
     ):
         assert heading in markdown, heading
     assert "base model (no adapter)" in markdown and f"majority ({train})" in markdown
-    assert "mean \\|p + p_neg − 1\\|" in markdown  # pipes inside a cell are escaped
+    assert "| **BAT** | **100.0** |" in markdown
 
     # per option tables, intervals and the confusion plot: what the predictions imply
     assert [(t["task"], t["type"]) for t in report["classes"]] == [("routing", "choice"), ("tags", "set")]
@@ -395,42 +396,6 @@ def test_majority_uses_the_training_distribution_and_names_in_sample_tasks() -> 
     assert no_train["source"] == "in-sample majority" and no_train["in_sample_tasks"] == ["new", "outage"]
 
 
-# -------------------------------------------------------------------------------------------------- coherence
-
-
-def test_coherence_checks_detect_each_violation() -> None:
-    recs = records(record_rows(2))
-    one = lambda qtype, k: 1.0  # noqa: E731
-
-    def ignores_negation(items, orders=None):  # P(yes) = 0.8 whatever the instruction says
-        return [np.array([np.log(4.0), 0.0]) if q.type == "noul" else np.zeros(q.k) for _, q in items]
-
-    def reads_negation(items, orders=None):
-        return [
-            np.array([0.0, np.log(4.0)] if "NOT" in q.instructions else [np.log(4.0), 0.0])
-            if q.type == "noul"
-            else np.zeros(q.k)
-            for _, q in items
-        ]
-
-    def by_option_id(items, orders=None):  # likes the id "engineering" (index 1), not its description
-        return [np.array([2.0 if o == "engineering" else 0.0 for o in q.options]) for _, q in items]
-
-    def crowd_sensitive(items, orders=None):  # an answer that moves with the number of questions asked
-        return [np.linspace(0.0, len(items), q.k) for _, q in items]
-
-    def run(scorer):
-        return coherence_checks(scorer, recs, scorer([(r.state, r.question) for r in recs]), one, progress=False)
-
-    assert run(ignores_negation)["negation"]["violation_rate"] == 1.0
-    assert run(ignores_negation)["negation"]["mean_gap"] == pytest.approx(0.6)
-    assert run(reads_negation)["negation"]["violation_rate"] == 0.0
-    assert run(by_option_id)["renaming"] == {**run(by_option_id)["renaming"], "n": 2, "violation_rate": 1.0}
-    assert run(reads_negation)["renaming"]["violation_rate"] == 0.0
-    assert run(crowd_sensitive)["context"]["violation_rate"] == 1.0
-    assert run(content_scorer)["context"]["violation_rate"] == 0.0
-
-
 # ------------------------------------------------------------------------------------------ metrics and tables
 
 
@@ -514,9 +479,9 @@ def test_command_line_pieces_and_shipped_recipes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="wrong must be a number"):
         parse_costs("wrong=lots")
     recipe = recipe_from_command_line(
-        EvalRecipe, ["limit=5", str(b)], {"data": [str(a)], "coherence": True}, data_files=True
+        EvalRecipe, ["limit=5", str(b)], {"data": [str(a)], "coherence": 40}, data_files=True
     )
-    assert recipe.data == [str(a), str(b)] and recipe.limit == 5 and recipe.coherence is True
+    assert recipe.data == [str(a), str(b)] and recipe.limit == 5 and recipe.coherence == 40
     for path, model in (
         (REPO / "recipes/eval/default.yaml", EvalRecipe),
         (REPO / "recipes/calibrate/default.yaml", CalibrateRecipe),

@@ -295,12 +295,11 @@ def test_evaluate_and_calibrate_questions_with_more_than_26_options(model) -> No
     from mydecide.evaluation.run import run_evaluation
 
     records = [record(30, i, f"e{i}") for i in range(3)]
-    ev = run_evaluation(model, records, permutations=1, coherence=True, base=False, progress=False)
+    ev = run_evaluation(model, records, permutations=1, base=False, progress=False)
     report = ev.report
     assert report["choice"]["n"] == 3 and report["choice"]["flip_n"] == 3
     for row in ev.predictions:
         assert len(row["probabilities"]) == 30 and sum(row["probabilities"].values()) == pytest.approx(1.0)
-    assert report["coherence"]["renaming"]["n"] == 3 and report["coherence"]["context"]["n"] == 3
     assert option_bucket(30) == "27+"  # calibrate --by-bucket gives these questions their own temperature
     with pytest.raises(ValueError, match="at most 255"):
         run_evaluation(model, [_too_many()], progress=False)
