@@ -111,8 +111,6 @@ class AugmentConfig(Strict):
     # schema resampling (Vela 2.0): anonymize_options, drop_distractors, reword_instructions and the span copies
     # (paraphrased and absent labels only where span_label_paraphrases and absent_span_labels list some)
     schema_resampling: ExperimentalShare = 0.0
-    # consistency copies (coherence laws by example): negate_noul and rename_options at once
-    consistency: float = Field(0.0, ge=0.0, le=1.0)
     negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
     rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
     # choice / score: the same state asked as a yes / no its target answers ("is it option o?", "level k or higher?")
@@ -126,6 +124,12 @@ class AugmentConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "consistency" in data:
+            raise PydanticCustomError(
+                "removed_key",
+                "consistency was removed (its copies did not move the negation law: docs/LOG.md, Many options: "
+                "coherence); set negate_noul and rename_options",
+            )
         if isinstance(data, dict) and "shuffle_options" in data:
             raise PydanticCustomError(
                 "removed_key",

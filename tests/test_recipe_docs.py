@@ -64,6 +64,7 @@ def test_experimental_keys_get_their_own_table_with_their_date() -> None:
         "schema_resampling",
         "negate_noul",
         "rename_options",
+        "question_views",
     }
     assert experimental_keys(config.DataRecipe) == {f"augment.{key}": "2026-12-21" for key in marked}
     for key in marked:
@@ -73,7 +74,7 @@ def test_experimental_keys_get_their_own_table_with_their_date() -> None:
         "| `augment.drop_distractors` | float | 0.0 | choice with > 2 options: drop zero-mass options" in experimental
     )
     assert experimental.count("| 2026-12-21 |\n") == len(marked)
-    for key in ("consistency", "negation_templates", "seed", "soft_targets"):  # measured, or a mechanism
+    for key in ("negation_templates", "seed", "soft_targets"):  # measured, or a mechanism
         assert f"| `augment.{key}` |" in main_table, key
     assert "Experimental keys:" not in page.split("## `mydecide train`", 1)[1]  # no other command has one yet
 

@@ -34,7 +34,7 @@ options it is shown); paraphrased and absent labels only where the recipe lists 
 with no gold spans when the user declares it absent: a label that is merely not marked in a text is not known to be
 absent from it (the bundled PII texts hold postal addresses that no span marks).
 
-Consistency copies (JevBench's coherence laws, taught by example; ``augment.consistency`` turns both on):
+Consistency copies (JevBench's coherence laws, taught by example):
 
 - ``negate_noul``: a noul question asked the other way round (one of ``negation_templates``), its yes / no
   criteria swapped and its target complemented (P(yes) becomes 1 − P(yes)). The copy sits right after its

@@ -70,8 +70,10 @@ def test_copies_are_deterministic_and_follow_their_fractions() -> None:
 
 
 def test_recipe_keys_and_template_checks() -> None:
-    cfg = AugmentConfig.model_validate({"consistency": 0.5, "negation_templates": ["Not so? {instructions}"]})
-    assert cfg.consistency == 0.5 and cfg.negate_noul == 0.0
+    cfg = AugmentConfig.model_validate({"negate_noul": 0.5, "negation_templates": ["Not so? {instructions}"]})
+    assert cfg.negate_noul == 0.5 and cfg.rename_options == 0.0
+    with pytest.raises(ValueError, match=r"consistency was removed .*; set negate_noul and rename_options"):
+        AugmentConfig.model_validate({"consistency": 0.5})
     with pytest.raises(ValueError, match="must contain"):
         AugmentConfig.model_validate({"negation_templates": ["no field here"]})
     with pytest.raises(ValueError, match="must contain"):
@@ -98,7 +100,7 @@ def test_prepare_adds_consistency_copies_to_train_only(tmp_path: Path) -> None:
         {
             "sources": [{"kind": "jsonl", "path": str(source)}],
             "split": {"heldout_tasks": ["held"], "dev_fraction": 0.2, "test_fraction": 0.2, "seed": 13},
-            "augment": {"consistency": 1.0},
+            "augment": {"negate_noul": 1.0, "rename_options": 1.0},
         }
     )
     manifest = prepare(recipe, tmp_path / "out")
@@ -123,7 +125,7 @@ def test_prepare_adds_consistency_copies_to_train_only(tmp_path: Path) -> None:
             assert row["question"] in (NOUL, CHOICE)
     with pytest.raises((ValueError, RecipeError)):
         DataRecipe.model_validate(
-            {"sources": [{"kind": "jsonl", "path": str(source)}], "augment": {"consistency": 1.5}}
+            {"sources": [{"kind": "jsonl", "path": str(source)}], "augment": {"negate_noul": 1.5}}
         )
 
 
@@ -131,7 +133,9 @@ def test_a_question_view_is_a_yes_no_its_target_answers() -> None:
     from prepare_builders import SCORE
 
     choice = parse_record(make(1, question=CHOICE, answer="support"))[0]
-    score = parse_record({**make(2, question=SCORE, answer=2), "meta": {"soft_target": {"low": 0.0, "medium": 0.5, "high": 0.5}}})[0]
+    score = parse_record(
+        {**make(2, question=SCORE, answer=2), "meta": {"soft_target": {"low": 0.0, "medium": 0.5, "high": 0.5}}}
+    )[0]
     seen: dict[str, set[float]] = {}
     for seed in range(40):
         for original in (choice, score):
