@@ -113,8 +113,6 @@ class AugmentConfig(Strict):
     schema_resampling: ExperimentalShare = 0.0
     negate_noul: ExperimentalShare = 0.0  # noul: the negated question, target complemented
     rename_options: ExperimentalShare = 0.0  # choice: ids → random neutral codes (descriptions kept)
-    # choice / score: the same state asked as a yes / no its target answers ("is it option o?", "level k or higher?")
-    question_views: ExperimentalShare = 0.0
     negation_templates: list[str] | None = None  # "{instructions}" templates; None: augment.NEGATION_TEMPLATES
     seed: Seed = 13  # which rows get augmented copies
     # train rows whose meta.soft_target gives a label distribution (vader: its raters' levels) are trained on it;

@@ -64,7 +64,6 @@ def test_experimental_keys_get_their_own_table_with_their_date() -> None:
         "schema_resampling",
         "negate_noul",
         "rename_options",
-        "question_views",
     }
     assert experimental_keys(config.DataRecipe) == {f"augment.{key}": "2026-12-21" for key in marked}
     for key in marked:

@@ -44,14 +44,6 @@ Consistency copies (JevBench's coherence laws, taught by example):
   option without one keeps its old id as description), target attached to its option: the answer must follow
   the meaning, not the name.
 
-Question views (task diversity from the labels a row already has, and the measure laws of JevBench by example):
-
-- ``question_views``: a choice or score row asked again as a yes / no question whose answer its target gives. A
-  choice asks about one of its options, at random: "is it this one?" (P(yes) = the option's mass) or, as often,
-  "is it not this one?" (1 − the mass); a score asks whether the level is at least, or below, one of its levels
-  (the mass above or below that cut). The copy shares its original's state, so the two meet in one training batch:
-  an example that a choice and its indicator, or a score and its cumulative question, agree.
-
 The default negation templates and the code form differ on purpose from the ones ``mydecide evaluate
 --coherence`` probes with (jevbench's three negation wrappers, ``option_1`` …), so the evaluation measures whether
 consistency generalises to a phrasing the model was not trained on.
@@ -65,7 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mydecide.data.split import unit_interval
-from mydecide.records import SOFT_TRAIN_TARGET, Question, Record
+from mydecide.records import Question, Record
 from mydecide.spans import MAX_SPAN_LABELS, Span, grid_target
 
 AUGMENTATIONS = (
@@ -75,7 +67,6 @@ AUGMENTATIONS = (
     "reword_instructions",
     "negate_noul",
     "rename_options",
-    "question_views",
     "drop_span_labels",
     "rename_span_labels",
     "paraphrase_span_labels",
@@ -92,22 +83,6 @@ NEGATION_TEMPLATES = (
     "Answer the opposite: would it be wrong to say yes to this question? {instructions}",
     "Negated question (yes means the original answer is no): {instructions}",
 )
-
-VIEW_TEMPLATES = {
-    "option": (
-        "{instructions} Would this be the right answer: {option}?",
-        "{instructions} Answer yes if it is: {option}",
-    ),
-    "not_option": (
-        "{instructions} Would this be a wrong answer: {option}?",
-        "{instructions} Answer yes unless it is: {option}",
-    ),
-    "at_least": ("{instructions} On the scale {scale}, is it {level} or higher?",),
-    "below": ("{instructions} On the scale {scale}, is it lower than {level}?",),
-}
-"""The wordings of ``question_views`` ({option}: the option's description, else its id; {scale}: the levels in
-order; {level}: one of them), unlike the ones JevBench probes with, so that a score there measures a law learnt,
-not a wording."""
 
 
 def chosen(record: Record, kind: str, fraction: float, seed: int) -> bool:
@@ -185,33 +160,6 @@ def negate_noul(record: Record, templates: Sequence[str], rng: random.Random) ->
     question = Question("noul", template.format(instructions=q.instructions), q.options, (no, yes))
     target = (record.target[1], record.target[0])  # P(yes | negated) = P(no)
     return _copy(record, "negate_noul", question, target, {"negation_of": q.instructions, "template": template})
-
-
-def question_view(record: Record, rng: random.Random) -> Record | None:
-    """A choice or score row asked as a yes / no question its target answers (None for other types)."""
-    q = record.question
-    if q.type == "choice":
-        i = rng.randrange(q.k)
-        kind = rng.choice(("option", "not_option"))
-        mass = record.target[i] if kind == "option" else 1.0 - record.target[i]
-        text = rng.choice(VIEW_TEMPLATES[kind]).format(
-            instructions=q.instructions, option=q.descriptions[i] or q.options[i]
-        )
-    elif q.type == "score" and q.k >= 2:
-        cut = rng.randrange(1, q.k)  # the levels cut..k-1 against 0..cut-1
-        kind = rng.choice(("at_least", "below"))
-        above = sum(record.target[cut:])
-        mass = above if kind == "at_least" else 1.0 - above
-        levels = [d or o for o, d in zip(q.options, q.descriptions, strict=True)]
-        scale = " < ".join(levels)
-        text = rng.choice(VIEW_TEMPLATES[kind]).format(instructions=q.instructions, scale=scale, level=levels[cut])
-    else:
-        return None
-    mass = min(1.0, max(0.0, mass))
-    question = Question("noul", text, ("yes", "no"), ("", ""))
-    copy = _copy(record, "question_views", question, (mass, 1.0 - mass), {"view": kind, "view_of": q.type})
-    meta = {key: value for key, value in copy.meta.items() if key != SOFT_TRAIN_TARGET}  # the original's, not ours
-    return replace(copy, meta=meta)
 
 
 def _neutral_codes(question: Question, prefix: str, rng: random.Random) -> list[str]:
@@ -338,7 +286,6 @@ class AugmentSettings:
     rewordings: Sequence[str] = REWORDINGS
     negate_noul: float = 0.0
     rename_options: float = 0.0
-    question_views: float = 0.0
     drop_span_labels: float = 0.0
     rename_span_labels: float = 0.0
     paraphrase_span_labels: float = 0.0
@@ -367,8 +314,6 @@ def copies(record: Record, settings: AugmentSettings) -> list[Record]:
         made.append(negate_noul(record, settings.negation_templates, _rng(record, "negate_noul", settings.seed)))
     if record.question.type == "choice" and chosen(record, "rename_options", settings.rename_options, settings.seed):
         made.append(rename_options(record, _rng(record, "rename_options", settings.seed)))
-    if chosen(record, "question_views", settings.question_views, settings.seed):
-        made.append(question_view(record, _rng(record, "question_views", settings.seed)))
     if record.question.type == "span":
         paraphrases, absent = settings.span_label_paraphrases or {}, settings.absent_span_labels or {}
         for kind, fraction, make in (

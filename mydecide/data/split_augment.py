@@ -121,7 +121,6 @@ def augment_train(train: list[Row], recipe: DataRecipe, ledger: Ledger) -> list[
         reword_instructions=max(cfg.reword_instructions, schema),
         negate_noul=cfg.negate_noul,
         rename_options=cfg.rename_options,
-        question_views=cfg.question_views,
         drop_span_labels=max(cfg.drop_span_labels, schema),
         rename_span_labels=max(cfg.rename_span_labels, schema),
         paraphrase_span_labels=max(cfg.paraphrase_span_labels, schema),
