@@ -31,6 +31,7 @@ from mydecide.gguf_export import (
     systemone_template,
 )
 from mydecide.prompt import RenderConfig
+from tests.test_merging import save_random_adapter
 from tests.test_modeling import write_tiny_gguf
 
 LETTERS = RenderConfig(system_prompt="You route support tickets.", max_state_tokens=3000, option_form="letters")
@@ -49,26 +50,10 @@ def tiny_gguf(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 def make_adapter(base: Path, out: Path, render: RenderConfig) -> Path:
     import torch
-    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from mydecide.adapters import weights_fingerprint
-    from mydecide.modeling import save_render_config
-    from mydecide.training.model_card import record_base_model
-
     lm = AutoModelForCausalLM.from_pretrained(base.parent, gguf_file=base.name, dtype=torch.float32)
-    fingerprint = weights_fingerprint(lm)
-    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"])
-    peft_model = get_peft_model(lm, config)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():  # a fresh adapter has B = 0 (no effect); give it one, as training would
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
-    peft_model.save_pretrained(out)
-    save_render_config(out, render)
-    record_base_model(out, str(base), fingerprint)
-    return out
+    return save_random_adapter(lm, out, str(base), render, ["q_proj", "k_proj", "v_proj", "down_proj"], seed=5)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,35 +17,37 @@ from mydecide.prompt import RenderConfig
 RENDER = RenderConfig(system_prompt="You route support tickets. Answer with one letter.", max_state_tokens=200)
 
 
-@pytest.fixture(scope="module")
-def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def save_random_adapter(lm: Any, out: Path, base: str, render: RenderConfig, targets: list[str], seed: int) -> Path:
+    """``lm`` wrapped in a rank-4 LoRA on ``targets`` whose B matrices are random (a fresh adapter has B = 0, no
+    effect; training would give it one), saved to ``out`` with its render config and the record of its base."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     from mydecide.adapters import weights_fingerprint
     from mydecide.modeling import save_render_config
     from mydecide.training.model_card import record_base_model
 
-    out = tmp_path_factory.mktemp("adapter")
-    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    fingerprint = weights_fingerprint(base)
-    config = LoraConfig(
-        r=4,
-        lora_alpha=8,
-        lora_dropout=0.0,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    )
-    peft_model = get_peft_model(base, config)
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():  # a fresh adapter has B = 0 (no effect); give it one, as training would
+    fingerprint = weights_fingerprint(lm)
+    peft_model = get_peft_model(lm, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
     peft_model.save_pretrained(out)
-    save_render_config(out, RENDER)
-    record_base_model(out, str(tiny_llama_dir), fingerprint)
+    save_render_config(out, render)
+    record_base_model(out, base, fingerprint)
     return out
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    return save_random_adapter(base, tmp_path_factory.mktemp("adapter"), str(tiny_llama_dir), RENDER, targets, seed=3)
 
 
 def probabilities(model) -> list[np.ndarray]:
