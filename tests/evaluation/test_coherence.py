@@ -20,14 +20,8 @@ from mydecide.evaluation.coherence import (
     wire_answerer,
 )
 from mydecide.records import Record, parse_record
+from tests.evaluation.test_evaluation import CHOICE, NOUL, SCORE
 
-CHOICE = {
-    "type": "choice",
-    "instructions": "Which team should handle this ticket?",
-    "criteria": {"billing": "Charges and refunds", "engineering": "Bugs and outages", "support": "How-to questions"},
-}
-NOUL = {"type": "noul", "instructions": "Is a production system down?"}
-SCORE = {"type": "score", "instructions": "How urgent is it?", "criteria": ["not urgent", "today", "blocking"]}
 ONE = lambda qtype, k: 1.0  # noqa: E731 (T = 1 for every type)
 NEGATED = tuple(t.split("{instructions}")[0] for t in NEGATIONS)  # what jevbench's negation wrappers begin with
 
