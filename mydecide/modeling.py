@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from mydecide.adapters import check_adapter, check_base
 from mydecide.errors import UserError
-from mydecide.formats import check_format, stamped, unstamped
+from mydecide.formats import KEY, check_format, stamped, unstamped
 from mydecide.hub import hub_model, local_adapter
 from mydecide.io import atomic_write_text
 from mydecide.prompt import OPTION_FORMS, SCORE_FORMS, RenderConfig
@@ -128,7 +128,7 @@ def convert_gguf(gguf: Path, out: Path, dtype: str = "bfloat16") -> Path:
 def converted(out: Path) -> bool:
     """Whether ``out`` holds a conversion made by this version (its ``CONVERT_STAMP`` says ``CONVERT_FORMAT``)."""
     try:
-        return json.loads((out / CONVERT_STAMP).read_text()).get("format") == CONVERT_FORMAT
+        return json.loads((out / CONVERT_STAMP).read_text()).get(KEY) == CONVERT_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -338,7 +338,8 @@ def load_model(
     device = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.perf_counter()
     try:
-        tokenizer = gguf_tokenizer(path, kwargs["gguf_file"]) if kwargs else AutoTokenizer.from_pretrained(path)
+        gguf_file = kwargs.get("gguf_file")
+        tokenizer = gguf_tokenizer(path, gguf_file) if gguf_file else AutoTokenizer.from_pretrained(path)
     except ValueError as err:  # transformers' word for a directory or GGUF file it cannot read a tokenizer from
         raise UserError(f"{name}: the tokenizer cannot be loaded ({one_line(err)})") from err
     tokenizer.padding_side = "left"
