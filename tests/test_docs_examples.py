@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mydecide.records import RECORD_KEYS, RecordError, parse_record
+from mydecide.scoring.probabilities import jev_confidence
 from mydecide.serving.request import parse_request
-from mydecide.serving.response import jev_confidence
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from mydecide.records import Question, Record, parse_question
 from mydecide.scoring.engine import QuestionScorer
-from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities
+from mydecide.scoring.probabilities import TemperatureLookup, build_answer, calibrated_probabilities
 from mydecide.scoring.render import render_state
 from mydecide.scoring.yes_no import family
 
@@ -85,11 +85,7 @@ def wire_answerer(scorer: QuestionScorer, temperature: TemperatureLookup) -> Wir
         logits = scorer([(state, q) for q in parsed.values()], None)
         out: dict[str, Any] = {}
         for (name, q), z in zip(parsed.items(), logits, strict=True):
-            p = [float(x) for x in calibrated_probabilities(family(q), q.k, z, temperature)]
-            if q.type == "noul":
-                out[name] = {"type": "noul", "noul": p[0]}
-            else:
-                out[name] = {"type": q.type, "probabilities": dict(zip(q.options, p, strict=True))}
+            out[name] = build_answer(q, calibrated_probabilities(family(q), q.k, z, temperature))
         return out
 
     return answer

@@ -4,7 +4,9 @@ A question's logits come from :mod:`mydecide.scoring.plan` in its canonical opti
 give K logits whose softmax is the answer; a set question gives one yes − no logit per label, whose sigmoid is
 P(label applies). :func:`to_probabilities` is the only softmax of the package, :func:`calibrated_probabilities` the
 one place calibration (a temperature, a score question's level map) is applied; :func:`answer_rows` the only place
-a set question becomes binary rows (for metrics, temperature fits and the training's dev metrics).
+a set question becomes binary rows (for metrics, temperature fits and the training's dev metrics);
+:func:`build_answer` the wire answer made from a question's probabilities (``mydecide serve``, ``evaluate
+--coherence``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from mydecide.records import Question
 
 TemperatureLookup = Callable[[str, int], float]
 """The temperature of a (question type, option count K); ``calibration.TemperatureTable`` is one."""
@@ -85,3 +89,38 @@ def answer_rows(
         return [(v, y)]
     second = (lambda _: 0.0) if logits else (lambda p: 1.0 - p)
     return [(np.array([d, second(d)]), np.array([t, 1.0 - t])) for d, t in zip(v, y, strict=True)]
+
+
+def jev_confidence(p_max: float, k: int) -> float:
+    """Jev's confidence: (K·p_max − 1)/(K − 1), 0 at the uniform distribution and 1 at certainty."""
+    return (k * p_max - 1.0) / (k - 1.0)
+
+
+def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
+    """The Jev answer object for one question from its probabilities (canonical option order)."""
+    p = [float(x) for x in probs]
+    if question.type == "noul":
+        return {"type": "noul", "noul": p[0]}
+    if question.type == "set":
+        probabilities = dict(zip(question.options, p, strict=True))
+        return {
+            "type": "set",
+            "probabilities": probabilities,
+            "selected": [label for label, v in probabilities.items() if v >= 0.5],
+        }
+    best = max(range(len(p)), key=p.__getitem__)
+    confidence = jev_confidence(p[best], len(p))
+    if question.type == "score":
+        return {
+            "type": "score",
+            "score": sum(i * v for i, v in enumerate(p)),
+            "confidence": confidence,
+            "probabilities": {str(i): v for i, v in enumerate(p)},
+            "legend": {str(i): d for i, d in enumerate(question.descriptions)},
+        }
+    return {
+        "type": "choice",
+        "choice": question.options[best],
+        "confidence": confidence,
+        "probabilities": dict(zip(question.options, p, strict=True)),
+    }

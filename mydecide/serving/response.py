@@ -19,7 +19,12 @@ from mydecide.config import Limits
 from mydecide.records import Question
 from mydecide.scoring.forward import score_prompts
 from mydecide.scoring.plan import ScoringPlan, score_plans
-from mydecide.scoring.probabilities import TemperatureLookup, calibrated_probabilities, to_probabilities
+from mydecide.scoring.probabilities import (
+    TemperatureLookup,
+    build_answer,
+    calibrated_probabilities,
+    to_probabilities,
+)
 from mydecide.scoring.span_layout import SpanLayout, span_layout
 from mydecide.scoring.span_reads import read_sequences
 from mydecide.scoring.yes_no import family
@@ -31,41 +36,6 @@ if TYPE_CHECKING:
 
     from mydecide.scoring.model import LoadedModel
     from mydecide.scoring.render import Prompt
-
-
-def jev_confidence(p_max: float, k: int) -> float:
-    """Jev's confidence: (K·p_max − 1)/(K − 1), 0 at the uniform distribution and 1 at certainty."""
-    return (k * p_max - 1.0) / (k - 1.0)
-
-
-def build_answer(question: Question, probs: np.ndarray) -> dict[str, Any]:
-    """The Jev answer object for one question from its probabilities (canonical option order)."""
-    p = [float(x) for x in probs]
-    if question.type == "noul":
-        return {"type": "noul", "noul": p[0]}
-    if question.type == "set":
-        probabilities = dict(zip(question.options, p, strict=True))
-        return {
-            "type": "set",
-            "probabilities": probabilities,
-            "selected": [label for label, v in probabilities.items() if v >= 0.5],
-        }
-    best = max(range(len(p)), key=p.__getitem__)
-    confidence = jev_confidence(p[best], len(p))
-    if question.type == "score":
-        return {
-            "type": "score",
-            "score": sum(i * v for i, v in enumerate(p)),
-            "confidence": confidence,
-            "probabilities": {str(i): v for i, v in enumerate(p)},
-            "legend": {str(i): d for i, d in enumerate(question.descriptions)},
-        }
-    return {
-        "type": "choice",
-        "choice": question.options[best],
-        "confidence": confidence,
-        "probabilities": dict(zip(question.options, p, strict=True)),
-    }
 
 
 @dataclass(frozen=True)

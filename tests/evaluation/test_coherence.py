@@ -106,8 +106,19 @@ def test_the_wire_answerer_answers_as_the_server_does() -> None:
     out = answer("a ticket", {"down": NOUL, "team": CHOICE, "urgency": SCORE})
     p_yes = 1.0 / (1.0 + np.exp(-np.log(4.0) / 2.0))  # the noul temperature 2 applies
     assert out["down"] == {"type": "noul", "noul": pytest.approx(p_yes)}
-    assert out["team"] == {"type": "choice", "probabilities": dict.fromkeys(CHOICE["criteria"], pytest.approx(1 / 3))}
-    assert out["urgency"] == {"type": "score", "probabilities": dict.fromkeys(("0", "1", "2"), pytest.approx(1 / 3))}
+    assert out["team"] == {  # the server's answer object (scoring.probabilities.build_answer)
+        "type": "choice",
+        "choice": "billing",
+        "confidence": pytest.approx(0.0),
+        "probabilities": dict.fromkeys(CHOICE["criteria"], pytest.approx(1 / 3)),
+    }
+    assert out["urgency"] == {
+        "type": "score",
+        "score": pytest.approx(1.0),
+        "confidence": pytest.approx(0.0),
+        "probabilities": dict.fromkeys(("0", "1", "2"), pytest.approx(1 / 3)),
+        "legend": {"0": "not urgent", "1": "today", "2": "blocking"},
+    }
 
 
 def test_a_batch_dependent_answerer_fails_batch_independence_that_a_content_one_passes(
